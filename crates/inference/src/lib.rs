@@ -1,0 +1,24 @@
+//! lattice-inference: the Lattice engine.
+//!
+//! Module map, from files on disk to outputs:
+//! - [`io`]: safetensors through mmap (no copy for f32), sharded checkpoints, `WeightStore` with
+//!   scoped prefixes; GGUF metadata.
+//! - [`tokenizer`]: `tokenizer.json` / `vocab.txt` → normalize → pre-tokenize → WordPiece →
+//!   post-process (special tokens, pairs, truncation, offsets).
+//! - [`backend`]: CPU kernels behind runtime SIMD dispatch; the only place with intrinsics.
+//! - [`ops`]: shape-checked safe ops over the kernels (linear, norms, activations).
+//! - [`attention`]: packed variable-length scaled dot-product attention.
+//! - [`model`]: one file per architecture (BERT, MPNet) written as calls to ops, plus heads
+//!   (pooling, sequence-classification score).
+#![deny(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod attention;
+pub mod backend;
+pub mod error;
+pub mod io;
+pub mod model;
+pub mod ops;
+pub mod tokenizer;
+
+pub use error::{Error, Result};

