@@ -1,0 +1,134 @@
+//! Blocks shared by several architectures. [`PostNormLayer`] is the BERT-style encoder layer
+//! (attention → residual → LayerNorm → GELU MLP → residual → LayerNorm) that BERT, RoBERTa and
+//! MPNet all use under different tensor names.
+
+use crate::attention::{packed_attention, PositionBias};
+use crate::io::store::Scope;
+use crate::ops::{self, LayerNorm, Linear};
+use crate::Result;
+
+/// Where one architecture keeps a [`PostNormLayer`]'s tensors, relative to the layer's scope.
+#[derive(Debug, Clone, Copy)]
+pub struct LayerNames {
+    /// Query projection (e.g. `attention.self.query`).
+    pub query: &'static str,
+    /// Key projection.
+    pub key: &'static str,
+    /// Value projection.
+    pub value: &'static str,
+    /// Attention output projection.
+    pub attn_output: &'static str,
+    /// LayerNorm after the attention residual.
+    pub attn_norm: &'static str,
+    /// Feed-forward up projection.
+    pub intermediate: &'static str,
+    /// Feed-forward down projection.
+    pub output: &'static str,
+    /// LayerNorm after the feed-forward residual.
+    pub output_norm: &'static str,
+}
+
+/// Shape of a [`PostNormLayer`].
+#[derive(Debug, Clone, Copy)]
+pub struct LayerDims {
+    /// Hidden width.
+    pub hidden: usize,
+    /// Feed-forward width.
+    pub intermediate: usize,
+    /// Attention heads.
+    pub n_heads: usize,
+    /// LayerNorm epsilon.
+    pub eps: f32,
+}
+
+/// A post-LayerNorm transformer encoder layer with exact-GELU feed-forward.
+#[derive(Debug)]
+pub struct PostNormLayer {
+    qkv: Linear,          // query, key, value fused: f32 [3 * hidden, hidden]
+    attn_output: Linear,  // f32 [hidden, hidden]
+    attn_norm: LayerNorm, // [hidden]
+    intermediate: Linear, // f32 [intermediate, hidden]
+    output: Linear,       // f32 [hidden, intermediate]
+    output_norm: LayerNorm,
+    n_heads: usize,
+}
+
+impl PostNormLayer {
+    /// Loads a layer from `vb` using `names`.
+    pub fn load(vb: &Scope, names: &LayerNames, dims: LayerDims) -> Result<Self> {
+        let (h, i, eps) = (dims.hidden, dims.intermediate, dims.eps);
+        let qkv = Linear::concat(&[
+            Linear::load(&vb.pp(names.query), h, h, true)?,
+            Linear::load(&vb.pp(names.key), h, h, true)?,
+            Linear::load(&vb.pp(names.value), h, h, true)?,
+        ]);
+        Ok(Self {
+            qkv,
+            attn_output: Linear::load(&vb.pp(names.attn_output), h, h, true)?,
+            attn_norm: LayerNorm::load(&vb.pp(names.attn_norm), h, eps)?,
+            intermediate: Linear::load(&vb.pp(names.intermediate), h, i, true)?,
+            output: Linear::load(&vb.pp(names.output), i, h, true)?,
+            output_norm: LayerNorm::load(&vb.pp(names.output_norm), h, eps)?,
+            n_heads: dims.n_heads,
+        })
+    }
+
+    /// `x` f32 [n_tokens, hidden] → same shape, attending within each packed sequence.
+    pub fn forward(
+        &self,
+        x: &[f32],
+        cu_seqlens: &[usize],
+        bias: Option<&PositionBias>,
+    ) -> Result<Vec<f32>> {
+        let head_dim = self.attn_output.out_dim() / self.n_heads;
+        let qkv = self.qkv.forward(x);
+        let context = packed_attention(&qkv, cu_seqlens, self.n_heads, head_dim, bias)?;
+        drop(qkv);
+        let mut attn = self.attn_output.forward(&context);
+        ops::add_assign(&mut attn, x);
+        self.attn_norm.forward_inplace(&mut attn);
+        let mut inter = self.intermediate.forward(&attn);
+        ops::gelu(&mut inter);
+        let mut out = self.output.forward(&inter);
+        ops::add_assign(&mut out, &attn);
+        self.output_norm.forward_inplace(&mut out);
+        Ok(out)
+    }
+}
+
+/// Position ids of a packed batch, RoBERTa / MPNet style: within each sequence, non-padding
+/// tokens count up from `pad_id + 1` and padding tokens get `pad_id` (as transformers'
+/// `create_position_ids_from_input_ids`). With `pad_id = None` positions are `0, 1, 2, ...`.
+pub fn position_ids(ids: &[u32], cu_seqlens: &[usize], pad_id: Option<u32>) -> Vec<usize> {
+    let mut out = Vec::with_capacity(ids.len());
+    for w in cu_seqlens.windows(2) {
+        let mut count = 0usize;
+        for &id in &ids[w[0]..w[1]] {
+            match pad_id {
+                None => {
+                    out.push(count);
+                    count += 1;
+                }
+                Some(p) if id == p => out.push(p as usize),
+                Some(p) => {
+                    count += 1;
+                    out.push(p as usize + count);
+                }
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn position_ids_restart_per_sequence() {
+        let ids = [5, 6, 7, 8, 1, 9];
+        let cu = [0, 2, 6];
+        assert_eq!(position_ids(&ids, &cu, None), vec![0, 1, 0, 1, 2, 3]);
+        assert_eq!(position_ids(&ids, &cu, Some(1)), vec![2, 3, 2, 3, 1, 4]);
+    }
+}

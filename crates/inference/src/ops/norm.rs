@@ -1,0 +1,43 @@
+//! Layer normalization (`torch.nn.LayerNorm` over the last dimension).
+
+use crate::backend::cpu;
+use crate::io::store::{Scope, Weight};
+use crate::Result;
+
+/// Layer norm with learned scale and shift.
+#[derive(Debug, Clone)]
+pub struct LayerNorm {
+    weight: Weight, // f32 [dim]
+    bias: Weight,   // f32 [dim]
+    eps: f32,
+}
+
+impl LayerNorm {
+    /// Loads `weight`/`bias` under `scope`, falling back to the `gamma`/`beta` names of older
+    /// TensorFlow-converted BERT checkpoints.
+    pub fn load(scope: &Scope, dim: usize, eps: f32) -> Result<Self> {
+        let (w, b) = if !scope.contains("weight") && scope.contains("gamma") {
+            ("gamma", "beta")
+        } else {
+            ("weight", "bias")
+        };
+        Ok(Self {
+            weight: scope.get(w, &[dim])?,
+            bias: scope.get(b, &[dim])?,
+            eps,
+        })
+    }
+
+    /// Normalizes each row of `x` f32 [n, dim] in place.
+    pub fn forward_inplace(&self, x: &mut [f32]) {
+        let dim = self.weight.shape()[0];
+        debug_assert_eq!(x.len() % dim, 0);
+        cpu::layer_norm(
+            x,
+            dim,
+            self.weight.as_slice(),
+            self.bias.as_slice(),
+            self.eps,
+        );
+    }
+}
