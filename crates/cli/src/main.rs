@@ -1,1 +1,45 @@
-fn main() {}
+//! `lattice`: the command line. This file only parses arguments; each subcommand lives in
+//! `cmd/<name>.rs`.
+
+mod cmd;
+
+use clap::{Parser, Subcommand};
+
+/// Lattice: a pure-Rust inference engine.
+#[derive(Parser)]
+#[command(name = "lattice", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Embed texts: one JSON object `{"embedding": [...]}` per text on stdout.
+    Embed(cmd::embed::Args),
+    /// Tokenize texts: one JSON object `{"ids": [...], "tokens": [...]}` per text on stdout.
+    Tokenize(cmd::tokenize::Args),
+    /// Score passages against a query with a cross-encoder: `{"index": i, "score": s}` per
+    /// passage, best first.
+    Rerank(cmd::rerank::Args),
+    /// Evaluate a model on a benchmark.
+    #[command(subcommand)]
+    Eval(cmd::eval::EvalCommand),
+    /// Measure embedding throughput and latency on a dataset.
+    Bench(cmd::bench::Args),
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Embed(a) => cmd::embed::run(a),
+        Command::Tokenize(a) => cmd::tokenize::run(a),
+        Command::Rerank(a) => cmd::rerank::run(a),
+        Command::Eval(c) => cmd::eval::run(c),
+        Command::Bench(a) => cmd::bench::run(a),
+    };
+    if let Err(e) = result {
+        eprintln!("error: {e:#}");
+        std::process::exit(1);
+    }
+}

@@ -222,6 +222,8 @@ impl BertModel {
                 model_type: cfg.model_type.clone(),
                 hidden_size: cfg.hidden_size,
                 max_positions: cfg.max_position_embeddings - cfg.position_offset(),
+                n_layers: cfg.num_hidden_layers,
+                intermediate_size: cfg.intermediate_size,
             },
             embeddings: BertEmbeddings::load(&vb.pp("embeddings"), cfg)?,
             layers,

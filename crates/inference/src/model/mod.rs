@@ -99,6 +99,29 @@ pub struct EncoderInfo {
     pub hidden_size: usize,
     /// Longest sequence (in tokens, special tokens included) the position table allows.
     pub max_positions: usize,
+    /// Number of transformer layers.
+    pub n_layers: usize,
+    /// Width of the feed-forward layer.
+    pub intermediate_size: usize,
+}
+
+impl EncoderInfo {
+    /// Floating-point operations (multiply and add counted separately) of one forward pass over
+    /// `batch`: the dense layers plus the attention products of each sequence.
+    pub fn forward_flops(&self, batch: &PackedBatch) -> f64 {
+        let (h, i) = (self.hidden_size as f64, self.intermediate_size as f64);
+        let tokens = batch.n_tokens() as f64;
+        let dense = 2.0 * tokens * (4.0 * h * h + 2.0 * h * i);
+        let attn: f64 = batch
+            .cu_seqlens
+            .windows(2)
+            .map(|w| {
+                let l = (w[1] - w[0]) as f64;
+                4.0 * l * l * h
+            })
+            .sum();
+        self.n_layers as f64 * (dense + attn)
+    }
 }
 
 /// A text encoder: token ids in, one hidden state per token out.

@@ -166,6 +166,8 @@ impl MpnetModel {
                 model_type: "mpnet".into(),
                 hidden_size: h,
                 max_positions: cfg.max_position_embeddings - cfg.pad_token_id - 1,
+                n_layers: cfg.num_hidden_layers,
+                intermediate_size: cfg.intermediate_size,
             },
             n_heads: cfg.num_attention_heads,
             word_embeddings: Embedding::load(&emb.pp("word_embeddings"), cfg.vocab_size, h)?,

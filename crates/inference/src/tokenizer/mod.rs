@@ -1,1 +1,461 @@
-//! Tokenizers (placeholder).
+//! Tokenizers: text → token ids, and back. The pipeline mirrors HF `tokenizers` stage by stage
+//! and is checked id-for-id against it (`tests/tokenizer_wordpiece.rs`):
+//!
+//! 1. added tokens ([`added`]): special tokens such as `[CLS]` / `<mask>` are cut out first;
+//! 2. normalizer ([`normalize`]): `BertNormalizer` (clean text, CJK spacing, accents, case),
+//!    tracking where every normalized byte came from so offsets point into the input;
+//! 3. pre-tokenizer ([`pretokenize`]): `BertPreTokenizer` (whitespace, punctuation);
+//! 4. model ([`wordpiece`]): WordPiece, greedy longest-match-first;
+//! 5. post-processor ([`post`]): truncation, then `[CLS] A [SEP]`-style templates and type ids;
+//! 6. decoder ([`decode`]): ids back to text.
+//!
+//! Loaders: `tokenizer.json` ([`json`]), BERT `vocab.txt` and model folders ([`load`]), and the
+//! `tokenizer.ggml.*` vocabulary of a GGUF file ([`gguf_vocab`]). Only WordPiece models are
+//! implemented so far; other model types are rejected with an error naming them.
+//!
+//! Padding is parsed from `tokenizer.json` (see [`Tokenizer::padding`]) but never applied by
+//! [`Tokenizer::encode`]: packing and padding are the batcher's job.
+
+mod added;
+mod decode;
+mod gguf_vocab;
+mod json;
+mod load;
+mod normalize;
+mod post;
+mod pretokenize;
+mod unicode;
+mod wordpiece;
+
+use std::path::Path;
+
+use added::{AddedToken, AddedVocab, Split};
+use decode::Decoder;
+use normalize::{BertNormalizer, NormalizedText};
+use post::{PostProcessor, SeqTokens};
+use pretokenize::PreTokenizer;
+use wordpiece::WordPiece;
+
+use crate::{Error, Result};
+
+/// The output of [`Tokenizer::encode`]: one entry per token in every vector.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Encoding {
+    /// Token ids.
+    pub ids: Vec<u32>,
+    /// Segment (token type) ids: 0 for the first sequence, usually 1 for the second.
+    pub type_ids: Vec<u32>,
+    /// Token strings (`##` continuations included; an added token's matched text).
+    pub tokens: Vec<String>,
+    /// Byte offsets `(start, end)` into the input string the token came from; `(0, 0)` for the
+    /// special tokens the post-processor inserts.
+    pub offsets: Vec<(usize, usize)>,
+    /// 1 for special tokens inserted by the post-processor, else 0.
+    pub special_tokens_mask: Vec<u8>,
+}
+
+impl Encoding {
+    /// Number of tokens.
+    pub fn len(&self) -> usize {
+        self.ids.len()
+    }
+
+    /// Whether there are no tokens.
+    pub fn is_empty(&self) -> bool {
+        self.ids.is_empty()
+    }
+
+    fn with_capacity(n: usize) -> Self {
+        Self {
+            ids: Vec::with_capacity(n),
+            type_ids: Vec::with_capacity(n),
+            tokens: Vec::with_capacity(n),
+            offsets: Vec::with_capacity(n),
+            special_tokens_mask: Vec::with_capacity(n),
+        }
+    }
+
+    fn push(&mut self, id: u32, type_id: u32, token: String, offsets: (usize, usize), special: u8) {
+        self.ids.push(id);
+        self.type_ids.push(type_id);
+        self.tokens.push(token);
+        self.offsets.push(offsets);
+        self.special_tokens_mask.push(special);
+    }
+
+    fn append(&mut self, seq: &mut SeqTokens, type_id: u32) {
+        let n = seq.ids.len();
+        self.ids.append(&mut seq.ids);
+        self.tokens.append(&mut seq.tokens);
+        self.offsets.append(&mut seq.offsets);
+        self.type_ids.resize(self.type_ids.len() + n, type_id);
+        self.special_tokens_mask
+            .resize(self.special_tokens_mask.len() + n, 0);
+    }
+}
+
+/// Side on which `tokenizer.json` asks for padding.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PaddingDirection {
+    /// Pad after the tokens.
+    Right,
+    /// Pad before the tokens.
+    Left,
+}
+
+/// The `padding` section of `tokenizer.json`, for callers that batch. Never applied by `encode`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Padding {
+    /// `Some(n)` for the `Fixed` strategy, `None` for `BatchLongest`.
+    pub fixed_length: Option<usize>,
+    /// Which side to pad.
+    pub direction: PaddingDirection,
+    /// Round padded lengths up to a multiple of this.
+    pub pad_to_multiple_of: Option<usize>,
+    /// Id of the padding token.
+    pub pad_id: u32,
+    /// Type id of padding positions.
+    pub pad_type_id: u32,
+    /// The padding token.
+    pub pad_token: String,
+}
+
+/// A loaded tokenizer. Cheap to share across threads (`&self` everywhere).
+#[derive(Debug, Clone)]
+pub struct Tokenizer {
+    normalizer: Option<BertNormalizer>,
+    pre_tokenizer: PreTokenizer,
+    model: WordPiece,
+    added: AddedVocab,
+    post: Option<PostProcessor>,
+    decoder: Decoder,
+    truncation: Option<usize>,
+    padding: Option<Padding>,
+}
+
+impl Tokenizer {
+    /// Loads a `tokenizer.json`. Its truncation length (if any) becomes the default
+    /// [`Self::truncation`]; its padding is kept for [`Self::padding`] but not applied.
+    pub fn from_file(path: impl AsRef<Path>) -> Result<Self> {
+        let path = path.as_ref();
+        let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+        json::parse(path, &bytes)
+    }
+
+    /// Loads a `tokenizer.json` held in memory; `path` is only used in error messages.
+    pub fn from_json_bytes(bytes: &[u8], path: impl AsRef<Path>) -> Result<Self> {
+        json::parse(path.as_ref(), bytes)
+    }
+
+    fn from_parts(
+        normalizer: Option<BertNormalizer>,
+        pre_tokenizer: PreTokenizer,
+        model: WordPiece,
+        added: Vec<AddedToken>,
+        post: Option<PostProcessor>,
+        decoder: Decoder,
+    ) -> Self {
+        let added = AddedVocab::new(added, normalizer.as_ref());
+        Self {
+            normalizer,
+            pre_tokenizer,
+            model,
+            added,
+            post,
+            decoder,
+            truncation: None,
+            padding: None,
+        }
+    }
+
+    /// Sets the maximum number of tokens per encoding, special tokens included (HF
+    /// `longest_first`); `None` turns truncation off. Overrides the file's setting.
+    pub fn with_truncation(mut self, max_len: Option<usize>) -> Self {
+        self.truncation = max_len;
+        self
+    }
+
+    /// In-place form of [`Self::with_truncation`].
+    pub fn set_truncation(&mut self, max_len: Option<usize>) {
+        self.truncation = max_len;
+    }
+
+    /// The truncation length `encode` uses (the file's, until changed).
+    pub fn truncation(&self) -> Option<usize> {
+        self.truncation
+    }
+
+    fn set_file_padding(&mut self, padding: Option<Padding>) {
+        self.padding = padding;
+    }
+
+    /// The padding settings of `tokenizer.json`, if it has any. `encode` never pads.
+    pub fn padding(&self) -> Option<&Padding> {
+        self.padding.as_ref()
+    }
+
+    /// Encodes one sequence, truncated to [`Self::truncation`].
+    pub fn encode(&self, text: &str, add_special_tokens: bool) -> Encoding {
+        self.encode_with(text, None, add_special_tokens, self.truncation)
+    }
+
+    /// Encodes a pair of sequences (second one with type id 1 for BERT), truncated to
+    /// [`Self::truncation`].
+    pub fn encode_pair(&self, a: &str, b: &str, add_special_tokens: bool) -> Encoding {
+        self.encode_with(a, Some(b), add_special_tokens, self.truncation)
+    }
+
+    /// Encodes one or two sequences with an explicit truncation length (`None` = no truncation).
+    ///
+    /// Truncation is HF `longest_first`: the length counts the special tokens that will be
+    /// added; for a pair, tokens come off the longer sequence first. Like HF, a `max_len` smaller
+    /// than the number of special tokens disables truncation.
+    pub fn encode_with(
+        &self,
+        a: &str,
+        b: Option<&str>,
+        add_special_tokens: bool,
+        max_len: Option<usize>,
+    ) -> Encoding {
+        let n_added = match (&self.post, add_special_tokens) {
+            (Some(p), true) => p.added_tokens(b.is_some()),
+            _ => 0,
+        };
+        let budget = max_len.and_then(|m| m.checked_sub(n_added));
+        // A single sequence keeps a prefix, so tokenizing can stop at the budget.
+        let limit = if b.is_none() {
+            budget.unwrap_or(usize::MAX)
+        } else {
+            usize::MAX
+        };
+        let mut seq_a = SeqTokens::default();
+        self.encode_sequence(a, limit, &mut seq_a);
+        let mut seq_b = b.map(|b| {
+            let mut s = SeqTokens::default();
+            self.encode_sequence(b, usize::MAX, &mut s);
+            s
+        });
+        if let Some(budget) = budget {
+            let (na, nb) =
+                post::longest_first(seq_a.len(), seq_b.as_ref().map(SeqTokens::len), budget);
+            seq_a.truncate(na);
+            if let (Some(s), Some(nb)) = (seq_b.as_mut(), nb) {
+                s.truncate(nb);
+            }
+        }
+        match &self.post {
+            Some(p) => p.process(seq_a, seq_b, add_special_tokens),
+            None => post::concat(seq_a, seq_b),
+        }
+    }
+
+    /// Tokenizes one input sequence (no special tokens, no truncation beyond `limit` tokens).
+    fn encode_sequence(&self, text: &str, limit: usize, out: &mut SeqTokens) {
+        let mut splits = Vec::new();
+        if self.added.has_raw() {
+            self.added.split_raw(text, &mut splits);
+        } else if !text.is_empty() {
+            splits.push(Split::Text(0, text.len()));
+        }
+        let mut norm = NormalizedText::default();
+        let mut inner = Vec::new();
+        let mut pieces = Vec::new();
+        for split in splits {
+            if out.len() >= limit {
+                break;
+            }
+            match split {
+                Split::Added(index, start, end) => {
+                    self.push_added(index, &text[start..end], (start, end), out);
+                }
+                Split::Text(start, end) => {
+                    let piece = &text[start..end];
+                    match &self.normalizer {
+                        Some(n) => n.normalize(piece, start, &mut norm),
+                        None => {
+                            norm.clear();
+                            norm.push_identity(piece, start);
+                        }
+                    }
+                    if !self.added.has_normalized() {
+                        self.tokenize_words(&norm, 0, norm.text.len(), limit, &mut pieces, out);
+                        continue;
+                    }
+                    inner.clear();
+                    self.added.split_normalized(&norm.text, &mut inner);
+                    for &s in &inner {
+                        match s {
+                            Split::Added(index, s, e) => {
+                                let orig = norm.original_range(s, e);
+                                self.push_added(index, &norm.text[s..e], orig, out);
+                            }
+                            Split::Text(s, e) => {
+                                self.tokenize_words(&norm, s, e, limit, &mut pieces, out);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        out.truncate(limit);
+    }
+
+    fn push_added(&self, index: usize, text: &str, orig: (usize, usize), out: &mut SeqTokens) {
+        if let Some(t) = self.added.token(index) {
+            out.ids.push(t.id);
+            out.tokens.push(text.to_owned());
+            out.offsets.push(orig);
+        }
+    }
+
+    /// Pre-tokenizes `norm.text[from..to]` and runs WordPiece on each word.
+    fn tokenize_words(
+        &self,
+        norm: &NormalizedText,
+        from: usize,
+        to: usize,
+        limit: usize,
+        pieces: &mut Vec<wordpiece::Piece>,
+        out: &mut SeqTokens,
+    ) {
+        let text = &norm.text[from..to];
+        let prefix = self.model.prefix();
+        self.pre_tokenizer.split(text, |ws, we| {
+            if out.len() >= limit {
+                return;
+            }
+            let word = &text[ws..we];
+            pieces.clear();
+            self.model.tokenize_word(word, pieces);
+            for p in pieces.iter() {
+                let token = if p.unk {
+                    self.model.unk_token().to_owned()
+                } else if p.start == 0 {
+                    word[p.start..p.end].to_owned()
+                } else {
+                    let mut s = String::with_capacity(prefix.len() + p.end - p.start);
+                    s.push_str(prefix);
+                    s.push_str(&word[p.start..p.end]);
+                    s
+                };
+                out.ids.push(p.id);
+                out.tokens.push(token);
+                out.offsets
+                    .push(norm.original_range(from + ws + p.start, from + ws + p.end));
+            }
+        });
+    }
+
+    /// Runs only the normalizer (HF's `normalizer.normalize_str`); the identity without one.
+    pub fn normalize(&self, text: &str) -> String {
+        match &self.normalizer {
+            Some(n) => n.normalize_str(text),
+            None => text.to_owned(),
+        }
+    }
+
+    /// Turns ids back into text. Unknown ids are skipped; with `skip_special_tokens`, so are
+    /// special added tokens.
+    pub fn decode(&self, ids: &[u32], skip_special_tokens: bool) -> String {
+        let tokens = ids
+            .iter()
+            .filter_map(|&id| self.id_to_token(id))
+            .filter(|t| !skip_special_tokens || !self.added.is_special_token(t));
+        self.decoder.decode(tokens)
+    }
+
+    /// The token string of `id` (added tokens first, then the model vocabulary).
+    pub fn id_to_token(&self, id: u32) -> Option<&str> {
+        self.added
+            .id_to_token(id)
+            .or_else(|| self.model.id_to_token(id))
+    }
+
+    /// The id of `token` (added tokens first, then the model vocabulary).
+    pub fn token_to_id(&self, token: &str) -> Option<u32> {
+        self.added
+            .token_to_id(token)
+            .or_else(|| self.model.token_to_id(token))
+    }
+
+    /// Number of distinct tokens: the model vocabulary plus added tokens not already in it.
+    pub fn vocab_size(&self) -> usize {
+        let extra = self
+            .added
+            .tokens()
+            .iter()
+            .filter(|t| self.model.token_to_id(&t.content).is_none())
+            .map(|t| t.content.as_str())
+            .collect::<std::collections::HashSet<_>>()
+            .len();
+        self.model.len() + extra
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tiny() -> Tokenizer {
+        let vocab = [
+            "[PAD]", "[UNK]", "[CLS]", "[SEP]", "hello", "world", "##s", "!",
+        ];
+        let model = WordPiece::new(
+            vocab
+                .iter()
+                .enumerate()
+                .map(|(i, t)| (t.to_string(), i as u32)),
+            "[UNK]",
+            "##",
+            100,
+        )
+        .expect("valid vocabulary");
+        let added = ["[PAD]", "[UNK]", "[CLS]", "[SEP]"]
+            .iter()
+            .enumerate()
+            .map(|(i, t)| AddedToken::special(i as u32, t))
+            .collect();
+        let post = PostProcessor::bert(("[CLS]".into(), 2), ("[SEP]".into(), 3));
+        Tokenizer::from_parts(
+            Some(BertNormalizer::default()),
+            PreTokenizer::Bert,
+            model,
+            added,
+            Some(post),
+            Decoder::WordPiece {
+                prefix: "##".into(),
+                cleanup: true,
+            },
+        )
+    }
+
+    #[test]
+    fn encode_single_and_pair() {
+        let t = tiny();
+        let e = t.encode("Hello worlds!", true);
+        assert_eq!(e.ids, [2, 4, 5, 6, 7, 3]);
+        assert_eq!(e.tokens, ["[CLS]", "hello", "world", "##s", "!", "[SEP]"]);
+        assert_eq!(
+            e.offsets,
+            [(0, 0), (0, 5), (6, 11), (11, 12), (12, 13), (0, 0)]
+        );
+        let e = t.encode_pair("hello", "xyz [SEP]", true);
+        assert_eq!(e.ids, [2, 4, 3, 1, 3, 3]);
+        assert_eq!(e.type_ids, [0, 0, 0, 1, 1, 1]);
+    }
+
+    #[test]
+    fn truncation_counts_special_tokens() {
+        let t = tiny().with_truncation(Some(4));
+        assert_eq!(t.encode("hello world hello", true).ids, [2, 4, 5, 3]);
+        assert_eq!(t.encode("hello world hello", false).ids, [4, 5, 4]);
+    }
+
+    #[test]
+    fn decode_skips_specials() {
+        let t = tiny();
+        assert_eq!(t.decode(&[2, 4, 5, 6, 7, 3, 99], true), "hello worlds!");
+        assert_eq!(t.decode(&[2, 4, 3], false), "[CLS] hello [SEP]");
+        assert_eq!(t.vocab_size(), 8);
+    }
+}

@@ -1,15 +1,38 @@
-//! CPU kernels with runtime SIMD dispatch (AVX-512F, AVX2+FMA, portable scalar).
+//! CPU kernels with runtime SIMD dispatch (AVX-512F, AVX2+FMA, portable).
 //!
-//! The public functions here are the contract the rest of the crate uses. They check nothing about
-//! shapes beyond debug assertions: `ops` does the shape checking and error reporting. Each
-//! function picks its implementation from a table filled once at first use (`dispatch`).
+//! The free functions here are the contract the rest of the crate uses; each forwards to the
+//! kernel table of the best instruction set this CPU supports, selected once at first use
+//! ([`kernels`]). [`kernels_for`] returns the table of a specific instruction set, so tests and
+//! benchmarks can compare every available one against the reference in [`scalar`].
 //!
-//! Matrix conventions: row-major, with explicit leading dimensions (`lda` = distance in elements
-//! between consecutive rows).
+//! Matrix conventions: f32, row-major, with explicit leading dimensions (`lda` = distance in
+//! elements between consecutive rows). Shapes are checked by `ops` before these are called;
+//! here, inconsistent lengths panic (the GEMMs check every slice against its shape before
+//! touching raw pointers), and they never read or write outside the given slices.
+//!
+//! Files: `detect` (which instruction sets are usable), `dispatch` (the tables), `gemm` +
+//! `pack` + `microkernel` + `threads` (SGEMM), `simd` (the vector vocabulary), `vector` and
+//! `vmath` (elementwise kernels and elementary functions), `x86/` (AVX-512 and AVX2 tokens and
+//! tables), `portable` (plain-Rust vectors), `scalar` (the reference).
 
 #![allow(unsafe_code)]
 
+mod detect;
+mod dispatch;
+mod gemm;
+mod microkernel;
+mod pack;
+mod portable;
 pub mod scalar;
+mod simd;
+mod threads;
+mod vector;
+mod vmath;
+#[cfg(target_arch = "x86_64")]
+mod x86;
+
+pub use detect::Isa;
+pub use dispatch::{kernels, kernels_for, Kernels};
 
 /// `c[m×n] (+)= a[m×k] · b[n×k]ᵀ`: activations times transposed weights (the `nn.Linear` layout).
 ///
@@ -28,7 +51,32 @@ pub fn gemm_bt(
     ldc: usize,
     accumulate: bool,
 ) {
-    scalar::gemm_bt(m, n, k, a, lda, b, ldb, c, ldc, accumulate)
+    kernels().gemm_bt(m, n, k, a, lda, b, ldb, c, ldc, accumulate)
+}
+
+/// [`gemm_bt`] with a fused epilogue: `c = act((accumulate ? c : 0) + a·bᵀ + bias)`, where
+/// `bias` (f32 `[n]`, at least `n` long) is added to every row when given, and `act` is exact
+/// GELU ([`gelu_erf`]) when `gelu` is set, the identity otherwise.
+///
+/// The epilogue runs on each output tile right after its last product, while it is still in
+/// L1, which saves the separate passes of `add_bias` and `gelu_erf` over `c`. With
+/// `accumulate` it also fuses a residual add (`c` holds the residual).
+#[allow(clippy::too_many_arguments)]
+pub fn gemm_bt_bias(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: &[f32],
+    lda: usize,
+    b: &[f32],
+    ldb: usize,
+    c: &mut [f32],
+    ldc: usize,
+    accumulate: bool,
+    bias: Option<&[f32]>,
+    gelu: bool,
+) {
+    kernels().gemm_bt_bias(m, n, k, a, lda, b, ldb, c, ldc, accumulate, bias, gelu)
 }
 
 /// `c[m×n] (+)= a[m×k] · b[k×n]` (no transpose; used for attention probabilities × values).
@@ -45,56 +93,77 @@ pub fn gemm_nn(
     ldc: usize,
     accumulate: bool,
 ) {
-    scalar::gemm_nn(m, n, k, a, lda, b, ldb, c, ldc, accumulate)
+    kernels().gemm_nn(m, n, k, a, lda, b, ldb, c, ldc, accumulate)
 }
 
 /// In-place layer norm over each row of `x` (rows of `dim` elements):
 /// `y = (x - mean) / sqrt(var + eps) * gamma + beta`, biased variance, as `torch.nn.LayerNorm`.
 pub fn layer_norm(x: &mut [f32], dim: usize, gamma: &[f32], beta: &[f32], eps: f32) {
-    scalar::layer_norm(x, dim, gamma, beta, eps)
+    kernels().layer_norm(x, dim, gamma, beta, eps)
 }
 
 /// In-place exact GELU, `x * 0.5 * (1 + erf(x / sqrt(2)))` (not the tanh approximation).
 pub fn gelu_erf(x: &mut [f32]) {
-    scalar::gelu_erf(x)
+    kernels().gelu_erf(x)
+}
+
+/// In-place error function `erf(x)`, within a few ulp.
+pub fn erf(x: &mut [f32]) {
+    kernels().erf(x)
+}
+
+/// In-place `e^x`, within a few ulp: 0 below about -104, inf above 88.72.
+pub fn exp(x: &mut [f32]) {
+    kernels().exp(x)
 }
 
 /// In-place numerically stable softmax of one row.
 pub fn softmax(x: &mut [f32]) {
-    scalar::softmax(x)
+    kernels().softmax(x)
 }
 
 /// `x[i] += bias[i % bias.len()]` for every row of `x`.
 pub fn add_bias(x: &mut [f32], bias: &[f32]) {
-    scalar::add_bias(x, bias)
+    kernels().add_bias(x, bias)
 }
 
 /// `x[i] += y[i]` (residual connections).
 pub fn add_assign(x: &mut [f32], y: &[f32]) {
-    scalar::add_assign(x, y)
+    kernels().add_assign(x, y)
 }
 
 /// Dot product of two equal-length vectors.
 pub fn dot(a: &[f32], b: &[f32]) -> f32 {
-    scalar::dot(a, b)
+    kernels().dot(a, b)
 }
 
 /// Sum of squares of a vector.
 pub fn sum_squares(a: &[f32]) -> f32 {
-    scalar::dot(a, a)
+    kernels().sum_squares(a)
 }
 
 /// `x[i] *= s`.
 pub fn scale(x: &mut [f32], s: f32) {
-    scalar::scale(x, s)
+    kernels().scale(x, s)
 }
 
 /// In-place tanh.
 pub fn tanh(x: &mut [f32]) {
-    scalar::tanh(x)
+    kernels().tanh(x)
 }
 
-/// Name of the instruction set the dispatch table selected (e.g. `"avx512"`).
+/// In-place L2 normalization, `x / max(‖x‖₂, 1e-12)` (as `torch.nn.functional.normalize`), for
+/// embedding vectors.
+pub fn l2_normalize(x: &mut [f32]) {
+    kernels().l2_normalize(x)
+}
+
+/// Cosine similarity of two equal-length vectors, `a·b / (‖a‖ ‖b‖)`; 0 if either is zero.
+pub fn cosine(a: &[f32], b: &[f32]) -> f32 {
+    kernels().cosine(a, b)
+}
+
+/// Name of the instruction set the dispatch table selected (`"avx512"`, `"avx2"` or `"scalar"`).
 pub fn isa() -> &'static str {
-    "scalar"
+    kernels().isa().name()
 }

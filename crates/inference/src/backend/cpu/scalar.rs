@@ -1,5 +1,6 @@
-//! Portable scalar kernels: the reference every SIMD kernel is tested against, and the fallback
-//! on CPUs without AVX2.
+//! Portable scalar kernels: the reference every SIMD kernel is tested against, and the
+//! elementwise half of the portable table on CPUs without AVX2 (its GEMM is the blocked driver
+//! over `portable`). Written for clarity and accuracy (f64 where it matters), not speed.
 
 /// See [`super::gemm_bt`].
 #[allow(clippy::too_many_arguments)]
@@ -80,11 +81,24 @@ pub fn erf_f64(x: f64) -> f64 {
     libm::erf(x)
 }
 
-/// See [`super::gelu_erf`].
+/// Complementary error function in f64 (musl's `erfc` through `libm`, < 1 ulp).
+pub fn erfc_f64(x: f64) -> f64 {
+    libm::erfc(x)
+}
+
+/// See [`super::gelu_erf`]. Computed as `x · erfc(-x/√2) / 2` in f64, which equals
+/// `x · (1 + erf(x/√2)) / 2` but keeps full relative accuracy in the negative tail.
 pub fn gelu_erf(x: &mut [f32]) {
     for v in x {
         let xf = *v as f64;
-        *v = (0.5 * xf * (1.0 + erf_f64(xf * std::f64::consts::FRAC_1_SQRT_2))) as f32;
+        *v = (0.5 * xf * erfc_f64(-xf * std::f64::consts::FRAC_1_SQRT_2)) as f32;
+    }
+}
+
+/// See [`super::erf`].
+pub fn erf(x: &mut [f32]) {
+    for v in x {
+        *v = erf_f64(*v as f64) as f32;
     }
 }
 
@@ -118,9 +132,13 @@ pub fn add_assign(x: &mut [f32], y: &[f32]) {
     }
 }
 
-/// See [`super::dot`].
+/// See [`super::dot`]. Accumulates in f64, so the reference GEMM and dot are accurate to
+/// about an ulp of the result whatever `k`.
 pub fn dot(a: &[f32], b: &[f32]) -> f32 {
-    a.iter().zip(b).map(|(x, y)| x * y).sum()
+    a.iter()
+        .zip(b)
+        .map(|(&x, &y)| x as f64 * y as f64)
+        .sum::<f64>() as f32
 }
 
 /// See [`super::scale`].
@@ -130,9 +148,40 @@ pub fn scale(x: &mut [f32], s: f32) {
     }
 }
 
+/// See [`super::exp`].
+pub fn exp(x: &mut [f32]) {
+    for v in x {
+        *v = (*v as f64).exp() as f32;
+    }
+}
+
 /// See [`super::tanh`].
 pub fn tanh(x: &mut [f32]) {
     for v in x {
         *v = v.tanh();
     }
+}
+
+/// See [`super::l2_normalize`].
+pub fn l2_normalize(x: &mut [f32]) {
+    let norm = x.iter().map(|&v| (v as f64) * (v as f64)).sum::<f64>().sqrt();
+    let inv = 1.0 / norm.max(1e-12);
+    for v in x {
+        *v = (*v as f64 * inv) as f32;
+    }
+}
+
+/// See [`super::cosine`].
+pub fn cosine(a: &[f32], b: &[f32]) -> f32 {
+    let (mut ab, mut aa, mut bb) = (0.0f64, 0.0f64, 0.0f64);
+    for (&x, &y) in a.iter().zip(b) {
+        let (x, y) = (x as f64, y as f64);
+        ab += x * y;
+        aa += x * x;
+        bb += y * y;
+    }
+    if aa == 0.0 || bb == 0.0 {
+        return 0.0;
+    }
+    (ab / (aa * bb).sqrt()) as f32
 }

@@ -1,0 +1,129 @@
+//! `lattice bench`: embedding throughput and latency on the sentences of an STS-style CSV,
+//! the workload of the ONNX Runtime comparison in docs/benchmarks.md
+//! (`scripts/bench_embed.sh` runs both).
+//!
+//! Throughput: every unique sentence, in file order, embedded in batches of `--batch`; the
+//! median over `--runs` runs. Latency: the first `--latency-samples` sentences one at a time,
+//! the median. Tokenization is timed separately and excluded from both. The kernel rate is the
+//! model's dense + attention FLOPs over the forward time.
+
+use std::collections::HashSet;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::Context;
+use lattice_embed::Embedder;
+use lattice_inference::model::PackedBatch;
+
+/// Arguments of `lattice bench`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// Model directory.
+    #[arg(long)]
+    model: String,
+    /// CSV of sentence pairs (sentence1, sentence2, score), e.g. STS-B dev.
+    #[arg(long)]
+    data: PathBuf,
+    /// Sentences per batch.
+    #[arg(long, default_value_t = 32)]
+    batch: usize,
+    /// Timed throughput runs (the median is reported).
+    #[arg(long, default_value_t = 5)]
+    runs: usize,
+    /// Sentences embedded one at a time for the latency figure.
+    #[arg(long, default_value_t = 200)]
+    latency_samples: usize,
+    /// Worker threads (default: all cores).
+    #[arg(long)]
+    threads: Option<usize>,
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+/// Runs the subcommand.
+pub fn run(args: Args) -> anyhow::Result<()> {
+    if let Some(t) = args.threads {
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(t)
+            .build_global()
+            .context("cannot configure the thread pool")?;
+    }
+    let batch_size = args.batch.max(1);
+    let pairs = super::eval::read_sts_csv(&args.data)?;
+    let mut seen = HashSet::new();
+    let sentences: Vec<&str> = pairs
+        .iter()
+        .flat_map(|p| [p.a.as_str(), p.b.as_str()])
+        .filter(|s| seen.insert(*s))
+        .collect();
+    let embedder =
+        Embedder::load(&args.model).with_context(|| format!("cannot load model `{}`", args.model))?;
+
+    let t0 = Instant::now();
+    let ids: Vec<Vec<u32>> = sentences
+        .iter()
+        .map(|s| embedder.token_ids(s))
+        .collect::<Result<_, _>>()?;
+    let tokenize_s = t0.elapsed().as_secs_f64();
+    let n_tokens: usize = ids.iter().map(Vec::len).sum();
+    let flops: f64 = ids
+        .chunks(batch_size)
+        .map(|chunk| {
+            let mut b = PackedBatch::new();
+            for s in chunk {
+                b.push(s, &[]);
+            }
+            embedder.encoder_info().forward_flops(&b)
+        })
+        .sum();
+
+    let mut secs = Vec::with_capacity(args.runs);
+    for run in 0..args.runs.max(1) {
+        let t = Instant::now();
+        for chunk in ids.chunks(batch_size) {
+            embedder.embed_ids(chunk)?;
+        }
+        let s = t.elapsed().as_secs_f64();
+        eprintln!(
+            "bench: run {}/{}: {:.0} sentences/s",
+            run + 1,
+            args.runs.max(1),
+            sentences.len() as f64 / s
+        );
+        secs.push(s);
+    }
+    let run_s = median(&mut secs);
+
+    let mut lat = Vec::with_capacity(args.latency_samples);
+    for s in ids.iter().take(args.latency_samples) {
+        let t = Instant::now();
+        embedder.embed_ids(std::slice::from_ref(s))?;
+        lat.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    let latency_ms = if lat.is_empty() { f64::NAN } else { median(&mut lat) };
+
+    let report = serde_json::json!({
+        "engine": "lattice",
+        "isa": lattice_inference::backend::cpu::isa(),
+        "threads": rayon::current_num_threads(),
+        "sentences": sentences.len(),
+        "tokens": n_tokens,
+        "batch": batch_size,
+        "runs": secs.len(),
+        "sentences_per_s": sentences.len() as f64 / run_s,
+        "tokens_per_s": n_tokens as f64 / run_s,
+        "latency_ms_median": latency_ms,
+        "gflops": flops / run_s / 1e9,
+        "tokenize_s": tokenize_s,
+    });
+    println!("{report}");
+    Ok(())
+}

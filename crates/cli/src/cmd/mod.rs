@@ -1,0 +1,22 @@
+//! One module per subcommand, plus the shared input reader.
+
+pub mod bench;
+pub mod embed;
+pub mod eval;
+pub mod input;
+pub mod rerank;
+pub mod tokenize;
+
+use std::io::Write;
+
+/// Writes one JSON value per line to stdout, flushing at the end.
+pub fn print_jsonl<T: serde::Serialize>(items: impl IntoIterator<Item = T>) -> anyhow::Result<()> {
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    for item in items {
+        serde_json::to_writer(&mut out, &item)?;
+        out.write_all(b"\n")?;
+    }
+    out.flush()?;
+    Ok(())
+}

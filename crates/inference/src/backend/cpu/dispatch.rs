@@ -1,0 +1,334 @@
+//! The kernel table: one [`Kernels`] value per instruction set, holding function pointers, and
+//! the selection of the best supported one, made once per process.
+//!
+//! Soundness rests on one rule: a table whose functions need an instruction set is only ever
+//! handed out (by [`kernels`] or [`kernels_for`]) after [`Isa::is_supported`] confirmed it. The
+//! tables are private to `backend::cpu`, and every `#[target_feature]` function is reachable
+//! only through them. The safe methods of `Kernels` are the API; `mod.rs` forwards to the
+//! selected table.
+
+use std::sync::OnceLock;
+
+use super::detect::Isa;
+use super::gemm::{self, BLayout, Epilogue};
+use super::microkernel;
+use super::pack;
+use super::portable::Portable;
+use super::scalar;
+
+/// Microkernel: `(kc, a, b, ldb, c, ldc, mr, nr, accumulate)`, see `microkernel::tile`.
+pub(crate) type Ukr =
+    unsafe fn(usize, *const f32, *const f32, usize, *mut f32, usize, usize, usize, bool);
+/// Unpacked dot-product GEMM: `(m, n, k, a, lda, b, ldb, c, ldc, accumulate)`, see
+/// `microkernel::dot_gemm_bt`.
+pub(crate) type DotGemm =
+    unsafe fn(usize, usize, usize, *const f32, usize, *const f32, usize, *mut f32, usize, bool);
+
+/// Transposing pack: `(dst, src, ld, r0, rows, p0, kc, w)`, see `pack::pack_rows`.
+pub(crate) type PackRows =
+    unsafe fn(&mut [f32], &[f32], usize, usize, usize, usize, usize, usize);
+
+/// An instruction set's GEMM: microkernel, register tile and cache block sizes.
+pub(crate) struct GemmSpec {
+    /// Rows of the register tile.
+    pub mr: usize,
+    /// Columns of the register tile.
+    pub nr: usize,
+    /// Depth of one packed slice (a B panel of `kc×nr` should stay in L1).
+    pub kc: usize,
+    /// Rows of A packed at once (`mc×kc` stays in L2); a multiple of `mr`.
+    pub mc: usize,
+    /// Columns of B packed at once (`kc×nc`); a multiple of `nr`.
+    pub nc: usize,
+    /// The register-blocked microkernel.
+    pub ukr: Ukr,
+    /// The unpacked kernel for products with a tiny side.
+    pub dot: DotGemm,
+    /// `pack::pack_rows` for this instruction set.
+    pub pack_rows: PackRows,
+    pub order: usize,
+}
+
+/// The CPU kernels of one instruction set. Obtain one with [`kernels`] (the best for this
+/// CPU) or [`kernels_for`] (a specific one, e.g. to test it against the reference); the free
+/// functions of `backend::cpu` forward to [`kernels`].
+pub struct Kernels {
+    pub(crate) isa: Isa,
+    pub(crate) gemm: GemmSpec,
+    pub(crate) layer_norm: unsafe fn(&mut [f32], usize, &[f32], &[f32], f32),
+    pub(crate) gelu_erf: unsafe fn(&mut [f32]),
+    pub(crate) erf: unsafe fn(&mut [f32]),
+    pub(crate) exp: unsafe fn(&mut [f32]),
+    pub(crate) tanh: unsafe fn(&mut [f32]),
+    pub(crate) softmax: unsafe fn(&mut [f32]),
+    pub(crate) add_bias: unsafe fn(&mut [f32], &[f32]),
+    pub(crate) add_assign: unsafe fn(&mut [f32], &[f32]),
+    pub(crate) scale: unsafe fn(&mut [f32], f32),
+    pub(crate) dot: unsafe fn(&[f32], &[f32]) -> f32,
+    pub(crate) l2_normalize: unsafe fn(&mut [f32]),
+    pub(crate) cosine: unsafe fn(&[f32], &[f32]) -> f32,
+}
+
+impl std::fmt::Debug for Kernels {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Kernels").field("isa", &self.isa).finish()
+    }
+}
+
+// SAFETY (every `unsafe` call in this impl): a `&Kernels` only exists through `kernels` or
+// `kernels_for`, which check that the CPU supports the table's instruction set; the slice
+// arguments are passed on as slices, so bounds stay checked inside the kernels.
+impl Kernels {
+    /// The instruction set these kernels use.
+    pub fn isa(&self) -> Isa {
+        self.isa
+    }
+
+    /// See [`super::gemm_bt`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn gemm_bt(
+        &self,
+        m: usize,
+        n: usize,
+        k: usize,
+        a: &[f32],
+        lda: usize,
+        b: &[f32],
+        ldb: usize,
+        c: &mut [f32],
+        ldc: usize,
+        accumulate: bool,
+    ) {
+        let epi = Epilogue::default();
+        gemm::gemm(self, BLayout::Trans, m, n, k, a, lda, b, ldb, c, ldc, accumulate, epi);
+    }
+
+    /// See [`super::gemm_bt_bias`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn gemm_bt_bias(
+        &self,
+        m: usize,
+        n: usize,
+        k: usize,
+        a: &[f32],
+        lda: usize,
+        b: &[f32],
+        ldb: usize,
+        c: &mut [f32],
+        ldc: usize,
+        accumulate: bool,
+        bias: Option<&[f32]>,
+        gelu: bool,
+    ) {
+        let epi = Epilogue { bias, gelu };
+        gemm::gemm(self, BLayout::Trans, m, n, k, a, lda, b, ldb, c, ldc, accumulate, epi);
+    }
+
+    /// See [`super::gemm_nn`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn gemm_nn(
+        &self,
+        m: usize,
+        n: usize,
+        k: usize,
+        a: &[f32],
+        lda: usize,
+        b: &[f32],
+        ldb: usize,
+        c: &mut [f32],
+        ldc: usize,
+        accumulate: bool,
+    ) {
+        let epi = Epilogue::default();
+        gemm::gemm(self, BLayout::NoTrans, m, n, k, a, lda, b, ldb, c, ldc, accumulate, epi);
+    }
+
+    /// See [`super::layer_norm`].
+    pub fn layer_norm(&self, x: &mut [f32], dim: usize, gamma: &[f32], beta: &[f32], eps: f32) {
+        assert!(dim > 0 && x.len() % dim == 0, "layer_norm: len not a multiple of dim");
+        assert!(gamma.len() == dim && beta.len() == dim, "layer_norm: gamma/beta != dim");
+        unsafe { (self.layer_norm)(x, dim, gamma, beta, eps) }
+    }
+
+    /// See [`super::gelu_erf`].
+    pub fn gelu_erf(&self, x: &mut [f32]) {
+        unsafe { (self.gelu_erf)(x) }
+    }
+
+    /// See [`super::erf`].
+    pub fn erf(&self, x: &mut [f32]) {
+        unsafe { (self.erf)(x) }
+    }
+
+    /// See [`super::exp`].
+    pub fn exp(&self, x: &mut [f32]) {
+        unsafe { (self.exp)(x) }
+    }
+
+    /// See [`super::tanh`].
+    pub fn tanh(&self, x: &mut [f32]) {
+        unsafe { (self.tanh)(x) }
+    }
+
+    /// See [`super::softmax`].
+    pub fn softmax(&self, x: &mut [f32]) {
+        unsafe { (self.softmax)(x) }
+    }
+
+    /// See [`super::add_bias`].
+    pub fn add_bias(&self, x: &mut [f32], bias: &[f32]) {
+        assert!(
+            !bias.is_empty() && x.len() % bias.len() == 0,
+            "add_bias: len not a multiple of bias"
+        );
+        unsafe { (self.add_bias)(x, bias) }
+    }
+
+    /// See [`super::add_assign`].
+    pub fn add_assign(&self, x: &mut [f32], y: &[f32]) {
+        assert_eq!(x.len(), y.len(), "add_assign: length mismatch");
+        unsafe { (self.add_assign)(x, y) }
+    }
+
+    /// See [`super::scale`].
+    pub fn scale(&self, x: &mut [f32], s: f32) {
+        unsafe { (self.scale)(x, s) }
+    }
+
+    /// See [`super::dot`].
+    pub fn dot(&self, a: &[f32], b: &[f32]) -> f32 {
+        assert_eq!(a.len(), b.len(), "dot: length mismatch");
+        unsafe { (self.dot)(a, b) }
+    }
+
+    /// See [`super::sum_squares`].
+    pub fn sum_squares(&self, a: &[f32]) -> f32 {
+        unsafe { (self.dot)(a, a) }
+    }
+
+    /// See [`super::l2_normalize`].
+    pub fn l2_normalize(&self, x: &mut [f32]) {
+        unsafe { (self.l2_normalize)(x) }
+    }
+
+    /// See [`super::cosine`].
+    pub fn cosine(&self, a: &[f32], b: &[f32]) -> f32 {
+        assert_eq!(a.len(), b.len(), "cosine: length mismatch");
+        unsafe { (self.cosine)(a, b) }
+    }
+}
+
+/// GEMM microkernel of the portable table: 4×16 tiles of the compiler-vectorized [`Portable`].
+///
+/// # Safety
+/// The pointer contract of `microkernel::tile` with `MR = 4`, `NV = 2`.
+#[allow(clippy::too_many_arguments)]
+unsafe fn portable_ukr(
+    kc: usize,
+    a: *const f32,
+    b: *const f32,
+    ldb: usize,
+    c: *mut f32,
+    ldc: usize,
+    mr: usize,
+    nr: usize,
+    accumulate: bool,
+) {
+    let s = Portable;
+    // SAFETY: forwarded caller contract; `mr <= 4` selects a tile that reads at most MR rows.
+    unsafe {
+        match mr {
+            1 => microkernel::tile::<_, 1, 4, 2>(s, kc, a, b, ldb, c, ldc, nr, accumulate),
+            2 => microkernel::tile::<_, 2, 4, 2>(s, kc, a, b, ldb, c, ldc, nr, accumulate),
+            3 => microkernel::tile::<_, 3, 4, 2>(s, kc, a, b, ldb, c, ldc, nr, accumulate),
+            _ => microkernel::tile::<_, 4, 4, 2>(s, kc, a, b, ldb, c, ldc, nr, accumulate),
+        }
+    }
+}
+
+/// Unpacked dot-product GEMM of the portable table.
+///
+/// # Safety
+/// The pointer contract of `microkernel::dot_gemm_bt`.
+#[allow(clippy::too_many_arguments)]
+unsafe fn portable_dot(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: *const f32,
+    lda: usize,
+    b: *const f32,
+    ldb: usize,
+    c: *mut f32,
+    ldc: usize,
+    accumulate: bool,
+) {
+    // SAFETY: forwarded caller contract.
+    unsafe { microkernel::dot_gemm_bt(Portable, m, n, k, a, lda, b, ldb, c, ldc, accumulate) }
+}
+
+/// Transposing pack of the portable table.
+#[allow(clippy::too_many_arguments)]
+fn portable_pack_rows(
+    dst: &mut [f32],
+    src: &[f32],
+    ld: usize,
+    r0: usize,
+    rows: usize,
+    p0: usize,
+    kc: usize,
+    w: usize,
+) {
+    pack::pack_rows(Portable, dst, src, ld, r0, rows, p0, kc, w)
+}
+
+/// The portable table: the `scalar` reference kernels, and the blocked GEMM driver over
+/// `Portable` (plain Rust the compiler vectorizes for the baseline target).
+static SCALAR: Kernels = Kernels {
+    isa: Isa::Scalar,
+    gemm: GemmSpec {
+        mr: 4,
+        nr: 16,
+        kc: 256,
+        mc: 64,
+        nc: 1024,
+        ukr: portable_ukr,
+        dot: portable_dot,
+        pack_rows: portable_pack_rows,
+        order: 0,
+    },
+    layer_norm: scalar::layer_norm,
+    gelu_erf: scalar::gelu_erf,
+    erf: scalar::erf,
+    exp: scalar::exp,
+    tanh: scalar::tanh,
+    softmax: scalar::softmax,
+    add_bias: scalar::add_bias,
+    add_assign: scalar::add_assign,
+    scale: scalar::scale,
+    dot: scalar::dot,
+    l2_normalize: scalar::l2_normalize,
+    cosine: scalar::cosine,
+};
+
+/// The table of `isa` if this CPU supports it, `None` otherwise.
+pub fn kernels_for(isa: Isa) -> Option<&'static Kernels> {
+    if !isa.is_supported() {
+        return None;
+    }
+    match isa {
+        Isa::Scalar => Some(&SCALAR),
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => Some(&super::x86::avx2::KERNELS),
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => Some(&super::x86::avx512::KERNELS),
+        #[cfg(not(target_arch = "x86_64"))]
+        _ => None,
+    }
+}
+
+/// The table of the best instruction set this CPU supports, chosen on first use.
+pub fn kernels() -> &'static Kernels {
+    static SELECTED: OnceLock<&'static Kernels> = OnceLock::new();
+    SELECTED.get_or_init(|| kernels_for(Isa::best()).unwrap_or(&SCALAR))
+}

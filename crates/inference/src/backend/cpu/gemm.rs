@@ -1,0 +1,310 @@
+//! The SGEMM driver shared by every instruction set: argument checks, the choice between the
+//! unpacked dot-product path and the blocked path, the split over threads, cache blocking,
+//! packing, and the fused bias/GELU epilogue.
+//!
+//! Blocked path (the classic Goto/BLIS structure): for each `nc`-column block of C and each
+//! `kc`-deep slice of the product, B's block is packed into `NR`-wide panels (for `A·B` the
+//! full panels are read in place, since their rows are already contiguous); then for each
+//! `mc`-row block of A, A is packed into `MR`-high slivers and the microkernel sweeps the
+//! `MR×NR` tiles. The instruction set provides the microkernel, its tile and the block sizes
+//! (`GemmSpec`); this file holds no intrinsics.
+
+use super::dispatch::{GemmSpec, Kernels};
+use super::pack::{pack_cols, with_bufs};
+use super::threads;
+
+/// How `B` is stored.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum BLayout {
+    /// `B` is `[n×k]` (rows `ldb` apart) and the product is `A·Bᵀ` (`nn.Linear` weights).
+    Trans,
+    /// `B` is `[k×n]` (rows `ldb` apart) and the product is `A·B`.
+    NoTrans,
+}
+
+/// What happens to each output element after the product: `c = act(c + bias[j])`.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Epilogue<'a> {
+    /// f32 `[n]`, added to every row of C.
+    pub bias: Option<&'a [f32]>,
+    /// Apply exact GELU after the bias.
+    pub gelu: bool,
+}
+
+impl Epilogue<'_> {
+    fn is_noop(&self) -> bool {
+        self.bias.is_none() && !self.gelu
+    }
+}
+
+/// With `A·Bᵀ`, products where `m` or `n` is at most this use unpacked dot products.
+const DOT_MAX: usize = 4;
+
+/// Base pointer and row stride of C. Copies are handed to worker threads, each of which
+/// writes only its own disjoint block of rows and columns.
+#[derive(Clone, Copy)]
+struct CMat {
+    ptr: *mut f32,
+    ld: usize,
+}
+
+// SAFETY: `CMat` is a plain address; `gemm` gives every thread a disjoint block of C and keeps
+// the `&mut [f32]` it came from borrowed until all threads are done.
+unsafe impl Send for CMat {}
+// SAFETY: as above, no two threads write the same element.
+unsafe impl Sync for CMat {}
+
+impl CMat {
+    fn at(self, i: usize, j: usize) -> *mut f32 {
+        self.ptr.wrapping_add(i * self.ld + j)
+    }
+}
+
+/// Everything one block of the product needs, shared by the threads.
+struct Problem<'a> {
+    kt: &'a Kernels,
+    layout: BLayout,
+    k: usize,
+    a: &'a [f32],
+    lda: usize,
+    b: &'a [f32],
+    ldb: usize,
+    c: CMat,
+    accumulate: bool,
+    epi: Epilogue<'a>,
+}
+
+/// `C[m×n] = epi((accumulate ? C : 0) + A[m×k] · op(B))`. Panics if a slice is too short for
+/// its shape and leading dimension, if `ldc < n` (rows would overlap), or if the bias is
+/// shorter than `n`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn gemm(
+    kt: &Kernels,
+    layout: BLayout,
+    m: usize,
+    n: usize,
+    k: usize,
+    a: &[f32],
+    lda: usize,
+    b: &[f32],
+    ldb: usize,
+    c: &mut [f32],
+    ldc: usize,
+    accumulate: bool,
+    epi: Epilogue<'_>,
+) {
+    if m == 0 || n == 0 {
+        return;
+    }
+    assert!(m == 1 || ldc >= n, "gemm: ldc {ldc} < n {n}");
+    assert!(c.len() >= (m - 1) * ldc + n, "gemm: C too short");
+    if let Some(bias) = epi.bias {
+        assert!(bias.len() >= n, "gemm: bias shorter than n");
+    }
+    if k > 0 {
+        assert!(a.len() >= (m - 1) * lda + k, "gemm: A too short");
+        let b_need = match layout {
+            BLayout::Trans => (n - 1) * ldb + k,
+            BLayout::NoTrans => (k - 1) * ldb + n,
+        };
+        assert!(b.len() >= b_need, "gemm: B too short");
+    }
+    let p = Problem {
+        kt,
+        layout,
+        k,
+        a,
+        lda,
+        b,
+        ldb,
+        c: CMat {
+            ptr: c.as_mut_ptr(),
+            ld: ldc,
+        },
+        accumulate,
+        epi,
+    };
+    let flops = 2 * m * n * k;
+    let threads = if flops >= threads::PAR_MIN_FLOPS {
+        threads::count()
+    } else {
+        1
+    };
+    let spec = &kt.gemm;
+    // Split the larger dimension: the other operand's packing is what each part repeats.
+    if n >= m {
+        let min_cols = (2 * spec.nr).max(16);
+        threads::for_each_range(n, spec.nr, min_cols, threads, |j0, j1| {
+            block(&p, 0, m, j0, j1 - j0);
+        });
+    } else {
+        let min_rows = (2 * spec.mr).max(16);
+        threads::for_each_range(m, spec.mr, min_rows, threads, |i0, i1| {
+            block(&p, i0, i1 - i0, 0, n);
+        });
+    }
+}
+
+/// Computes the block `C[i0..i0+m, j0..j0+n]` on the calling thread.
+fn block(p: &Problem<'_>, i0: usize, m: usize, j0: usize, n: usize) {
+    if p.k == 0 {
+        for i in 0..m {
+            let row = c_row(p.c, i0 + i, j0, n);
+            if !p.accumulate {
+                row.fill(0.0);
+            }
+            epilogue(p, row, j0);
+        }
+        return;
+    }
+    if p.layout == BLayout::Trans && (m <= DOT_MAX || n <= DOT_MAX) {
+        // SAFETY: the table holding `dot` was handed out only after its instruction set was
+        // detected; `gemm` checked that rows i0..i0+m of A, rows j0..j0+n of B (k long) and
+        // this block of C are in bounds, and this thread owns the block of C.
+        unsafe {
+            (p.kt.gemm.dot)(
+                m,
+                n,
+                p.k,
+                p.a.as_ptr().wrapping_add(i0 * p.lda),
+                p.lda,
+                p.b.as_ptr().wrapping_add(j0 * p.ldb),
+                p.ldb,
+                p.c.at(i0, j0),
+                p.c.ld,
+                p.accumulate,
+            );
+        }
+        if !p.epi.is_noop() {
+            for i in 0..m {
+                epilogue(p, c_row(p.c, i0 + i, j0, n), j0);
+            }
+        }
+        return;
+    }
+    blocked(p, i0, m, j0, n);
+}
+
+/// Row `i`, columns `j..j+n` of C as a slice.
+fn c_row<'c>(c: CMat, i: usize, j: usize, n: usize) -> &'c mut [f32] {
+    // SAFETY: `gemm` checked that every row of C below m holds n columns, callers stay inside
+    // the block their thread owns, and no other reference to these elements is alive.
+    unsafe { std::slice::from_raw_parts_mut(c.at(i, j), n) }
+}
+
+/// Applies the epilogue to `row`, whose first element is column `j` of C.
+fn epilogue(p: &Problem<'_>, row: &mut [f32], j: usize) {
+    if let Some(bias) = p.epi.bias {
+        // SAFETY: the table's kernels run only on a CPU that passed detection.
+        unsafe { (p.kt.add_bias)(row, &bias[j..j + row.len()]) };
+    }
+    if p.epi.gelu {
+        // SAFETY: as above.
+        unsafe { (p.kt.gelu_erf)(row) };
+    }
+}
+
+/// Sizes of the packing buffers the blocked path needs for an `m×n×k` block.
+fn buf_lens(spec: &GemmSpec, layout: BLayout, m: usize, n: usize, k: usize) -> (usize, usize) {
+    let kc = spec.kc.min(k);
+    let a_len = spec.mc.min(m.next_multiple_of(spec.mr)) * kc;
+    let b_cols = match layout {
+        BLayout::Trans => spec.nc.min(n.next_multiple_of(spec.nr)),
+        BLayout::NoTrans => spec.nr,
+    };
+    (a_len, b_cols * kc)
+}
+
+/// The packed, cache-blocked product for the block `C[i0.., j0..]` of `m×n`.
+fn tune(spec: &GemmSpec) -> GemmSpec {
+    static T: std::sync::OnceLock<(usize, usize, usize, usize)> = std::sync::OnceLock::new();
+    let t = *T.get_or_init(|| {
+        let g = |k: &str| std::env::var(k).ok().and_then(|v| v.parse().ok()).unwrap_or(0);
+        (g("KC"), g("MC"), g("NC"), g("ORDER"))
+    });
+    GemmSpec {
+        mr: spec.mr,
+        nr: spec.nr,
+        kc: if t.0 > 0 { t.0 } else { spec.kc },
+        mc: if t.1 > 0 { t.1 / spec.mr * spec.mr } else { spec.mc },
+        nc: if t.2 > 0 { t.2 / spec.nr * spec.nr } else { spec.nc },
+        ukr: spec.ukr,
+        dot: spec.dot,
+        pack_rows: spec.pack_rows,
+        order: t.3,
+    }
+}
+
+fn blocked(p: &Problem<'_>, i0: usize, m: usize, j0: usize, n: usize) {
+    let spec = &tune(&p.kt.gemm);
+    let (mr, nr) = (spec.mr, spec.nr);
+    let (a_len, b_len) = buf_lens(spec, p.layout, m, n, p.k);
+    with_bufs(a_len, b_len, |abuf, bbuf| {
+        for jc in (0..n).step_by(spec.nc) {
+            let nc = spec.nc.min(n - jc);
+            for pc in (0..p.k).step_by(spec.kc) {
+                let kc = spec.kc.min(p.k - pc);
+                let acc = p.accumulate || pc > 0;
+                let last = pc + kc == p.k;
+                let col0 = j0 + jc;
+                match p.layout {
+                    // SAFETY: the packing kernel comes from a table handed out after detection.
+                    BLayout::Trans => unsafe {
+                        (spec.pack_rows)(bbuf, p.b, p.ldb, col0, nc, pc, kc, nr)
+                    },
+                    BLayout::NoTrans if nc % nr != 0 => {
+                        let edge = nc - nc % nr;
+                        pack_cols(bbuf, p.b, p.ldb, col0 + edge, nc - edge, pc, kc, nr);
+                    }
+                    BLayout::NoTrans => {}
+                }
+                // (pointer, row stride) of the B panel starting at block column jr.
+                let panel = |jr: usize| match p.layout {
+                    BLayout::Trans => (bbuf.as_ptr().wrapping_add(jr * kc), nr),
+                    BLayout::NoTrans if jr + nr > nc => (bbuf.as_ptr(), nr),
+                    BLayout::NoTrans => (p.b.as_ptr().wrapping_add(pc * p.ldb + col0 + jr), p.ldb),
+                };
+                for ic in (0..m).step_by(spec.mc) {
+                    let mc = spec.mc.min(m - ic);
+                    // SAFETY: as above.
+                    unsafe { (spec.pack_rows)(abuf, p.a, p.lda, i0 + ic, mc, pc, kc, mr) };
+                    let n_jr = nc.div_ceil(nr);
+                    let n_ir = mc.div_ceil(mr);
+                    for idx in 0..n_jr * n_ir {
+                        let (jx, ix) = if spec.order == 0 { (idx / n_ir, idx % n_ir) } else { (idx % n_jr, idx / n_jr) };
+                        let (jr, ir) = (jx * nr, ix * mr);
+                        let nrr = nr.min(nc - jr);
+                        let (bp, ldbp) = panel(jr);
+                        {
+                            let mrr = mr.min(mc - ir);
+                            let (ci, cj) = (i0 + ic + ir, col0 + jr);
+                            // SAFETY: the microkernel comes from a table handed out only after
+                            // detection. The A sliver (kc·MR floats at ir·kc) and the B panel
+                            // (kc rows of NR floats, ldbp apart: packed, or in place inside B
+                            // as checked by `gemm`) are readable; the mrr×nrr tile of C is
+                            // in bounds and owned by this thread.
+                            unsafe {
+                                (spec.ukr)(
+                                    kc,
+                                    abuf.as_ptr().wrapping_add(ir * kc),
+                                    bp,
+                                    ldbp,
+                                    p.c.at(ci, cj),
+                                    p.c.ld,
+                                    mrr,
+                                    nrr,
+                                    acc,
+                                );
+                            }
+                            if last && !p.epi.is_noop() {
+                                for i in 0..mrr {
+                                    epilogue(p, c_row(p.c, ci + i, cj, nrr), cj);
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    });
+}

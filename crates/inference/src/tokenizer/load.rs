@@ -1,0 +1,156 @@
+//! Loaders besides `tokenizer.json`: a BERT `vocab.txt` (one token per line, the line number is
+//! the id) with the defaults of transformers' `BertTokenizerFast`, and a model folder (prefer
+//! `tokenizer.json`, else `vocab.txt` with the casing options of `tokenizer_config.json`). This
+//! module builds tokenizers; it does not tokenize.
+
+use std::path::Path;
+
+use serde_json::Value;
+
+use super::added::AddedToken;
+use super::decode::Decoder;
+use super::json::invalid;
+use super::normalize::BertNormalizer;
+use super::post::PostProcessor;
+use super::pretokenize::PreTokenizer;
+use super::wordpiece::WordPiece;
+use super::Tokenizer;
+use crate::{Error, Result};
+
+/// BERT's special tokens, in the order transformers registers them.
+const BERT_SPECIALS: [&str; 5] = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"];
+
+/// The id of `token` in vocabulary lines (the last line wins, as in HF's vocabulary map).
+pub(crate) fn line_id(tokens: &[String], token: &str) -> Option<u32> {
+    tokens.iter().rposition(|t| t == token).map(|i| i as u32)
+}
+
+/// Builds a BERT-style WordPiece pipeline: the given normalizer, `BertPreTokenizer`, WordPiece
+/// over `tokens` (line number = id), `[CLS] A [SEP]` post-processing with `cls` / `sep`, the
+/// WordPiece decoder, and `added` as special tokens.
+pub(crate) fn bert_pipeline(
+    path: &Path,
+    tokens: Vec<String>,
+    unk: &str,
+    cls: (String, u32),
+    sep: (String, u32),
+    added: Vec<AddedToken>,
+    normalizer: BertNormalizer,
+) -> Result<Tokenizer> {
+    let entries = tokens.into_iter().enumerate().map(|(i, t)| (t, i as u32));
+    let model =
+        WordPiece::new(entries, unk, "##", 100).map_err(|e| invalid(path, e.to_string()))?;
+    Ok(Tokenizer::from_parts(
+        Some(normalizer),
+        PreTokenizer::Bert,
+        model,
+        added,
+        Some(PostProcessor::bert(cls, sep)),
+        Decoder::WordPiece {
+            prefix: "##".into(),
+            cleanup: true,
+        },
+    ))
+}
+
+/// A BERT tokenizer from `vocab.txt` lines with transformers' special tokens.
+fn bert_from_vocab(
+    path: &Path,
+    tokens: Vec<String>,
+    normalizer: BertNormalizer,
+) -> Result<Tokenizer> {
+    let id = |t: &str| {
+        line_id(&tokens, t)
+            .map(|i| (t.to_owned(), i))
+            .ok_or_else(|| invalid(path, format!("the vocabulary has no `{t}` token")))
+    };
+    let (cls, sep) = (id("[CLS]")?, id("[SEP]")?);
+    let added = BERT_SPECIALS
+        .iter()
+        .filter_map(|t| line_id(&tokens, t).map(|i| AddedToken::special(i, t)))
+        .collect();
+    bert_pipeline(path, tokens, "[UNK]", cls, sep, added, normalizer)
+}
+
+impl Tokenizer {
+    /// Loads a BERT `vocab.txt` with transformers' defaults: `[CLS] A [SEP]` /
+    /// `[CLS] A [SEP] B [SEP]`, `BertNormalizer` with clean text and CJK spacing, accents stripped
+    /// exactly when `lowercase` is set. No truncation.
+    pub fn from_vocab_txt(path: impl AsRef<Path>, lowercase: bool) -> Result<Self> {
+        let normalizer = BertNormalizer {
+            clean_text: true,
+            handle_chinese_chars: true,
+            strip_accents: lowercase,
+            lowercase,
+        };
+        Self::vocab_txt_with(path.as_ref(), normalizer)
+    }
+
+    fn vocab_txt_with(path: &Path, normalizer: BertNormalizer) -> Result<Self> {
+        let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+        // `lines` drops "\n" and "\r\n"; nothing else is trimmed, so odd tokens survive.
+        let tokens: Vec<String> = text.lines().map(str::to_owned).collect();
+        if tokens.is_empty() {
+            return Err(invalid(path, "vocab.txt is empty"));
+        }
+        bert_from_vocab(path, tokens, normalizer)
+    }
+
+    /// Loads the tokenizer of a model folder: `tokenizer.json` if present, else `vocab.txt` with
+    /// `do_lower_case`, `strip_accents` and `tokenize_chinese_chars` from `tokenizer_config.json`
+    /// (transformers' defaults where absent).
+    pub fn from_dir(dir: impl AsRef<Path>) -> Result<Self> {
+        let dir = dir.as_ref();
+        let json = dir.join("tokenizer.json");
+        if json.is_file() {
+            return Self::from_file(json);
+        }
+        let vocab = dir.join("vocab.txt");
+        if !vocab.is_file() {
+            return Err(invalid(
+                dir,
+                "no tokenizer.json or vocab.txt in this folder",
+            ));
+        }
+        let mut normalizer = BertNormalizer::default();
+        let config = dir.join("tokenizer_config.json");
+        if config.is_file() {
+            let bytes = std::fs::read(&config).map_err(|e| Error::io(&config, e))?;
+            let value: Value = serde_json::from_slice(&bytes)
+                .map_err(|e| invalid(&config, format!("not valid JSON: {e}")))?;
+            let flag = |key: &str| value.get(key).and_then(Value::as_bool);
+            normalizer.lowercase = flag("do_lower_case").unwrap_or(true);
+            normalizer.strip_accents = flag("strip_accents").unwrap_or(normalizer.lowercase);
+            normalizer.handle_chinese_chars = flag("tokenize_chinese_chars").unwrap_or(true);
+        }
+        Self::vocab_txt_with(&vocab, normalizer)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn vocab_lines_become_ids() {
+        let vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "caf", "##e"];
+        let tok = bert_from_vocab(
+            Path::new("vocab.txt"),
+            vocab.iter().map(|s| s.to_string()).collect(),
+            BertNormalizer::default(),
+        )
+        .expect("valid vocabulary");
+        assert_eq!(tok.encode("CAFÉ [MASK]", true).ids, [2, 5, 6, 4, 3]);
+    }
+
+    #[test]
+    fn missing_cls_is_an_error() {
+        let err = bert_from_vocab(
+            Path::new("vocab.txt"),
+            vec!["[UNK]".into()],
+            BertNormalizer::default(),
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("[CLS]"));
+    }
+}

@@ -1,0 +1,62 @@
+//! Helpers shared by the integration tests: fixture paths and numeric comparisons.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+
+/// `crates/inference/tests/fixtures/<name>`.
+pub fn fixture(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name)
+}
+
+/// A real model fetched by `scripts/fetch_models.sh`; fails (never skips) when missing.
+pub fn real_model(name: &str) -> PathBuf {
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../.cache/models")
+        .join(name);
+    assert!(
+        p.join("config.json").is_file(),
+        "{} is missing: run scripts/fetch_models.sh",
+        p.display()
+    );
+    p
+}
+
+/// Reads a JSON file.
+pub fn read_json(path: &std::path::Path) -> serde_json::Value {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap()
+}
+
+/// A JSON array of numbers as f32.
+pub fn f32s(v: &serde_json::Value) -> Vec<f32> {
+    v.as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32).collect()
+}
+
+/// A JSON array of arrays of numbers, flattened.
+pub fn f32s_2d(v: &serde_json::Value) -> Vec<f32> {
+    v.as_array().unwrap().iter().flat_map(|r| f32s(r)).collect()
+}
+
+/// A JSON array of ids.
+pub fn u32s(v: &serde_json::Value) -> Vec<u32> {
+    v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect()
+}
+
+/// `1 - cosine(a, b)` computed in f64.
+pub fn one_minus_cos(a: &[f32], b: &[f32]) -> f64 {
+    let (mut d, mut na, mut nb) = (0.0f64, 0.0f64, 0.0f64);
+    for (&x, &y) in a.iter().zip(b) {
+        d += x as f64 * y as f64;
+        na += x as f64 * x as f64;
+        nb += y as f64 * y as f64;
+    }
+    1.0 - d / (na.sqrt() * nb.sqrt())
+}
+
+/// Largest absolute elementwise difference.
+pub fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len(), "length mismatch");
+    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+}

@@ -1,0 +1,394 @@
+//! Parity tests of every CPU kernel table available on this machine against the scalar
+//! reference (`backend::cpu::scalar`), on fixed-seed random inputs of awkward sizes, plus
+//! dense sweeps measuring the ulp error of the vectorized `erf`, `exp`, `tanh` and GELU.
+
+use lattice_inference::backend::cpu::{self, kernels_for, scalar, Isa, Kernels};
+
+/// SplitMix64: a small fixed-seed generator, so failures reproduce.
+struct Rng(u64);
+
+impl Rng {
+    fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    /// Uniform in `[lo, hi)`.
+    fn f32(&mut self, lo: f32, hi: f32) -> f32 {
+        let u = (self.next_u64() >> 40) as f32 / (1u64 << 24) as f32;
+        lo + (hi - lo) * u
+    }
+    fn vec(&mut self, n: usize, lo: f32, hi: f32) -> Vec<f32> {
+        (0..n).map(|_| self.f32(lo, hi)).collect()
+    }
+}
+
+/// Every kernel table this CPU supports.
+fn tables() -> Vec<&'static Kernels> {
+    Isa::ALL.into_iter().filter_map(kernels_for).collect()
+}
+
+/// Size of one ulp at `x` (as f32), subnormals included.
+fn ulp(x: f64) -> f64 {
+    let a = (x as f32).abs();
+    if a < f32::MIN_POSITIVE {
+        return f32::from_bits(1) as f64;
+    }
+    let e = (a.to_bits() >> 23) as i32 - 127;
+    2f64.powi(e - 23)
+}
+
+/// Largest error of `f` against `oracle` in ulps of the oracle, over `xs`.
+fn max_ulp(xs: &[f32], got: &[f32], oracle: impl Fn(f64) -> f64) -> (f64, f32) {
+    let mut worst = (0.0, 0.0);
+    for (&x, &g) in xs.iter().zip(got) {
+        let r = oracle(x as f64);
+        let e = if g == r as f32 || (g.is_nan() && r.is_nan()) {
+            0.0
+        } else {
+            (g as f64 - r).abs() / ulp(r)
+        };
+        if e > worst.0 {
+            worst = (e, x);
+        }
+    }
+    worst
+}
+
+/// A dense sweep of `[lo, hi]` with `n` points.
+fn sweep(lo: f32, hi: f32, n: usize) -> Vec<f32> {
+    (0..=n)
+        .map(|i| lo + (hi - lo) * (i as f64 / n as f64) as f32)
+        .collect()
+}
+
+#[test]
+fn dispatch_reports_a_supported_isa() {
+    assert!(tables().iter().any(|t| t.isa().name() == cpu::isa()));
+    assert!(kernels_for(Isa::Scalar).is_some());
+    for t in tables() {
+        assert!(t.isa().is_supported());
+    }
+}
+
+/// Reference `c (+)= a·op(b)` in f64, and the bound `Σ|a||b|` per element.
+#[allow(clippy::too_many_arguments)]
+fn gemm_ref(
+    trans: bool,
+    m: usize,
+    n: usize,
+    k: usize,
+    a: &[f32],
+    lda: usize,
+    b: &[f32],
+    ldb: usize,
+) -> (Vec<f64>, Vec<f64>) {
+    let mut c = vec![0.0; m * n];
+    let mut mag = vec![0.0; m * n];
+    for i in 0..m {
+        for j in 0..n {
+            for p in 0..k {
+                let bv = if trans { b[j * ldb + p] } else { b[p * ldb + j] } as f64;
+                let av = a[i * lda + p] as f64;
+                c[i * n + j] += av * bv;
+                mag[i * n + j] += (av * bv).abs();
+            }
+        }
+    }
+    (c, mag)
+}
+
+/// Runs one GEMM shape through every table (and the scalar reference) and checks the result.
+#[allow(clippy::too_many_arguments)]
+fn check_gemm(rng: &mut Rng, trans: bool, m: usize, n: usize, k: usize, pad: usize, acc: bool) {
+    let lda = k + pad;
+    let ldb = if trans { k + pad } else { n + pad };
+    let ldc = n + pad;
+    let a = rng.vec(m * lda, -1.0, 1.0);
+    let b_rows = if trans { n } else { k };
+    let b = rng.vec(b_rows * ldb, -1.0, 1.0);
+    let c0 = rng.vec(m * ldc, -1.0, 1.0);
+    let (want, mag) = gemm_ref(trans, m, n, k, &a, lda, &b, ldb);
+    let mut runs: Vec<(String, Vec<f32>)> = Vec::new();
+    let mut c = c0.clone();
+    if trans {
+        scalar::gemm_bt(m, n, k, &a, lda, &b, ldb, &mut c, ldc, acc);
+    } else {
+        scalar::gemm_nn(m, n, k, &a, lda, &b, ldb, &mut c, ldc, acc);
+    }
+    runs.push(("reference".into(), c));
+    for t in tables() {
+        let mut c = c0.clone();
+        if trans {
+            t.gemm_bt(m, n, k, &a, lda, &b, ldb, &mut c, ldc, acc);
+        } else {
+            t.gemm_nn(m, n, k, &a, lda, &b, ldb, &mut c, ldc, acc);
+        }
+        runs.push((t.isa().name().into(), c));
+    }
+    for (name, c) in runs {
+        for i in 0..m {
+            for j in 0..ldc {
+                let (got, old) = (c[i * ldc + j], c0[i * ldc + j]);
+                if j >= n {
+                    assert_eq!(got, old, "{name}: padding column {j} written");
+                    continue;
+                }
+                let base = if acc { old as f64 } else { 0.0 };
+                let r = base + want[i * n + j];
+                let tol = 1e-5 * (mag[i * n + j] + base.abs()) + 1e-6;
+                assert!(
+                    (got as f64 - r).abs() <= tol,
+                    "{name} trans={trans} m={m} n={n} k={k} pad={pad} acc={acc} at ({i},{j}): {got} vs {r}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn gemm_matches_reference_on_awkward_shapes() {
+    let mut rng = Rng(1);
+    let dims = [1, 7, 33, 100];
+    for trans in [true, false] {
+        for &m in &dims {
+            for &n in &dims {
+                for &k in &dims {
+                    check_gemm(&mut rng, trans, m, n, k, 0, false);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn gemm_with_strides_accumulate_and_large_dims() {
+    let mut rng = Rng(2);
+    for trans in [true, false] {
+        for (m, n, k) in [(257, 33, 100), (33, 257, 257), (100, 100, 257), (257, 257, 7)] {
+            check_gemm(&mut rng, trans, m, n, k, 3, true);
+            check_gemm(&mut rng, trans, m, n, k, 0, false);
+        }
+        for (m, n, k) in [(1, 1, 1), (7, 1, 33), (1, 100, 7), (3, 257, 33), (5, 3, 100)] {
+            check_gemm(&mut rng, trans, m, n, k, 5, true);
+        }
+    }
+}
+
+#[test]
+fn gemm_with_k_zero_clears_or_keeps_c() {
+    for t in tables() {
+        let mut c = vec![3.0; 6];
+        t.gemm_bt(2, 3, 0, &[], 0, &[], 0, &mut c, 3, true);
+        assert_eq!(c, [3.0; 6]);
+        t.gemm_nn(2, 3, 0, &[], 0, &[], 0, &mut c, 3, false);
+        assert_eq!(c, [0.0; 6]);
+    }
+}
+
+#[test]
+fn fused_bias_and_gelu_match_separate_kernels() {
+    let mut rng = Rng(3);
+    for (m, n, k) in [(1, 7, 33), (3, 100, 7), (33, 257, 100), (100, 33, 64)] {
+        let a = rng.vec(m * k, -1.0, 1.0);
+        let b = rng.vec(n * k, -1.0, 1.0);
+        let bias = rng.vec(n, -1.0, 1.0);
+        let res = rng.vec(m * n, -1.0, 1.0);
+        for t in tables() {
+            for (acc, gelu) in [(false, true), (true, false), (false, false)] {
+                let mut want = res.clone();
+                t.gemm_bt(m, n, k, &a, k, &b, k, &mut want, n, acc);
+                t.add_bias(&mut want, &bias);
+                if gelu {
+                    t.gelu_erf(&mut want);
+                }
+                let mut got = res.clone();
+                t.gemm_bt_bias(m, n, k, &a, k, &b, k, &mut got, n, acc, Some(&bias), gelu);
+                for (g, w) in got.iter().zip(&want) {
+                    assert!((g - w).abs() <= 1e-6 * (1.0 + w.abs()), "{}: {g} vs {w}", t.isa());
+                }
+            }
+        }
+    }
+}
+
+const SIZES: [usize; 4] = [1, 7, 33, 1000];
+
+/// Checks `got` against `want` elementwise within `rel` relative plus `abs` absolute error.
+fn close(name: &str, got: &[f32], want: &[f32], rel: f32, abs: f32) {
+    assert_eq!(got.len(), want.len());
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        assert!(
+            (g - w).abs() <= rel * w.abs() + abs || (g.is_nan() && w.is_nan()),
+            "{name}[{i}]: {g} vs {w}"
+        );
+    }
+}
+
+#[test]
+fn elementwise_kernels_match_reference() {
+    let mut rng = Rng(4);
+    for t in tables() {
+        let isa = t.isa().name();
+        for n in SIZES {
+            let x = rng.vec(n, -8.0, 8.0);
+            let y = rng.vec(n, -8.0, 8.0);
+
+            let (mut g, mut w) = (x.clone(), x.clone());
+            t.gelu_erf(&mut g);
+            scalar::gelu_erf(&mut w);
+            close(&format!("{isa} gelu n={n}"), &g, &w, 1e-6, 1e-30);
+
+            let (mut g, mut w) = (x.clone(), x.clone());
+            t.tanh(&mut g);
+            scalar::tanh(&mut w);
+            close(&format!("{isa} tanh n={n}"), &g, &w, 1e-6, 0.0);
+
+            let (mut g, mut w) = (x.clone(), x.clone());
+            t.softmax(&mut g);
+            scalar::softmax(&mut w);
+            close(&format!("{isa} softmax n={n}"), &g, &w, 2e-6, 0.0);
+
+            let (mut g, mut w) = (x.clone(), x.clone());
+            t.add_assign(&mut g, &y);
+            scalar::add_assign(&mut w, &y);
+            close(&format!("{isa} add_assign n={n}"), &g, &w, 0.0, 0.0);
+
+            let (mut g, mut w) = (x.clone(), x.clone());
+            t.scale(&mut g, 0.37);
+            scalar::scale(&mut w, 0.37);
+            close(&format!("{isa} scale n={n}"), &g, &w, 0.0, 0.0);
+
+            let (mut g, mut w) = (x.clone(), x.clone());
+            t.l2_normalize(&mut g);
+            scalar::l2_normalize(&mut w);
+            close(&format!("{isa} l2_normalize n={n}"), &g, &w, 1e-6, 0.0);
+
+            let bound: f32 = x.iter().zip(&y).map(|(a, b)| (a * b).abs()).sum();
+            let d = t.dot(&x, &y);
+            let want: f64 = x.iter().zip(&y).map(|(&a, &b)| a as f64 * b as f64).sum();
+            assert!((d as f64 - want).abs() <= 1e-6 * bound as f64, "{isa} dot n={n}");
+            let ss = t.sum_squares(&x);
+            let want: f64 = x.iter().map(|&a| a as f64 * a as f64).sum();
+            assert!((ss as f64 - want).abs() <= 1e-6 * want, "{isa} sum_squares n={n}");
+            let cs = t.cosine(&x, &y);
+            assert!((cs - scalar::cosine(&x, &y)).abs() <= 1e-6, "{isa} cosine n={n}");
+        }
+    }
+}
+
+#[test]
+fn bias_and_layer_norm_match_reference() {
+    let mut rng = Rng(5);
+    for t in tables() {
+        let isa = t.isa().name();
+        for dim in SIZES {
+            let rows = 3;
+            let x = rng.vec(rows * dim, -3.0, 5.0);
+            let bias = rng.vec(dim, -1.0, 1.0);
+            let (mut g, mut w) = (x.clone(), x.clone());
+            t.add_bias(&mut g, &bias);
+            scalar::add_bias(&mut w, &bias);
+            close(&format!("{isa} add_bias dim={dim}"), &g, &w, 0.0, 0.0);
+
+            let gamma = rng.vec(dim, 0.5, 1.5);
+            let beta = rng.vec(dim, -1.0, 1.0);
+            let (mut g, mut w) = (x.clone(), x.clone());
+            t.layer_norm(&mut g, dim, &gamma, &beta, 1e-12);
+            scalar::layer_norm(&mut w, dim, &gamma, &beta, 1e-12);
+            // Errors scale with the normalized magnitudes (|gamma·x̂| + |beta|), not with the
+            // output, which can cancel to near zero.
+            for (i, (a, b)) in g.iter().zip(&w).enumerate() {
+                let j = i % dim;
+                let scale = (b - beta[j]).abs() + beta[j].abs();
+                assert!(
+                    (a - b).abs() <= 1e-6 * (1.0 + scale),
+                    "{isa} layer_norm dim={dim} [{i}]: {a} vs {b}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn softmax_handles_masked_and_extreme_inputs() {
+    for t in tables() {
+        let mut x = vec![0.0, f32::NEG_INFINITY, -1e30, 1.0, -200.0];
+        t.softmax(&mut x);
+        let e = (-1.0f32).exp();
+        let want = [e / (1.0 + e), 0.0, 0.0, 1.0 / (1.0 + e), 0.0];
+        close(&format!("{} softmax extremes", t.isa()), &x, &want, 2e-7, 0.0);
+        let mut big = vec![1e30, 1e30];
+        t.softmax(&mut big);
+        assert_eq!(big, [0.5, 0.5]);
+    }
+}
+
+#[test]
+fn erf_is_within_a_few_ulp_on_a_dense_sweep() {
+    let xs = sweep(-10.0, 10.0, 400_000);
+    for t in tables() {
+        let mut got = xs.clone();
+        t.erf(&mut got);
+        let (e, at) = max_ulp(&xs, &got, scalar::erf_f64);
+        println!("{}: erf max error {e:.2} ulp at x = {at}", t.isa());
+        assert!(e <= 3.0, "{}: erf error {e} ulp at {at}", t.isa());
+    }
+}
+
+#[test]
+fn gelu_is_within_a_few_ulp_on_a_dense_sweep() {
+    let xs = sweep(-12.0, 12.0, 400_000);
+    let oracle = |x: f64| 0.5 * x * scalar::erfc_f64(-x * std::f64::consts::FRAC_1_SQRT_2);
+    for t in tables() {
+        let mut got = xs.clone();
+        t.gelu_erf(&mut got);
+        let (e, at) = max_ulp(&xs, &got, oracle);
+        println!("{}: gelu max error {e:.2} ulp at x = {at}", t.isa());
+        assert!(e <= 5.0, "{}: gelu error {e} ulp at {at}", t.isa());
+    }
+}
+
+#[test]
+fn exp_and_tanh_are_within_a_few_ulp_on_a_dense_sweep() {
+    let xs = sweep(-104.0, 89.0, 400_000);
+    let ts = sweep(-10.0, 10.0, 400_000);
+    for t in tables() {
+        let mut got = xs.clone();
+        t.exp(&mut got);
+        let (e, at) = max_ulp(&xs, &got, f64::exp);
+        println!("{}: exp max error {e:.2} ulp at x = {at}", t.isa());
+        assert!(e <= 1.5, "{}: exp error {e} ulp at {at}", t.isa());
+        let mut got = ts.clone();
+        t.tanh(&mut got);
+        let (e, at) = max_ulp(&ts, &got, f64::tanh);
+        println!("{}: tanh max error {e:.2} ulp at x = {at}", t.isa());
+        assert!(e <= 3.0, "{}: tanh error {e} ulp at {at}", t.isa());
+    }
+}
+
+#[test]
+fn special_values() {
+    for t in tables() {
+        let mut x = vec![f32::NEG_INFINITY, f32::INFINITY, f32::NAN, 0.0, -0.0, 100.0, -120.0];
+        t.exp(&mut x);
+        assert_eq!(&x[..2], &[0.0, f32::INFINITY]);
+        assert!(x[2].is_nan());
+        assert_eq!(&x[3..], &[1.0, 1.0, f32::INFINITY, 0.0]);
+        let mut x = vec![f32::INFINITY, f32::NEG_INFINITY, 0.0, 30.0, -30.0];
+        t.erf(&mut x);
+        assert_eq!(x, [1.0, -1.0, 0.0, 1.0, -1.0]);
+        let mut x = vec![f32::INFINITY, f32::NEG_INFINITY, 0.0, 30.0, -30.0];
+        t.tanh(&mut x);
+        assert_eq!(x, [1.0, -1.0, 0.0, 1.0, -1.0]);
+        let mut x = vec![0.0, 50.0, -50.0, f32::INFINITY];
+        t.gelu_erf(&mut x);
+        assert_eq!(x, [0.0, 50.0, 0.0, f32::INFINITY]);
+        let mut z = vec![0.0; 9];
+        t.l2_normalize(&mut z);
+        assert_eq!(z, [0.0; 9]);
+        assert_eq!(t.cosine(&z, &[1.0; 9]), 0.0);
+    }
+}

@@ -1,0 +1,159 @@
+#!/usr/bin/env python3
+"""ONNX Runtime side of the embedding speed comparison (CPU).
+
+  .cache/venv-ref/bin/python scripts/bench_ort.py --model all-MiniLM-L6-v2 \
+      --data /work/shared/data/stsb/stsb-en-dev.csv --threads 2 --batch 32 --runs 5
+
+Needs .cache/onnx/<model>.onnx from scripts/export_onnx.py. Workload: every unique sentence of the
+csv (sentence1, sentence2, score; sentence1 then sentence2 of each row, first occurrence kept), in
+that order, in batches of --batch. Tokenization uses the model's HF tokenizer like
+sentence-transformers: truncation to max_seq_length, padding to the longest text of each batch.
+
+Timed (throughput): session.run + mean pooling + L2 normalization in numpy, per batch, all batches;
+repeated --runs times after one warm-up pass. Tokenization is done once up front and is EXCLUDED
+from sentences/s and tokens/s; its own time is reported as tokenize_s. Latency: batch 1 over the
+first --latency-n sentences (same timed region), after a short warm-up.
+
+tokens/s counts real (non-padding) tokens, specials included; padded_tokens_per_s counts what was
+actually computed. The last stdout line is one JSON object with all figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+MODELS = ROOT / ".cache" / "models"
+ONNX_DIR = ROOT / ".cache" / "onnx"
+
+
+def read_sentences(path: Path) -> list[str]:
+    seen: set[str] = set()
+    out: list[str] = []
+    with open(path, newline="", encoding="utf-8") as f:
+        for row in csv.reader(f):
+            try:
+                float(row[2])
+            except ValueError:  # header line
+                continue
+            for s in row[:2]:
+                if s not in seen:
+                    seen.add(s)
+                    out.append(s)
+    return out
+
+
+def embed(sess, feeds: dict, mask: np.ndarray) -> np.ndarray:
+    hidden = sess.run(["last_hidden_state"], feeds)[0]  # f32 [batch, seq, hidden]
+    m = mask[:, :, None].astype(np.float32)
+    pooled = (hidden * m).sum(1) / np.clip(m.sum(1), 1e-9, None)
+    return pooled / np.clip(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12, None)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", required=True, help="folder name under .cache/models, e.g. all-MiniLM-L6-v2")
+    ap.add_argument("--data", type=Path, required=True, help="STS-B style csv")
+    ap.add_argument("--threads", type=int, default=2, help="intra-op threads")
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--latency-n", type=int, default=200, help="sentences for the batch-1 latency")
+    args = ap.parse_args()
+
+    import onnxruntime as ort
+    from transformers import AutoTokenizer
+
+    src = MODELS / args.model
+    onnx_path = ONNX_DIR / f"{args.model}.onnx"
+    if not onnx_path.exists():
+        raise SystemExit(f"missing {onnx_path}: run scripts/export_onnx.py first")
+    max_len = json.loads((src / "sentence_bert_config.json").read_text())["max_seq_length"]
+    tok = AutoTokenizer.from_pretrained(str(src))
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = args.threads
+    so.inter_op_num_threads = 1
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    sess = ort.InferenceSession(str(onnx_path), so, providers=["CPUExecutionProvider"])
+    input_names = [i.name for i in sess.get_inputs()]
+
+    def encode(texts):
+        enc = tok(texts, padding=True, truncation=True, max_length=max_len, return_tensors="np")
+        feeds = {n: enc[n].astype(np.int64) for n in input_names}
+        return feeds, enc["attention_mask"]
+
+    # Sanity: pooled ORT embeddings vs the committed sentence-transformers reference, if present.
+    ref_path = ROOT / "crates" / "embed" / "tests" / "fixtures" / "real" / f"{args.model}.json"
+    check = None
+    if ref_path.exists():
+        ref = json.loads(ref_path.read_text(encoding="utf-8"))
+        got = np.concatenate([embed(sess, *encode(ref["texts"][i : i + 8])) for i in range(0, len(ref["texts"]), 8)])
+        check = float(np.abs(got - np.array(ref["embeddings"], dtype=np.float32)).max())
+        print(f"check: ORT vs sentence-transformers reference ({len(ref['texts'])} texts) max |diff| = {check:.3g}")
+
+    sentences = read_sentences(args.data)
+    t0 = time.perf_counter()
+    batches = [encode(sentences[i : i + args.batch]) for i in range(0, len(sentences), args.batch)]
+    tokenize_s = time.perf_counter() - t0
+    n_tokens = int(sum(m.sum() for _, m in batches))
+    n_padded = int(sum(m.size for _, m in batches))
+    print(
+        f"{args.model}: {len(sentences)} sentences, {len(batches)} batches of {args.batch}, "
+        f"{n_tokens} tokens ({n_padded} with padding), max_seq_length {max_len}; tokenize {tokenize_s:.2f} s"
+    )
+
+    for feeds, mask in batches:  # warm-up pass
+        embed(sess, feeds, mask)
+    times = []
+    for r in range(args.runs):
+        t0 = time.perf_counter()
+        for feeds, mask in batches:
+            embed(sess, feeds, mask)
+        times.append(time.perf_counter() - t0)
+        print(f"  run {r + 1}/{args.runs}: {times[-1]:.2f} s, {len(sentences) / times[-1]:.1f} sentences/s")
+
+    singles = [encode([s]) for s in sentences[: args.latency_n]]
+    for feeds, mask in singles[:10]:
+        embed(sess, feeds, mask)
+    lat = []
+    for feeds, mask in singles:
+        t0 = time.perf_counter()
+        embed(sess, feeds, mask)
+        lat.append((time.perf_counter() - t0) * 1e3)
+    lat.sort()
+
+    t_med = statistics.median(times)
+    result = {
+        "engine": "onnxruntime",
+        "ort_version": ort.__version__,
+        "model": args.model,
+        "threads": args.threads,
+        "batch": args.batch,
+        "runs": args.runs,
+        "n_sentences": len(sentences),
+        "n_tokens": n_tokens,
+        "sentences_per_s_median": len(sentences) / t_med,
+        "sentences_per_s_min": len(sentences) / max(times),
+        "sentences_per_s_max": len(sentences) / min(times),
+        "tokens_per_s_median": n_tokens / t_med,
+        "padded_tokens_per_s_median": n_padded / t_med,
+        "latency_ms_median": statistics.median(lat),
+        "latency_ms_p90": lat[min(len(lat) - 1, int(0.9 * len(lat)))],
+        "latency_n": len(lat),
+        "tokenize_s": tokenize_s,
+        "tokenization": "excluded (done once before timing; tokenize_s is its time for all sentences)",
+        "check_max_abs_diff": check,
+    }
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
