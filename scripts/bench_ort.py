@@ -15,7 +15,8 @@ from sentences/s and tokens/s; its own time is reported as tokenize_s. Latency: 
 first --latency-n sentences (same timed region), after a short warm-up.
 
 tokens/s counts real (non-padding) tokens, specials included; padded_tokens_per_s counts what was
-actually computed. The last stdout line is one JSON object with all figures.
+actually computed. The last stdout line is one JSON object with all figures (with the 1-minute load
+average at start and end, since the machine may be shared).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import os
 import statistics
 import time
 from pathlib import Path
@@ -69,6 +71,8 @@ def main():
 
     import onnxruntime as ort
     from transformers import AutoTokenizer
+
+    load_start = os.getloadavg()[0]  # the machine is shared: kept in the result to flag noisy runs
 
     src = MODELS / args.model
     onnx_path = ONNX_DIR / f"{args.model}.onnx"
@@ -151,6 +155,8 @@ def main():
         "tokenize_s": tokenize_s,
         "tokenization": "excluded (done once before timing; tokenize_s is its time for all sentences)",
         "check_max_abs_diff": check,
+        "loadavg_1m_start": load_start,
+        "loadavg_1m_end": os.getloadavg()[0],
     }
     print(json.dumps(result))
 

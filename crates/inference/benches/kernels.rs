@@ -101,7 +101,16 @@ struct Gemm {
 impl Gemm {
     fn linear(m: usize, n: usize, k: usize) -> Self {
         let (lda, ldb, ldc) = (k, k, n);
-        Gemm { name: "linear a·wᵀ", trans: true, m, n, k, lda, ldb, ldc }
+        Gemm {
+            name: "linear a·wᵀ",
+            trans: true,
+            m,
+            n,
+            k,
+            lda,
+            ldb,
+            ldc,
+        }
     }
 
     fn run(&self, kt: &Kernels, budget: Duration) -> (Duration, Duration) {
@@ -122,7 +131,11 @@ impl Gemm {
 }
 
 fn gemm_cases(quick: bool) -> Vec<Gemm> {
-    let tokens: &[usize] = if quick { &[128, 512] } else { &[8, 128, 512, 2048] };
+    let tokens: &[usize] = if quick {
+        &[128, 512]
+    } else {
+        &[8, 128, 512, 2048]
+    };
     let weights = [
         (384, 384),
         (1536, 384),
@@ -142,11 +155,29 @@ fn gemm_cases(quick: bool) -> Vec<Gemm> {
         for head_dim in [32, 64] {
             // Q·Kᵀ of one head, read in place from [tokens × hidden] activations.
             let (lda, ldb, ldc) = (768, 768, seq);
-            cases.push(Gemm { name: "attn q·kᵀ", trans: true, m: seq, n: seq, k: head_dim, lda, ldb, ldc });
+            cases.push(Gemm {
+                name: "attn q·kᵀ",
+                trans: true,
+                m: seq,
+                n: seq,
+                k: head_dim,
+                lda,
+                ldb,
+                ldc,
+            });
         }
         // P·V of one head, written in place into [tokens × hidden].
         let (lda, ldb, ldc) = (seq, 768, 768);
-        cases.push(Gemm { name: "attn p·v", trans: false, m: seq, n: 64, k: seq, lda, ldb, ldc });
+        cases.push(Gemm {
+            name: "attn p·v",
+            trans: false,
+            m: seq,
+            n: 64,
+            k: seq,
+            lda,
+            ldb,
+            ldc,
+        });
     }
     cases
 }
@@ -244,13 +275,20 @@ fn main() {
     let tables: Vec<&Kernels> = Isa::ALL
         .into_iter()
         .filter_map(kernels_for)
-        .filter(|kt| args.isa.as_deref().is_none_or(|want| want == kt.isa().name()))
+        .filter(|kt| {
+            args.isa
+                .as_deref()
+                .map_or(true, |want| want == kt.isa().name())
+        })
         .collect();
     let thread_counts: Vec<usize> = match args.threads {
         Some(t) => vec![t],
         None => vec![1, 2],
     };
-    println!("kernels: selected isa = {}", lattice_inference::backend::cpu::isa());
+    println!(
+        "kernels: selected isa = {}",
+        lattice_inference::backend::cpu::isa()
+    );
     println!(
         "isa    thr  op               m     n     k   median µs  GFLOP/s  (best)  %meas  %nominal"
     );

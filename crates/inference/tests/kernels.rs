@@ -90,7 +90,11 @@ fn gemm_ref(
     for i in 0..m {
         for j in 0..n {
             for p in 0..k {
-                let bv = if trans { b[j * ldb + p] } else { b[p * ldb + j] } as f64;
+                let bv = if trans {
+                    b[j * ldb + p]
+                } else {
+                    b[p * ldb + j]
+                } as f64;
                 let av = a[i * lda + p] as f64;
                 c[i * n + j] += av * bv;
                 mag[i * n + j] += (av * bv).abs();
@@ -167,11 +171,22 @@ fn gemm_matches_reference_on_awkward_shapes() {
 fn gemm_with_strides_accumulate_and_large_dims() {
     let mut rng = Rng(2);
     for trans in [true, false] {
-        for (m, n, k) in [(257, 33, 100), (33, 257, 257), (100, 100, 257), (257, 257, 7)] {
+        for (m, n, k) in [
+            (257, 33, 100),
+            (33, 257, 257),
+            (100, 100, 257),
+            (257, 257, 7),
+        ] {
             check_gemm(&mut rng, trans, m, n, k, 3, true);
             check_gemm(&mut rng, trans, m, n, k, 0, false);
         }
-        for (m, n, k) in [(1, 1, 1), (7, 1, 33), (1, 100, 7), (3, 257, 33), (5, 3, 100)] {
+        for (m, n, k) in [
+            (1, 1, 1),
+            (7, 1, 33),
+            (1, 100, 7),
+            (3, 257, 33),
+            (5, 3, 100),
+        ] {
             check_gemm(&mut rng, trans, m, n, k, 5, true);
         }
     }
@@ -207,7 +222,11 @@ fn fused_bias_and_gelu_match_separate_kernels() {
                 let mut got = res.clone();
                 t.gemm_bt_bias(m, n, k, &a, k, &b, k, &mut got, n, acc, Some(&bias), gelu);
                 for (g, w) in got.iter().zip(&want) {
-                    assert!((g - w).abs() <= 1e-6 * (1.0 + w.abs()), "{}: {g} vs {w}", t.isa());
+                    assert!(
+                        (g - w).abs() <= 1e-6 * (1.0 + w.abs()),
+                        "{}: {g} vs {w}",
+                        t.isa()
+                    );
                 }
             }
         }
@@ -269,12 +288,21 @@ fn elementwise_kernels_match_reference() {
             let bound: f32 = x.iter().zip(&y).map(|(a, b)| (a * b).abs()).sum();
             let d = t.dot(&x, &y);
             let want: f64 = x.iter().zip(&y).map(|(&a, &b)| a as f64 * b as f64).sum();
-            assert!((d as f64 - want).abs() <= 1e-6 * bound as f64, "{isa} dot n={n}");
+            assert!(
+                (d as f64 - want).abs() <= 1e-6 * bound as f64,
+                "{isa} dot n={n}"
+            );
             let ss = t.sum_squares(&x);
             let want: f64 = x.iter().map(|&a| a as f64 * a as f64).sum();
-            assert!((ss as f64 - want).abs() <= 1e-6 * want, "{isa} sum_squares n={n}");
+            assert!(
+                (ss as f64 - want).abs() <= 1e-6 * want,
+                "{isa} sum_squares n={n}"
+            );
             let cs = t.cosine(&x, &y);
-            assert!((cs - scalar::cosine(&x, &y)).abs() <= 1e-6, "{isa} cosine n={n}");
+            assert!(
+                (cs - scalar::cosine(&x, &y)).abs() <= 1e-6,
+                "{isa} cosine n={n}"
+            );
         }
     }
 }
@@ -319,7 +347,13 @@ fn softmax_handles_masked_and_extreme_inputs() {
         t.softmax(&mut x);
         let e = (-1.0f32).exp();
         let want = [e / (1.0 + e), 0.0, 0.0, 1.0 / (1.0 + e), 0.0];
-        close(&format!("{} softmax extremes", t.isa()), &x, &want, 2e-7, 0.0);
+        close(
+            &format!("{} softmax extremes", t.isa()),
+            &x,
+            &want,
+            2e-7,
+            0.0,
+        );
         let mut big = vec![1e30, 1e30];
         t.softmax(&mut big);
         assert_eq!(big, [0.5, 0.5]);
@@ -372,7 +406,15 @@ fn exp_and_tanh_are_within_a_few_ulp_on_a_dense_sweep() {
 #[test]
 fn special_values() {
     for t in tables() {
-        let mut x = vec![f32::NEG_INFINITY, f32::INFINITY, f32::NAN, 0.0, -0.0, 100.0, -120.0];
+        let mut x = vec![
+            f32::NEG_INFINITY,
+            f32::INFINITY,
+            f32::NAN,
+            0.0,
+            -0.0,
+            100.0,
+            -120.0,
+        ];
         t.exp(&mut x);
         assert_eq!(&x[..2], &[0.0, f32::INFINITY]);
         assert!(x[2].is_nan());

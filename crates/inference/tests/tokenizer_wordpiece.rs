@@ -276,6 +276,35 @@ fn vocab_txt_loader_matches_tokenizer_json() {
 }
 
 #[test]
+fn from_dir_falls_back_to_vocab_txt_and_tokenizer_config() {
+    let dir = std::env::temp_dir().join(format!("lattice-tok-dir-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    std::fs::copy(
+        model_file("all-MiniLM-L6-v2", "vocab.txt"),
+        dir.join("vocab.txt"),
+    )
+    .expect("copy");
+    let text = "Héllo WORLD, naïve café!";
+    let uncased = Tokenizer::from_dir(&dir).expect("vocab.txt folder loads");
+    assert_eq!(
+        uncased.encode(text, true).ids,
+        load("minilm").encode(text, true).ids
+    );
+    std::fs::write(
+        dir.join("tokenizer_config.json"),
+        r#"{"do_lower_case": false}"#,
+    )
+    .expect("write");
+    let cased = Tokenizer::from_dir(&dir).expect("vocab.txt folder loads");
+    assert_eq!(
+        cased.normalize(text),
+        text,
+        "no lowercasing, no accent stripping"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
 fn from_dir_prefers_tokenizer_json_and_keeps_its_truncation() {
     let dir = model_file("all-MiniLM-L6-v2", "tokenizer.json");
     let tok = Tokenizer::from_dir(dir.parent().expect("folder")).expect("folder loads");

@@ -452,6 +452,13 @@ mod tests {
     }
 
     #[test]
+    fn tokenizer_is_send_and_sync() {
+        fn check<T: Send + Sync>() {}
+        check::<Tokenizer>();
+        check::<Encoding>();
+    }
+
+    #[test]
     fn decode_skips_specials() {
         let t = tiny();
         assert_eq!(t.decode(&[2, 4, 5, 6, 7, 3, 99], true), "hello worlds!");

@@ -25,8 +25,7 @@ pub(crate) type DotGemm =
     unsafe fn(usize, usize, usize, *const f32, usize, *const f32, usize, *mut f32, usize, bool);
 
 /// Transposing pack: `(dst, src, ld, r0, rows, p0, kc, w)`, see `pack::pack_rows`.
-pub(crate) type PackRows =
-    unsafe fn(&mut [f32], &[f32], usize, usize, usize, usize, usize, usize);
+pub(crate) type PackRows = unsafe fn(&mut [f32], &[f32], usize, usize, usize, usize, usize, usize);
 
 /// An instruction set's GEMM: microkernel, register tile and cache block sizes.
 pub(crate) struct GemmSpec {
@@ -34,11 +33,11 @@ pub(crate) struct GemmSpec {
     pub mr: usize,
     /// Columns of the register tile.
     pub nr: usize,
-    /// Depth of one packed slice (a B panel of `kc×nr` should stay in L1).
+    /// Depth of one packed slice (an A sliver of `mr×kc` stays in L1).
     pub kc: usize,
-    /// Rows of A packed at once (`mc×kc` stays in L2); a multiple of `mr`.
+    /// Rows of A packed at once; a multiple of `mr`.
     pub mc: usize,
-    /// Columns of B packed at once (`kc×nc`); a multiple of `nr`.
+    /// Columns of B packed at once (the `kc×nc` block stays in L2); a multiple of `nr`.
     pub nc: usize,
     /// The register-blocked microkernel.
     pub ukr: Ukr,
@@ -46,7 +45,6 @@ pub(crate) struct GemmSpec {
     pub dot: DotGemm,
     /// `pack::pack_rows` for this instruction set.
     pub pack_rows: PackRows,
-    pub order: usize,
 }
 
 /// The CPU kernels of one instruction set. Obtain one with [`kernels`] (the best for this
@@ -100,7 +98,21 @@ impl Kernels {
         accumulate: bool,
     ) {
         let epi = Epilogue::default();
-        gemm::gemm(self, BLayout::Trans, m, n, k, a, lda, b, ldb, c, ldc, accumulate, epi);
+        gemm::gemm(
+            self,
+            BLayout::Trans,
+            m,
+            n,
+            k,
+            a,
+            lda,
+            b,
+            ldb,
+            c,
+            ldc,
+            accumulate,
+            epi,
+        );
     }
 
     /// See [`super::gemm_bt_bias`].
@@ -121,7 +133,21 @@ impl Kernels {
         gelu: bool,
     ) {
         let epi = Epilogue { bias, gelu };
-        gemm::gemm(self, BLayout::Trans, m, n, k, a, lda, b, ldb, c, ldc, accumulate, epi);
+        gemm::gemm(
+            self,
+            BLayout::Trans,
+            m,
+            n,
+            k,
+            a,
+            lda,
+            b,
+            ldb,
+            c,
+            ldc,
+            accumulate,
+            epi,
+        );
     }
 
     /// See [`super::gemm_nn`].
@@ -140,13 +166,33 @@ impl Kernels {
         accumulate: bool,
     ) {
         let epi = Epilogue::default();
-        gemm::gemm(self, BLayout::NoTrans, m, n, k, a, lda, b, ldb, c, ldc, accumulate, epi);
+        gemm::gemm(
+            self,
+            BLayout::NoTrans,
+            m,
+            n,
+            k,
+            a,
+            lda,
+            b,
+            ldb,
+            c,
+            ldc,
+            accumulate,
+            epi,
+        );
     }
 
     /// See [`super::layer_norm`].
     pub fn layer_norm(&self, x: &mut [f32], dim: usize, gamma: &[f32], beta: &[f32], eps: f32) {
-        assert!(dim > 0 && x.len() % dim == 0, "layer_norm: len not a multiple of dim");
-        assert!(gamma.len() == dim && beta.len() == dim, "layer_norm: gamma/beta != dim");
+        assert!(
+            dim > 0 && x.len().is_multiple_of(dim),
+            "layer_norm: len not a multiple of dim"
+        );
+        assert!(
+            gamma.len() == dim && beta.len() == dim,
+            "layer_norm: gamma/beta != dim"
+        );
         unsafe { (self.layer_norm)(x, dim, gamma, beta, eps) }
     }
 
@@ -178,7 +224,7 @@ impl Kernels {
     /// See [`super::add_bias`].
     pub fn add_bias(&self, x: &mut [f32], bias: &[f32]) {
         assert!(
-            !bias.is_empty() && x.len() % bias.len() == 0,
+            !bias.is_empty() && x.len().is_multiple_of(bias.len()),
             "add_bias: len not a multiple of bias"
         );
         unsafe { (self.add_bias)(x, bias) }
@@ -295,7 +341,6 @@ static SCALAR: Kernels = Kernels {
         ukr: portable_ukr,
         dot: portable_dot,
         pack_rows: portable_pack_rows,
-        order: 0,
     },
     layer_norm: scalar::layer_norm,
     gelu_erf: scalar::gelu_erf,

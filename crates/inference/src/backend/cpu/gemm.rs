@@ -131,14 +131,15 @@ pub(crate) fn gemm(
         1
     };
     let spec = &kt.gemm;
-    // Split the larger dimension: the other operand's packing is what each part repeats.
+    // Split the larger dimension: the other operand's packing is what each part repeats, so
+    // parts are kept large enough to amortize it.
     if n >= m {
-        let min_cols = (2 * spec.nr).max(16);
+        let min_cols = (2 * spec.nr).max(256);
         threads::for_each_range(n, spec.nr, min_cols, threads, |j0, j1| {
             block(&p, 0, m, j0, j1 - j0);
         });
     } else {
-        let min_rows = (2 * spec.mr).max(16);
+        let min_rows = (2 * spec.mr).max(128);
         threads::for_each_range(m, spec.mr, min_rows, threads, |i0, i1| {
             block(&p, i0, i1 - i0, 0, n);
         });
@@ -216,27 +217,8 @@ fn buf_lens(spec: &GemmSpec, layout: BLayout, m: usize, n: usize, k: usize) -> (
 }
 
 /// The packed, cache-blocked product for the block `C[i0.., j0..]` of `m×n`.
-fn tune(spec: &GemmSpec) -> GemmSpec {
-    static T: std::sync::OnceLock<(usize, usize, usize, usize)> = std::sync::OnceLock::new();
-    let t = *T.get_or_init(|| {
-        let g = |k: &str| std::env::var(k).ok().and_then(|v| v.parse().ok()).unwrap_or(0);
-        (g("KC"), g("MC"), g("NC"), g("ORDER"))
-    });
-    GemmSpec {
-        mr: spec.mr,
-        nr: spec.nr,
-        kc: if t.0 > 0 { t.0 } else { spec.kc },
-        mc: if t.1 > 0 { t.1 / spec.mr * spec.mr } else { spec.mc },
-        nc: if t.2 > 0 { t.2 / spec.nr * spec.nr } else { spec.nc },
-        ukr: spec.ukr,
-        dot: spec.dot,
-        pack_rows: spec.pack_rows,
-        order: t.3,
-    }
-}
-
 fn blocked(p: &Problem<'_>, i0: usize, m: usize, j0: usize, n: usize) {
-    let spec = &tune(&p.kt.gemm);
+    let spec = &p.kt.gemm;
     let (mr, nr) = (spec.mr, spec.nr);
     let (a_len, b_len) = buf_lens(spec, p.layout, m, n, p.k);
     with_bufs(a_len, b_len, |abuf, bbuf| {
@@ -252,7 +234,7 @@ fn blocked(p: &Problem<'_>, i0: usize, m: usize, j0: usize, n: usize) {
                     BLayout::Trans => unsafe {
                         (spec.pack_rows)(bbuf, p.b, p.ldb, col0, nc, pc, kc, nr)
                     },
-                    BLayout::NoTrans if nc % nr != 0 => {
+                    BLayout::NoTrans if !nc.is_multiple_of(nr) => {
                         let edge = nc - nc % nr;
                         pack_cols(bbuf, p.b, p.ldb, col0 + edge, nc - edge, pc, kc, nr);
                     }
@@ -268,15 +250,12 @@ fn blocked(p: &Problem<'_>, i0: usize, m: usize, j0: usize, n: usize) {
                     let mc = spec.mc.min(m - ic);
                     // SAFETY: as above.
                     unsafe { (spec.pack_rows)(abuf, p.a, p.lda, i0 + ic, mc, pc, kc, mr) };
-                    let n_jr = nc.div_ceil(nr);
-                    let n_ir = mc.div_ceil(mr);
-                    for idx in 0..n_jr * n_ir {
-                        let (jx, ix) = if spec.order == 0 { (idx / n_ir, idx % n_ir) } else { (idx % n_jr, idx / n_jr) };
-                        let (jr, ir) = (jx * nr, ix * mr);
-                        let nrr = nr.min(nc - jr);
-                        let (bp, ldbp) = panel(jr);
-                        {
-                            let mrr = mr.min(mc - ir);
+                    // One A sliver stays in L1 while the B panels stream from L2.
+                    for ir in (0..mc).step_by(mr) {
+                        let mrr = mr.min(mc - ir);
+                        for jr in (0..nc).step_by(nr) {
+                            let nrr = nr.min(nc - jr);
+                            let (bp, ldbp) = panel(jr);
                             let (ci, cj) = (i0 + ic + ir, col0 + jr);
                             // SAFETY: the microkernel comes from a table handed out only after
                             // detection. The A sliver (kc·MR floats at ir·kc) and the B panel

@@ -148,7 +148,7 @@ mod tests {
     use super::super::portable::Portable;
     use super::*;
 
-/// Scalar reference of [`pack_rows`]: packs rows `r0..r0+rows` (each `ld` apart in `src`) at depths `p0..p0+kc` into slivers of
+    /// Scalar reference of [`pack_rows`]: packs rows `r0..r0+rows` (each `ld` apart in `src`) at depths `p0..p0+kc` into slivers of
     /// `w` rows: `dst[(s*kc + p)*w + i] = src[(r0 + s*w + i)*ld + p0 + p]`, zero past `rows`.
     #[allow(clippy::too_many_arguments)]
     fn pack_rows_ref(
@@ -187,7 +187,11 @@ mod tests {
     fn simd_pack_matches_scalar_pack() {
         let (rows, cols) = (37, 29);
         let src: Vec<f32> = (0..rows * cols).map(|v| v as f32).collect();
-        for (r0, n, p0, kc, w) in [(0usize, 37usize, 0, 29, 12), (3, 20, 5, 17, 32), (1, 5, 2, 8, 6)] {
+        for (r0, n, p0, kc, w) in [
+            (0usize, 37usize, 0, 29, 12),
+            (3, 20, 5, 17, 32),
+            (1, 5, 2, 8, 6),
+        ] {
             let len = n.div_ceil(w) * kc * w;
             let mut want = vec![-1.0; len];
             let mut got = vec![-2.0; len];

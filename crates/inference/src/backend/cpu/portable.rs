@@ -125,11 +125,10 @@ impl Simd for Portable {
     #[inline(always)]
     fn transpose(self, rows: &mut [Self::V]) {
         let r: &mut [[f32; L]; L] = rows.try_into().expect("transpose takes LANES rows");
-        for i in 0..L {
-            for j in i + 1..L {
-                let t = r[i][j];
-                r[i][j] = r[j][i];
-                r[j][i] = t;
+        let orig = *r;
+        for (j, row) in r.iter_mut().enumerate() {
+            for (v, src) in row.iter_mut().zip(&orig) {
+                *v = src[j];
             }
         }
     }

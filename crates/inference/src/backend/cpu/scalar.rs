@@ -164,7 +164,11 @@ pub fn tanh(x: &mut [f32]) {
 
 /// See [`super::l2_normalize`].
 pub fn l2_normalize(x: &mut [f32]) {
-    let norm = x.iter().map(|&v| (v as f64) * (v as f64)).sum::<f64>().sqrt();
+    let norm = x
+        .iter()
+        .map(|&v| (v as f64) * (v as f64))
+        .sum::<f64>()
+        .sqrt();
     let inv = 1.0 / norm.max(1e-12);
     for v in x {
         *v = (*v as f64 * inv) as f32;

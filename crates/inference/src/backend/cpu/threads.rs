@@ -20,9 +20,9 @@ pub(crate) fn count() -> usize {
     rayon::current_num_threads().max(1)
 }
 
-/// Runs `f(start, end)` over a partition of `0..len` into at most `threads *
-/// PARTS_PER_THREAD` contiguous ranges whose boundaries are multiples of `align` (the last one
-/// ends at `len`) and that hold at least `min_len` elements. With one part, `f` runs inline.
+/// Runs `f(start, end)` over a partition of `0..len` into contiguous ranges whose boundaries
+/// are multiples of `align` (the last one ends at `len`): `threads * PARTS_PER_THREAD` ranges
+/// if each still holds `min_len` elements, else one per thread. With one part, `f` runs inline.
 pub(crate) fn for_each_range(
     len: usize,
     align: usize,
@@ -36,7 +36,12 @@ pub(crate) fn for_each_range(
     let align = align.max(1);
     let units = len.div_ceil(align);
     let min_units = min_len.div_ceil(align).max(1);
-    let parts = (threads * PARTS_PER_THREAD).min(units / min_units).max(1);
+    // Several parts per thread when they stay large, otherwise one per thread.
+    let parts = if units >= threads * PARTS_PER_THREAD * min_units {
+        threads * PARTS_PER_THREAD
+    } else {
+        threads.min(units)
+    };
     if threads <= 1 || parts <= 1 {
         f(0, len);
         return;
@@ -60,7 +65,9 @@ mod tests {
     fn ranges_cover_everything_once_and_stay_aligned() {
         for (len, align, min_len) in [(1000, 32, 64), (7, 4, 1), (5, 8, 8), (0, 4, 1)] {
             let seen = Mutex::new(Vec::new());
-            for_each_range(len, align, min_len, 2, |s, e| seen.lock().unwrap().push((s, e)));
+            for_each_range(len, align, min_len, 2, |s, e| {
+                seen.lock().unwrap().push((s, e))
+            });
             let mut v = seen.into_inner().unwrap();
             v.sort();
             let mut next = 0;

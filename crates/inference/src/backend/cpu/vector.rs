@@ -128,13 +128,7 @@ pub(crate) fn tanh<S: Simd>(s: S, x: &mut [f32]) {
 /// accumulators; the result is still a vector. The padding lanes of a partial tail read
 /// `fill` from `a` and 0 from `b`: `f` must add nothing for them.
 #[inline(always)]
-fn sum_zip<S: Simd>(
-    s: S,
-    a: &[f32],
-    b: &[f32],
-    fill: f32,
-    f: impl Accumulate<S>,
-) -> S::V {
+fn sum_zip<S: Simd>(s: S, a: &[f32], b: &[f32], fill: f32, f: impl Accumulate<S>) -> S::V {
     let b = &b[..a.len()];
     let w = 4 * S::LANES;
     let mut acc = [s.zero(); 4];

@@ -25,7 +25,7 @@ const LN2_LO: f32 = 1.428_606_8e-6;
 
 /// `2/√π` split into an f32 head and tail, so that `erf(x) ≈ x · 2/√π` near zero keeps full
 /// precision.
-const TWO_OVER_SQRT_PI_HI: f32 = 1.128_379_2;
+const TWO_OVER_SQRT_PI_HI: f32 = std::f32::consts::FRAC_2_SQRT_PI;
 /// `2/√π - TWO_OVER_SQRT_PI_HI`.
 const TWO_OVER_SQRT_PI_LO: f32 = -5.863_538_3e-8;
 /// `(erf(x)/x - 2/√π) / x²` as a polynomial in `u = x²` on `[0, 0.25]`, degree 4, ascending
@@ -35,7 +35,7 @@ const ERF_SMALL: [f32; 5] = [
     0.112_837_87,
     -0.026_864_802,
     0.005_208_545,
-    -0.000_783_140_07,
+    -0.000_783_140_1,
 ];
 /// `(Φ(x) - 1/2) / x` as a polynomial in `v = x²` on `[0, 0.5]`, degree 5, ascending (relative
 /// error 2.8e-8), for GELU near zero.
@@ -66,14 +66,20 @@ const ERFC_POLY: [f32; 11] = [
 ];
 /// The derivative `d(t · ERFC_POLY(t))/dt` on the same range, degree 4 (relative error 3e-4):
 /// only used to correct for the rounding of `t`.
-const ERFC_DPOLY: [f32; 5] = [0.273_333_2, 0.686_822, 0.109_101_16, 2.178_142_5, -0.990_340_65];
+const ERFC_DPOLY: [f32; 5] = [
+    0.273_333_2,
+    0.686_822,
+    0.109_101_16,
+    2.178_142_5,
+    -0.990_340_65,
+];
 /// Below this `|z|`, erf uses [`ERF_SMALL`] and GELU [`PHI_SMALL`]; above it, [`ERFC_POLY`].
 const ERF_SPLIT: f32 = 0.5;
 
 /// `(tanh(x)/x - 1) / x²` as a polynomial in `u = x²` on `[0, 0.625²]`, degree 4, ascending.
 const TANH_POLY: [f32; 5] = [
     -0.333_333_28,
-    0.133_327_69,
+    0.133_327_7,
     -0.053_850_908,
     0.020_997_18,
     -0.006_096_714,
@@ -155,7 +161,10 @@ pub(crate) fn gelu<S: Simd>(s: S, x: S::V) -> S::V {
     let sq = s.mul(xc, xc);
     let sq_lo = s.mul_add(xc, xc, s.sub(s.zero(), sq));
     let pa = ERFC_P * std::f32::consts::FRAC_1_SQRT_2;
-    let tail = s.mul(half, erfc_big(s, ax, pa, s.mul(half, sq), s.mul(half, sq_lo)));
+    let tail = s.mul(
+        half,
+        erfc_big(s, ax, pa, s.mul(half, sq), s.mul(half, sq_lo)),
+    );
     let far = s.select(s.lt(xc, s.zero()), tail, s.sub(s.splat(1.0), tail));
     let split = ERF_SPLIT * std::f32::consts::SQRT_2;
     let phi = s.select(s.lt(ax, s.splat(split)), near, far);
@@ -171,9 +180,5 @@ pub(crate) fn tanh<S: Simd>(s: S, x: S::V) -> S::V {
     let one = s.splat(1.0);
     let e = exp(s, s.add(ax, ax));
     let big = s.sub(one, s.div(s.splat(2.0), s.add(e, one)));
-    s.select(
-        s.lt(ax, s.splat(TANH_SMALL)),
-        small,
-        s.copysign(big, x),
-    )
+    s.select(s.lt(ax, s.splat(TANH_SMALL)), small, s.copysign(big, x))
 }

@@ -138,7 +138,10 @@ impl Simd for Avx2 {
         // SAFETY: token.
         unsafe {
             let n = _mm256_cvtps_epi32(n);
-            let n = _mm256_min_epi32(_mm256_max_epi32(n, _mm256_set1_epi32(-252)), _mm256_set1_epi32(254));
+            let n = _mm256_min_epi32(
+                _mm256_max_epi32(n, _mm256_set1_epi32(-252)),
+                _mm256_set1_epi32(254),
+            );
             let n1 = _mm256_srai_epi32::<1>(n);
             let n2 = _mm256_sub_epi32(n, n1);
             let bias = _mm256_set1_epi32(127);
@@ -210,5 +213,5 @@ kernel_table! {
     features: "avx2,fma",
     tile: (6, 2),
     rows: [1 2 3 4 5 6],
-    blocks: (kc: 256, mc: 72, nc: 1024),
+    blocks: (kc: 256, mc: 96, nc: 512),
 }
