@@ -299,7 +299,7 @@ def write_char_classes():
         elif words == ["a", "b"]:
             classes["split"].append(cp)
         # Hangul syllables (11,172) decompose algorithmically; the test checks a sample.
-        if not 0xAC00 <= cp <= 0xD7A3 or cp % 97 == 0:
+        if not 0xAC00 <= cp <= 0xD7A3 or cp % 64 == 0:
             out = strip_lower.normalize_str(c)
             if out != c:
                 mapping[str(cp)] = out

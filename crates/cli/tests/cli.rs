@@ -13,7 +13,9 @@ fn lattice(args: &[&str]) -> Output {
 }
 
 fn fixture(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../inference/tests/fixtures").join(name)
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../inference/tests/fixtures")
+        .join(name)
 }
 
 fn stdout(o: &Output) -> String {
@@ -27,8 +29,14 @@ fn stderr(o: &Output) -> String {
 /// Asserts a clean failure whose message contains every `needle`.
 fn assert_fails_with(o: &Output, needles: &[&str]) {
     let err = stderr(o);
-    assert!(!o.status.success(), "expected failure, got success; stderr: {err}");
-    assert!(!err.contains("panicked"), "panic instead of an error: {err}");
+    assert!(
+        !o.status.success(),
+        "expected failure, got success; stderr: {err}"
+    );
+    assert!(
+        !err.contains("panicked"),
+        "panic instead of an error: {err}"
+    );
     for n in needles {
         assert!(err.contains(n), "stderr lacks `{n}`: {err}");
     }
@@ -58,14 +66,28 @@ fn copy_dir(from: &Path, to: &Path) {
 fn embed_texts_including_empty_and_over_limit() {
     let model = fixture("tiny-bert");
     let long = "word ".repeat(500);
-    let o = lattice(&["embed", "--model", model.to_str().unwrap(), "", "hello world", &long]);
+    let o = lattice(&[
+        "embed",
+        "--model",
+        model.to_str().unwrap(),
+        "",
+        "hello world",
+        &long,
+    ]);
     assert!(o.status.success(), "{}", stderr(&o));
-    let lines: Vec<serde_json::Value> = stdout(&o).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let lines: Vec<serde_json::Value> = stdout(&o)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
     assert_eq!(lines.len(), 3);
     for l in &lines {
         let v = l["embedding"].as_array().unwrap();
         assert_eq!(v.len(), 32);
-        let norm: f64 = v.iter().map(|x| x.as_f64().unwrap().powi(2)).sum::<f64>().sqrt();
+        let norm: f64 = v
+            .iter()
+            .map(|x| x.as_f64().unwrap().powi(2))
+            .sum::<f64>()
+            .sqrt();
         assert!((norm - 1.0).abs() < 1e-5);
     }
 }
@@ -76,8 +98,20 @@ fn embed_from_jsonl_matches_positional() {
     let dir = tempfile::tempdir().unwrap();
     let input = dir.path().join("in.jsonl");
     std::fs::write(&input, "{\"text\": \"hello world\"}\n{\"text\": \"\"}\n").unwrap();
-    let a = lattice(&["embed", "--model", model.to_str().unwrap(), "--input", input.to_str().unwrap()]);
-    let b = lattice(&["embed", "--model", model.to_str().unwrap(), "hello world", ""]);
+    let a = lattice(&[
+        "embed",
+        "--model",
+        model.to_str().unwrap(),
+        "--input",
+        input.to_str().unwrap(),
+    ]);
+    let b = lattice(&[
+        "embed",
+        "--model",
+        model.to_str().unwrap(),
+        "hello world",
+        "",
+    ]);
     assert!(a.status.success(), "{}", stderr(&a));
     assert_eq!(stdout(&a), stdout(&b));
 }
@@ -88,10 +122,22 @@ fn invalid_utf8_input_is_an_error() {
     let dir = tempfile::tempdir().unwrap();
     let input = dir.path().join("bad.jsonl");
     std::fs::write(&input, b"{\"text\": \"ok\"}\n{\"text\": \"\xff\xfe\"}\n").unwrap();
-    let o = lattice(&["embed", "--model", model.to_str().unwrap(), "--input", input.to_str().unwrap()]);
+    let o = lattice(&[
+        "embed",
+        "--model",
+        model.to_str().unwrap(),
+        "--input",
+        input.to_str().unwrap(),
+    ]);
     assert_fails_with(&o, &["bad.jsonl:2", "not valid UTF-8"]);
     std::fs::write(&input, b"{\"txt\": 3}\n").unwrap();
-    let o = lattice(&["embed", "--model", model.to_str().unwrap(), "--input", input.to_str().unwrap()]);
+    let o = lattice(&[
+        "embed",
+        "--model",
+        model.to_str().unwrap(),
+        "--input",
+        input.to_str().unwrap(),
+    ]);
     assert_fails_with(&o, &["bad.jsonl:1", "\"text\""]);
 }
 
@@ -132,7 +178,8 @@ fn missing_config_and_unknown_model_are_errors() {
 fn config_that_disagrees_with_weights_names_the_tensor() {
     let tmp = copy_fixture("tiny-bert");
     let cfg_path = tmp.path().join("config.json");
-    let cfg: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&cfg_path).unwrap()).unwrap();
+    let cfg: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&cfg_path).unwrap()).unwrap();
     let mut more_layers = cfg.clone();
     more_layers["num_hidden_layers"] = 3.into();
     std::fs::write(&cfg_path, more_layers.to_string()).unwrap();
@@ -156,14 +203,30 @@ fn config_that_disagrees_with_weights_names_the_tensor() {
 #[test]
 fn tokenize_prints_ids_and_tokens() {
     let model = fixture("tiny-bert");
-    let o = lattice(&["tokenize", "--model", model.to_str().unwrap(), "Hello world!"]);
+    let o = lattice(&[
+        "tokenize",
+        "--model",
+        model.to_str().unwrap(),
+        "Hello world!",
+    ]);
     assert!(o.status.success(), "{}", stderr(&o));
     let v: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
-    let tokens: Vec<&str> = v["tokens"].as_array().unwrap().iter().map(|t| t.as_str().unwrap()).collect();
+    let tokens: Vec<&str> = v["tokens"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_str().unwrap())
+        .collect();
     assert_eq!(tokens.first(), Some(&"[CLS]"));
     assert_eq!(tokens.last(), Some(&"[SEP]"));
     assert_eq!(v["ids"].as_array().unwrap().len(), tokens.len());
-    let o = lattice(&["tokenize", "--no-special", "--model", model.to_str().unwrap(), "Hello world!"]);
+    let o = lattice(&[
+        "tokenize",
+        "--no-special",
+        "--model",
+        model.to_str().unwrap(),
+        "Hello world!",
+    ]);
     let v: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
     assert_eq!(v["ids"].as_array().unwrap().len(), tokens.len() - 2);
 }
@@ -171,9 +234,21 @@ fn tokenize_prints_ids_and_tokens() {
 #[test]
 fn rerank_sorts_by_score() {
     let model = fixture("tiny-cross-encoder");
-    let o = lattice(&["rerank", "--model", model.to_str().unwrap(), "--query", "how many people live in berlin?", "Berlin is a city.", "Paris is in France.", "I like trains."]);
+    let o = lattice(&[
+        "rerank",
+        "--model",
+        model.to_str().unwrap(),
+        "--query",
+        "how many people live in berlin?",
+        "Berlin is a city.",
+        "Paris is in France.",
+        "I like trains.",
+    ]);
     assert!(o.status.success(), "{}", stderr(&o));
-    let lines: Vec<serde_json::Value> = stdout(&o).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let lines: Vec<serde_json::Value> = stdout(&o)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
     assert_eq!(lines.len(), 3);
     let scores: Vec<f64> = lines.iter().map(|l| l["score"].as_f64().unwrap()).collect();
     assert!(scores.windows(2).all(|w| w[0] >= w[1]), "{scores:?}");
@@ -188,12 +263,26 @@ fn eval_sts_reports_spearman_and_rejects_bad_csv() {
     let dir = tempfile::tempdir().unwrap();
     let csv = dir.path().join("sts.csv");
     std::fs::write(&csv, "sentence1,sentence2,score\na man plays,a man plays,5.0\n\"a dog, running\",a cat sleeping,1.0\nthe sun,the moon,2.5\n").unwrap();
-    let o = lattice(&["eval", "sts", "--model", model.to_str().unwrap(), "--data", csv.to_str().unwrap()]);
+    let o = lattice(&[
+        "eval",
+        "sts",
+        "--model",
+        model.to_str().unwrap(),
+        "--data",
+        csv.to_str().unwrap(),
+    ]);
     assert!(o.status.success(), "{}", stderr(&o));
     let v: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
     assert_eq!(v["pairs"], 3);
     assert!(v["spearman"].as_f64().unwrap().abs() <= 100.0);
     std::fs::write(&csv, "a,b,5\nc,d,not-a-number\n").unwrap();
-    let o = lattice(&["eval", "sts", "--model", model.to_str().unwrap(), "--data", csv.to_str().unwrap()]);
+    let o = lattice(&[
+        "eval",
+        "sts",
+        "--model",
+        model.to_str().unwrap(),
+        "--data",
+        csv.to_str().unwrap(),
+    ]);
     assert_fails_with(&o, &["row 2", "not-a-number"]);
 }

@@ -104,15 +104,34 @@ impl EmbeddingModel {
             passage_prefix: Some("passage: "),
         };
         match self {
-            AllMiniLmL6V2 => st("all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2", 384, 256),
-            AllMiniLmL12V2 => st("all-MiniLM-L12-v2", "sentence-transformers/all-MiniLM-L12-v2", 384, 128),
-            AllMpnetBaseV2 => st("all-mpnet-base-v2", "sentence-transformers/all-mpnet-base-v2", 768, 384),
+            AllMiniLmL6V2 => st(
+                "all-MiniLM-L6-v2",
+                "sentence-transformers/all-MiniLM-L6-v2",
+                384,
+                256,
+            ),
+            AllMiniLmL12V2 => st(
+                "all-MiniLM-L12-v2",
+                "sentence-transformers/all-MiniLM-L12-v2",
+                384,
+                128,
+            ),
+            AllMpnetBaseV2 => st(
+                "all-mpnet-base-v2",
+                "sentence-transformers/all-mpnet-base-v2",
+                768,
+                384,
+            ),
             BgeSmallEnV15 => bge("bge-small-en-v1.5", "BAAI/bge-small-en-v1.5", 384),
             BgeBaseEnV15 => bge("bge-base-en-v1.5", "BAAI/bge-base-en-v1.5", 768),
             BgeLargeEnV15 => bge("bge-large-en-v1.5", "BAAI/bge-large-en-v1.5", 1024),
             E5SmallV2 => e5("e5-small-v2", "intfloat/e5-small-v2", 384),
             E5BaseV2 => e5("e5-base-v2", "intfloat/e5-base-v2", 768),
-            MultilingualE5Small => e5("multilingual-e5-small", "intfloat/multilingual-e5-small", 384),
+            MultilingualE5Small => e5(
+                "multilingual-e5-small",
+                "intfloat/multilingual-e5-small",
+                384,
+            ),
             MultilingualE5Base => e5("multilingual-e5-base", "intfloat/multilingual-e5-base", 768),
             ParaphraseMultilingualMiniLmL12V2 => ModelSpec {
                 normalize: false,

@@ -17,7 +17,9 @@ pub enum Error {
         reason: String,
     },
     /// A model name that is neither a directory nor in the catalog.
-    #[error("unknown model `{0}`: not a directory and not a catalog name (see `EmbeddingModel::ALL`)")]
+    #[error(
+        "unknown model `{0}`: not a directory and not a catalog name (see `EmbeddingModel::ALL`)"
+    )]
     UnknownModel(String),
     /// Input that cannot be embedded.
     #[error("invalid input: {0}")]

@@ -51,7 +51,10 @@ mod tests {
 
     #[test]
     fn ranks_and_correlations() {
-        assert_eq!(average_ranks(&[10.0, 20.0, 10.0, 5.0]), vec![2.5, 4.0, 2.5, 1.0]);
+        assert_eq!(
+            average_ranks(&[10.0, 20.0, 10.0, 5.0]),
+            vec![2.5, 4.0, 2.5, 1.0]
+        );
         assert!((spearman(&[1.0, 2.0, 3.0], &[10.0, 20.0, 30.0]) - 1.0).abs() < 1e-12);
         assert!((spearman(&[1.0, 2.0, 3.0], &[3.0, 2.0, 1.0]) + 1.0).abs() < 1e-12);
         // scipy.stats.spearmanr([1,2,3,4,5],[5,6,7,8,7]) = 0.8207826816681233

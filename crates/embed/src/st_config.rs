@@ -64,10 +64,12 @@ fn read_json<T: DeserializeOwned>(path: &Path) -> Result<Option<T>> {
     }
     let text = std::fs::read_to_string(path)
         .map_err(|e| Error::Inference(lattice_inference::Error::io(path, e)))?;
-    serde_json::from_str(&text).map(Some).map_err(|e| Error::InvalidConfig {
-        path: path.to_path_buf(),
-        reason: format!("invalid JSON: {e}"),
-    })
+    serde_json::from_str(&text)
+        .map(Some)
+        .map_err(|e| Error::InvalidConfig {
+            path: path.to_path_buf(),
+            reason: format!("invalid JSON: {e}"),
+        })
 }
 
 impl StConfig {

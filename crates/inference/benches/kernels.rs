@@ -90,6 +90,8 @@ fn data(n: usize, seed: u32) -> Vec<f32> {
 struct Gemm {
     name: &'static str,
     trans: bool,
+    /// Use weights packed beforehand (`gemm_bt_packed`); only with `trans`.
+    packed: bool,
     m: usize,
     n: usize,
     k: usize,
@@ -104,6 +106,7 @@ impl Gemm {
         Gemm {
             name: "linear a·wᵀ",
             trans: true,
+            packed: false,
             m,
             n,
             k,
@@ -113,14 +116,25 @@ impl Gemm {
         }
     }
 
+    fn linear_packed(m: usize, n: usize, k: usize) -> Self {
+        Gemm {
+            name: "packed a·wᵀ",
+            packed: true,
+            ..Gemm::linear(m, n, k)
+        }
+    }
+
     fn run(&self, kt: &Kernels, budget: Duration) -> (Duration, Duration) {
         let a = data(self.m * self.lda, 1);
         let b_rows = if self.trans { self.n } else { self.k };
         let b = data(b_rows * self.ldb, 2);
         let mut c = vec![0.0f32; self.m * self.ldc];
         let (m, n, k, lda, ldb, ldc) = (self.m, self.n, self.k, self.lda, self.ldb, self.ldc);
+        let w = self.packed.then(|| kt.pack_weights(n, k, &b, ldb));
         time_runs(budget, || {
-            if self.trans {
+            if let Some(w) = &w {
+                kt.gemm_bt_packed(m, &a, lda, w, &mut c, ldc, false, None, false);
+            } else if self.trans {
                 kt.gemm_bt(m, n, k, &a, lda, &b, ldb, &mut c, ldc, false);
             } else {
                 kt.gemm_nn(m, n, k, &a, lda, &b, ldb, &mut c, ldc, false);
@@ -150,6 +164,16 @@ fn gemm_cases(quick: bool) -> Vec<Gemm> {
             cases.push(Gemm::linear(m, n, k));
         }
     }
+    let few: &[usize] = if quick {
+        &[8, 128]
+    } else {
+        &[1, 8, 32, 128, 512]
+    };
+    for &m in few {
+        for &(n, k) in &[(768, 768), (3072, 768)] {
+            cases.push(Gemm::linear_packed(m, n, k));
+        }
+    }
     let seqs: &[usize] = if quick { &[128] } else { &[16, 128, 512] };
     for &seq in seqs {
         for head_dim in [32, 64] {
@@ -158,6 +182,7 @@ fn gemm_cases(quick: bool) -> Vec<Gemm> {
             cases.push(Gemm {
                 name: "attn q·kᵀ",
                 trans: true,
+                packed: false,
                 m: seq,
                 n: seq,
                 k: head_dim,
@@ -171,6 +196,7 @@ fn gemm_cases(quick: bool) -> Vec<Gemm> {
         cases.push(Gemm {
             name: "attn p·v",
             trans: false,
+            packed: false,
             m: seq,
             n: 64,
             k: seq,

@@ -20,10 +20,20 @@ fn pooling(name: &str) -> Pooling {
 
 /// Runs every reference text through the encoder as one packed batch and as single-sequence
 /// batches; checks pooled embeddings (and per-token states where the reference has them).
-fn check_encoder(dir: &std::path::Path, reference: &serde_json::Value, pool: Pooling, normalize: bool) {
+fn check_encoder(
+    dir: &std::path::Path,
+    reference: &serde_json::Value,
+    pool: Pooling,
+    normalize: bool,
+) {
     let enc = load_encoder(dir).unwrap();
     let d = enc.info().hidden_size;
-    let ids: Vec<Vec<u32>> = reference["input_ids"].as_array().unwrap().iter().map(u32s).collect();
+    let ids: Vec<Vec<u32>> = reference["input_ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(u32s)
+        .collect();
     let mut batch = PackedBatch::new();
     for s in &ids {
         batch.push(s, &[]);
@@ -39,12 +49,20 @@ fn check_encoder(dir: &std::path::Path, reference: &serde_json::Value, pool: Poo
         let w = f32s(w);
         let got = &pooled[i * d..(i + 1) * d];
         let (c, m) = (one_minus_cos(got, &w), max_abs_diff(got, &w));
-        assert!(c < 1e-6 && m < 1e-5, "{}: text {i}: 1-cos {c:e}, max diff {m:e}", dir.display());
+        assert!(
+            c < 1e-6 && m < 1e-5,
+            "{}: text {i}: 1-cos {c:e}, max diff {m:e}",
+            dir.display()
+        );
         if let Some(states) = reference.get("last_hidden_state") {
             let s = f32s_2d(&states[i]);
             let got = &hidden[batch.cu_seqlens[i] * d..batch.cu_seqlens[i + 1] * d];
             let m = max_abs_diff(got, &s);
-            assert!(m < 1e-5, "{}: text {i}: hidden state max diff {m:e}", dir.display());
+            assert!(
+                m < 1e-5,
+                "{}: text {i}: hidden state max diff {m:e}",
+                dir.display()
+            );
         }
     }
     // Packing must not change results: the last sequence alone gives the same states.
@@ -59,7 +77,12 @@ fn check_encoder(dir: &std::path::Path, reference: &serde_json::Value, pool: Poo
 fn check_tiny(name: &str) {
     let dir = fixture(name);
     let r = read_json(&dir.join("reference.json"));
-    check_encoder(&dir, &r, pooling(r["pooling"].as_str().unwrap()), r["normalize"].as_bool().unwrap());
+    check_encoder(
+        &dir,
+        &r,
+        pooling(r["pooling"].as_str().unwrap()),
+        r["normalize"].as_bool().unwrap(),
+    );
 }
 
 #[test]

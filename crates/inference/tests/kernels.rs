@@ -131,6 +131,12 @@ fn check_gemm(rng: &mut Rng, trans: bool, m: usize, n: usize, k: usize, pad: usi
             t.gemm_nn(m, n, k, &a, lda, &b, ldb, &mut c, ldc, acc);
         }
         runs.push((t.isa().name().into(), c));
+        if trans {
+            let w = t.pack_weights(n, k, &b, ldb);
+            let mut c = c0.clone();
+            t.gemm_bt_packed(m, &a, lda, &w, &mut c, ldc, acc, None, false);
+            runs.push((format!("{} packed", t.isa()), c));
+        }
     }
     for (name, c) in runs {
         for i in 0..m {
@@ -186,6 +192,8 @@ fn gemm_with_strides_accumulate_and_large_dims() {
             (1, 100, 7),
             (3, 257, 33),
             (5, 3, 100),
+            (7, 100, 257),
+            (32, 33, 300),
         ] {
             check_gemm(&mut rng, trans, m, n, k, 5, true);
         }
@@ -221,9 +229,12 @@ fn fused_bias_and_gelu_match_separate_kernels() {
                 }
                 let mut got = res.clone();
                 t.gemm_bt_bias(m, n, k, &a, k, &b, k, &mut got, n, acc, Some(&bias), gelu);
-                for (g, w) in got.iter().zip(&want) {
+                let mut got_packed = res.clone();
+                let w = t.pack_weights(n, k, &b, k);
+                t.gemm_bt_packed(m, &a, k, &w, &mut got_packed, n, acc, Some(&bias), gelu);
+                for (g, w) in got.iter().chain(&got_packed).zip(want.iter().cycle()) {
                     assert!(
-                        (g - w).abs() <= 1e-6 * (1.0 + w.abs()),
+                        (g - w).abs() <= 1e-5 * (1.0 + w.abs()),
                         "{}: {g} vs {w}",
                         t.isa()
                     );

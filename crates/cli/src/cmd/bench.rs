@@ -64,8 +64,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         .flat_map(|p| [p.a.as_str(), p.b.as_str()])
         .filter(|s| seen.insert(*s))
         .collect();
-    let embedder =
-        Embedder::load(&args.model).with_context(|| format!("cannot load model `{}`", args.model))?;
+    let embedder = Embedder::load(&args.model)
+        .with_context(|| format!("cannot load model `{}`", args.model))?;
 
     let t0 = Instant::now();
     let ids: Vec<Vec<u32>> = sentences
@@ -108,7 +108,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         embedder.embed_ids(std::slice::from_ref(s))?;
         lat.push(t.elapsed().as_secs_f64() * 1e3);
     }
-    let latency_ms = if lat.is_empty() { f64::NAN } else { median(&mut lat) };
+    let latency_ms = if lat.is_empty() {
+        f64::NAN
+    } else {
+        median(&mut lat)
+    };
 
     let report = serde_json::json!({
         "engine": "lattice",

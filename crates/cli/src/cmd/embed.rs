@@ -32,8 +32,8 @@ struct Line<'a> {
 /// Runs the subcommand.
 pub fn run(args: Args) -> anyhow::Result<()> {
     let texts = super::input::read_texts(args.input.as_deref(), &args.texts)?;
-    let embedder =
-        Embedder::load(&args.model).with_context(|| format!("cannot load model `{}`", args.model))?;
+    let embedder = Embedder::load(&args.model)
+        .with_context(|| format!("cannot load model `{}`", args.model))?;
     let kind = if args.query {
         TextKind::Query
     } else if args.passage {

@@ -54,12 +54,22 @@ pub fn read_sts_csv(path: &Path) -> anyhow::Result<Vec<StsPair>> {
     for (i, rec) in reader.records().enumerate() {
         let rec = rec.with_context(|| format!("{}: bad CSV at row {}", path.display(), i + 1))?;
         if rec.len() < 3 {
-            bail!("{}: row {} has {} columns, expected 3 (sentence1, sentence2, score)", path.display(), i + 1, rec.len());
+            bail!(
+                "{}: row {} has {} columns, expected 3 (sentence1, sentence2, score)",
+                path.display(),
+                i + 1,
+                rec.len()
+            );
         }
         let score = match rec[2].trim().parse::<f64>() {
             Ok(s) => s,
             Err(_) if i == 0 => continue,
-            Err(_) => bail!("{}: row {}: score `{}` is not a number", path.display(), i + 1, &rec[2]),
+            Err(_) => bail!(
+                "{}: row {}: score `{}` is not a number",
+                path.display(),
+                i + 1,
+                &rec[2]
+            ),
         };
         pairs.push(StsPair {
             a: rec[0].to_string(),
@@ -75,12 +85,15 @@ pub fn read_sts_csv(path: &Path) -> anyhow::Result<Vec<StsPair>> {
 
 fn sts(args: StsArgs) -> anyhow::Result<()> {
     let pairs = read_sts_csv(&args.data)?;
-    let embedder =
-        Embedder::load(&args.model).with_context(|| format!("cannot load model `{}`", args.model))?;
+    let embedder = Embedder::load(&args.model)
+        .with_context(|| format!("cannot load model `{}`", args.model))?;
     let start = std::time::Instant::now();
     let mut sims = Vec::with_capacity(pairs.len());
     for chunk in pairs.chunks(64) {
-        let texts: Vec<&str> = chunk.iter().flat_map(|p| [p.a.as_str(), p.b.as_str()]).collect();
+        let texts: Vec<&str> = chunk
+            .iter()
+            .flat_map(|p| [p.a.as_str(), p.b.as_str()])
+            .collect();
         let v = embedder.embed(&texts)?;
         for pair in v.chunks_exact(2) {
             sims.push(vector::cosine(&pair[0], &pair[1]) as f64);
@@ -90,6 +103,9 @@ fn sts(args: StsArgs) -> anyhow::Result<()> {
     eprintln!(" ({:.1} s)", start.elapsed().as_secs_f64());
     let gold: Vec<f64> = pairs.iter().map(|p| p.score).collect();
     let rho = eval::spearman(&sims, &gold) * 100.0;
-    println!("{{\"task\": \"sts\", \"pairs\": {}, \"spearman\": {rho:.4}}}", pairs.len());
+    println!(
+        "{{\"task\": \"sts\", \"pairs\": {}, \"spearman\": {rho:.4}}}",
+        pairs.len()
+    );
     Ok(())
 }

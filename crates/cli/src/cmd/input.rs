@@ -11,10 +11,16 @@ use anyhow::{bail, Context};
 pub fn read_texts(input: Option<&Path>, texts: &[String]) -> anyhow::Result<Vec<String>> {
     let mut out = Vec::new();
     match input {
-        Some(p) if p == Path::new("-") => out.extend(read_jsonl(std::io::stdin().lock(), "<stdin>")?),
+        Some(p) if p == Path::new("-") => {
+            out.extend(read_jsonl(std::io::stdin().lock(), "<stdin>")?)
+        }
         Some(p) => {
-            let f = std::fs::File::open(p).with_context(|| format!("cannot open {}", p.display()))?;
-            out.extend(read_jsonl(std::io::BufReader::new(f), &p.display().to_string())?);
+            let f =
+                std::fs::File::open(p).with_context(|| format!("cannot open {}", p.display()))?;
+            out.extend(read_jsonl(
+                std::io::BufReader::new(f),
+                &p.display().to_string(),
+            )?);
         }
         None if texts.is_empty() => out.extend(read_jsonl(std::io::stdin().lock(), "<stdin>")?),
         None => {}
@@ -67,7 +73,10 @@ mod tests {
         let ok = read_jsonl(&b"{\"text\": \"a\"}\n\n{\"text\": \"b\"}"[..], "f").unwrap();
         assert_eq!(ok, vec!["a", "b"]);
         let bad = read_jsonl(&b"{\"text\": \"a\"}\n{\"text\": \"\xff\"}\n"[..], "f").unwrap_err();
-        assert!(bad.to_string().contains("f:2: line is not valid UTF-8"), "{bad}");
+        assert!(
+            bad.to_string().contains("f:2: line is not valid UTF-8"),
+            "{bad}"
+        );
         let missing = read_jsonl(&b"{\"txt\": 1}\n"[..], "f").unwrap_err();
         assert!(missing.to_string().contains("no string field"), "{missing}");
         assert!(read_jsonl(&b"nope\n"[..], "f").is_err());

@@ -43,5 +43,6 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 }
 
 fn load(dir: &Path) -> anyhow::Result<Tokenizer> {
-    Tokenizer::from_dir(dir).with_context(|| format!("cannot load a tokenizer from {}", dir.display()))
+    Tokenizer::from_dir(dir)
+        .with_context(|| format!("cannot load a tokenizer from {}", dir.display()))
 }

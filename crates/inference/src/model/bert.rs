@@ -77,7 +77,7 @@ impl BertConfig {
                 "hidden_size, num_attention_heads and num_hidden_layers must be > 0".into(),
             ));
         }
-        if self.hidden_size % self.num_attention_heads != 0 {
+        if !self.hidden_size.is_multiple_of(self.num_attention_heads) {
             return Err(bad(format!(
                 "hidden_size {} is not divisible by num_attention_heads {}",
                 self.hidden_size, self.num_attention_heads

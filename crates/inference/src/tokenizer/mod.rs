@@ -1,20 +1,26 @@
 //! Tokenizers: text → token ids, and back. The pipeline mirrors HF `tokenizers` stage by stage
 //! and is checked id-for-id against it (`tests/tokenizer_wordpiece.rs`):
 //!
-//! 1. added tokens ([`added`]): special tokens such as `[CLS]` / `<mask>` are cut out first;
-//! 2. normalizer ([`normalize`]): `BertNormalizer` (clean text, CJK spacing, accents, case),
+//! 1. added tokens (`added`): special tokens such as `[CLS]` / `<mask>` are cut out first;
+//! 2. normalizer (`normalize`): `BertNormalizer` (clean text, CJK spacing, accents, case),
 //!    tracking where every normalized byte came from so offsets point into the input;
-//! 3. pre-tokenizer ([`pretokenize`]): `BertPreTokenizer` (whitespace, punctuation);
-//! 4. model ([`wordpiece`]): WordPiece, greedy longest-match-first;
-//! 5. post-processor ([`post`]): truncation, then `[CLS] A [SEP]`-style templates and type ids;
-//! 6. decoder ([`decode`]): ids back to text.
+//! 3. pre-tokenizer (`pretokenize`): `BertPreTokenizer` (whitespace, punctuation);
+//! 4. model (`wordpiece`): WordPiece, greedy longest-match-first;
+//! 5. post-processor (`post`): truncation, then `[CLS] A [SEP]`-style templates and type ids;
+//! 6. decoder (`decode`): ids back to text.
 //!
-//! Loaders: `tokenizer.json` ([`json`]), BERT `vocab.txt` and model folders ([`load`]), and the
-//! `tokenizer.ggml.*` vocabulary of a GGUF file ([`gguf_vocab`]). Only WordPiece models are
+//! Loaders: `tokenizer.json` (`json`), BERT `vocab.txt` and model folders (`load`), and the
+//! `tokenizer.ggml.*` vocabulary of a GGUF file (`gguf_vocab`). Only WordPiece models are
 //! implemented so far; other model types are rejected with an error naming them.
 //!
 //! Padding is parsed from `tokenizer.json` (see [`Tokenizer::padding`]) but never applied by
-//! [`Tokenizer::encode`]: packing and padding are the batcher's job.
+//! [`Tokenizer::encode`]: packing and padding are the batcher's job. The file's truncation length
+//! is the default; [`Tokenizer::with_truncation`] overrides it.
+//!
+//! Where we knowingly differ from HF: offsets are byte offsets that always fall on character
+//! boundaries (HF's RoBERTa offset trimming adds a character count to a byte offset, which can
+//! land inside a multi-byte space before an `lstrip` token); truncation sections other than
+//! `LongestFirst` / `Right` are refused at load, and overflowing tokens (`stride`) are not kept.
 
 mod added;
 mod decode;

@@ -31,17 +31,25 @@ pub fn read_json(path: &std::path::Path) -> serde_json::Value {
 
 /// A JSON array of numbers as f32.
 pub fn f32s(v: &serde_json::Value) -> Vec<f32> {
-    v.as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32).collect()
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap() as f32)
+        .collect()
 }
 
 /// A JSON array of arrays of numbers, flattened.
 pub fn f32s_2d(v: &serde_json::Value) -> Vec<f32> {
-    v.as_array().unwrap().iter().flat_map(|r| f32s(r)).collect()
+    v.as_array().unwrap().iter().flat_map(f32s).collect()
 }
 
 /// A JSON array of ids.
 pub fn u32s(v: &serde_json::Value) -> Vec<u32> {
-    v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect()
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap() as u32)
+        .collect()
 }
 
 /// `1 - cosine(a, b)` computed in f64.
@@ -58,5 +66,8 @@ pub fn one_minus_cos(a: &[f32], b: &[f32]) -> f64 {
 /// Largest absolute elementwise difference.
 pub fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
     assert_eq!(a.len(), b.len(), "length mismatch");
-    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
 }

@@ -13,6 +13,7 @@ use super::detect::Isa;
 use super::gemm::{self, BLayout, Epilogue};
 use super::microkernel;
 use super::pack;
+use super::packed::{self, PackedWeights};
 use super::portable::Portable;
 use super::scalar;
 
@@ -143,6 +144,50 @@ impl Kernels {
             lda,
             b,
             ldb,
+            c,
+            ldc,
+            accumulate,
+            epi,
+        );
+    }
+
+    /// See [`super::pack_weights`].
+    pub fn pack_weights(&self, n: usize, k: usize, w: &[f32], ldw: usize) -> PackedWeights {
+        packed::pack(self, n, k, w, ldw)
+    }
+
+    /// See [`super::gemm_bt_packed`]. Panics if `w` was packed by another kernel table.
+    #[allow(clippy::too_many_arguments)]
+    pub fn gemm_bt_packed(
+        &self,
+        m: usize,
+        a: &[f32],
+        lda: usize,
+        w: &PackedWeights,
+        c: &mut [f32],
+        ldc: usize,
+        accumulate: bool,
+        bias: Option<&[f32]>,
+        gelu: bool,
+    ) {
+        assert_eq!(
+            w.isa(),
+            self.isa,
+            "gemm_bt_packed: weights packed for another isa"
+        );
+        let (data, n_pad) = w.panels();
+        let (n, k) = (w.n(), w.k());
+        let epi = Epilogue { bias, gelu };
+        gemm::gemm(
+            self,
+            BLayout::Packed,
+            m,
+            n,
+            k,
+            a,
+            lda,
+            data,
+            n_pad,
             c,
             ldc,
             accumulate,

@@ -11,7 +11,7 @@
 //! touching raw pointers), and they never read or write outside the given slices.
 //!
 //! Files: `detect` (which instruction sets are usable), `dispatch` (the tables), `gemm` +
-//! `pack` + `microkernel` + `threads` (SGEMM), `simd` (the vector vocabulary), `vector` and
+//! `pack` + `packed` + `microkernel` + `threads` (SGEMM), `simd` (the vector vocabulary), `vector` and
 //! `vmath` (elementwise kernels and elementary functions), `x86/` (AVX-512 and AVX2 tokens and
 //! tables), `portable` (plain-Rust vectors), `scalar` (the reference).
 
@@ -22,6 +22,7 @@ mod dispatch;
 mod gemm;
 mod microkernel;
 mod pack;
+mod packed;
 mod portable;
 pub mod scalar;
 mod simd;
@@ -33,6 +34,7 @@ mod x86;
 
 pub use detect::Isa;
 pub use dispatch::{kernels, kernels_for, Kernels};
+pub use packed::PackedWeights;
 
 /// `c[m×n] (+)= a[m×k] · b[n×k]ᵀ`: activations times transposed weights (the `nn.Linear` layout).
 ///
@@ -77,6 +79,33 @@ pub fn gemm_bt_bias(
     gelu: bool,
 ) {
     kernels().gemm_bt_bias(m, n, k, a, lda, b, ldb, c, ldc, accumulate, bias, gelu)
+}
+
+/// Packs a weight matrix `w[n×k]` (rows `ldw` apart, the `nn.Linear` layout) once, for
+/// [`gemm_bt_packed`]. Costs one pass over `w` and about as much memory again; worth it for
+/// any weight used in more than one product.
+pub fn pack_weights(n: usize, k: usize, w: &[f32], ldw: usize) -> PackedWeights {
+    kernels().pack_weights(n, k, w, ldw)
+}
+
+/// [`gemm_bt_bias`] with pre-packed weights: `c = act((accumulate ? c : 0) + a·wᵀ + bias)`,
+/// `a` f32 `[m×w.k()]` (rows `lda` apart), `c` f32 `[m×w.n()]` (rows `ldc` apart).
+///
+/// Skips the per-call transpose of the weights, which dominates for small batches (2× faster
+/// at 8 tokens, about 10% at 128).
+#[allow(clippy::too_many_arguments)]
+pub fn gemm_bt_packed(
+    m: usize,
+    a: &[f32],
+    lda: usize,
+    w: &PackedWeights,
+    c: &mut [f32],
+    ldc: usize,
+    accumulate: bool,
+    bias: Option<&[f32]>,
+    gelu: bool,
+) {
+    kernels().gemm_bt_packed(m, a, lda, w, c, ldc, accumulate, bias, gelu)
 }
 
 /// `c[m×n] (+)= a[m×k] · b[k×n]` (no transpose; used for attention probabilities × values).

@@ -1,0 +1,113 @@
+//! Weight matrices packed once, at load time, into the panel layout of the blocked GEMM.
+//!
+//! `gemm_bt` has to transpose its `B` (an `nn.Linear` weight, `[n×k]`) into `NR`-wide panels on
+//! every call; for a batch of a few dozen tokens that transpose costs as much as the product
+//! itself. [`PackedWeights`] does it once: `gemm_bt_packed` then streams the panels directly.
+//! The layout belongs to the instruction set that packed it (its `NR` and `KC`), so a packed
+//! matrix can only be used with the same kernel table. This module owns the layout; the
+//! product itself is `gemm.rs`.
+
+use super::detect::Isa;
+use super::dispatch::Kernels;
+
+/// A weight matrix `w[n×k]` (the `nn.Linear` layout) packed for [`Kernels::gemm_bt_packed`].
+///
+/// Layout: for each `kc`-deep slice of the depth (starting at `p0`), `n_pad / NR` panels of
+/// `kc × NR` floats (row `p` of a panel holds `w[j][p0 + p]` for its `NR` columns `j`), the
+/// slice starting at float `p0 · n_pad`; columns past `n` are zero. It holds about as many
+/// floats as the original.
+#[derive(Clone)]
+pub struct PackedWeights {
+    isa: Isa,
+    n: usize,
+    k: usize,
+    /// `n` rounded up to the table's `NR`.
+    n_pad: usize,
+    /// Offset of the first float in `buf`, chosen for 64-byte alignment.
+    offset: usize,
+    /// f32 `[k][n_pad]` in the panel layout above, after `offset` floats of padding.
+    buf: Vec<f32>,
+}
+
+impl std::fmt::Debug for PackedWeights {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PackedWeights")
+            .field("isa", &self.isa)
+            .field("n", &self.n)
+            .field("k", &self.k)
+            .finish()
+    }
+}
+
+impl PackedWeights {
+    /// Output features (rows of the original matrix).
+    pub fn n(&self) -> usize {
+        self.n
+    }
+
+    /// Input features (columns of the original matrix).
+    pub fn k(&self) -> usize {
+        self.k
+    }
+
+    /// The instruction set whose kernels packed (and alone can use) this matrix.
+    pub fn isa(&self) -> Isa {
+        self.isa
+    }
+
+    /// The packed floats and the padded width (`ldb` for the driver).
+    pub(crate) fn panels(&self) -> (&[f32], usize) {
+        (&self.buf[self.offset..], self.n_pad)
+    }
+}
+
+/// Packs `w[n×k]` (rows `ldw` apart) for `kt`. Panics if `w` is too short.
+pub(crate) fn pack(kt: &Kernels, n: usize, k: usize, w: &[f32], ldw: usize) -> PackedWeights {
+    let spec = &kt.gemm;
+    if n > 0 && k > 0 {
+        assert!(w.len() >= (n - 1) * ldw + k, "pack_weights: w too short");
+    }
+    let n_pad = n.next_multiple_of(spec.nr);
+    let len = n_pad * k;
+    let mut buf = vec![0.0f32; len + 16];
+    let misalign = (buf.as_ptr() as usize / std::mem::size_of::<f32>()) % 16;
+    let offset = (16 - misalign) % 16;
+    if n > 0 {
+        let data = &mut buf[offset..offset + len];
+        for p0 in (0..k).step_by(spec.kc) {
+            let kc = spec.kc.min(k - p0);
+            let slice = &mut data[p0 * n_pad..p0 * n_pad + kc * n_pad];
+            // SAFETY: `kt` was handed out only after its instruction set was detected; the
+            // slices are bounds-checked inside the packing kernel.
+            unsafe { (spec.pack_rows)(slice, w, ldw, 0, n, p0, kc, spec.nr) };
+        }
+    }
+    PackedWeights {
+        isa: kt.isa,
+        n,
+        k,
+        n_pad,
+        offset,
+        buf,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::dispatch::kernels;
+
+    #[test]
+    fn packed_product_matches_plain_product() {
+        let kt = kernels();
+        let (m, n, k) = (5, 37, 300);
+        let a: Vec<f32> = (0..m * k).map(|i| ((i * 7) % 13) as f32 - 6.0).collect();
+        let w: Vec<f32> = (0..n * k).map(|i| ((i * 5) % 11) as f32 - 5.0).collect();
+        let packed = kt.pack_weights(n, k, &w, k);
+        assert_eq!((packed.n(), packed.k(), packed.isa()), (n, k, kt.isa()));
+        let mut want = vec![0.0; m * n];
+        kt.gemm_bt(m, n, k, &a, k, &w, k, &mut want, n, false);
+        let mut got = vec![0.0; m * n];
+        kt.gemm_bt_packed(m, &a, k, &packed, &mut got, n, false, None, false);
+        assert_eq!(got, want);
+    }
+}
