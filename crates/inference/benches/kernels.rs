@@ -301,10 +301,9 @@ fn main() {
     let tables: Vec<&Kernels> = Isa::ALL
         .into_iter()
         .filter_map(kernels_for)
-        .filter(|kt| {
-            args.isa
-                .as_deref()
-                .map_or(true, |want| want == kt.isa().name())
+        .filter(|kt| match args.isa.as_deref() {
+            Some(want) => want == kt.isa().name(),
+            None => true,
         })
         .collect();
     let thread_counts: Vec<usize> = match args.threads {

@@ -4,7 +4,7 @@
 
 use crate::attention::{packed_attention, PositionBias};
 use crate::io::store::Scope;
-use crate::ops::{self, LayerNorm, Linear};
+use crate::ops::{LayerNorm, Linear};
 use crate::Result;
 
 /// Where one architecture keeps a [`PostNormLayer`]'s tensors, relative to the layer's scope.
@@ -57,11 +57,12 @@ impl PostNormLayer {
     /// Loads a layer from `vb` using `names`.
     pub fn load(vb: &Scope, names: &LayerNames, dims: LayerDims) -> Result<Self> {
         let (h, i, eps) = (dims.hidden, dims.intermediate, dims.eps);
-        let qkv = Linear::concat(&[
-            Linear::load(&vb.pp(names.query), h, h, true)?,
-            Linear::load(&vb.pp(names.key), h, h, true)?,
-            Linear::load(&vb.pp(names.value), h, h, true)?,
-        ]);
+        let qkv = Linear::load_fused(
+            &[vb.pp(names.query), vb.pp(names.key), vb.pp(names.value)],
+            h,
+            &[h, h, h],
+            true,
+        )?;
         Ok(Self {
             qkv,
             attn_output: Linear::load(&vb.pp(names.attn_output), h, h, true)?,
@@ -84,13 +85,10 @@ impl PostNormLayer {
         let qkv = self.qkv.forward(x);
         let context = packed_attention(&qkv, cu_seqlens, self.n_heads, head_dim, bias)?;
         drop(qkv);
-        let mut attn = self.attn_output.forward(&context);
-        ops::add_assign(&mut attn, x);
+        let mut attn = self.attn_output.forward_residual(&context, x);
         self.attn_norm.forward_inplace(&mut attn);
-        let mut inter = self.intermediate.forward(&attn);
-        ops::gelu(&mut inter);
-        let mut out = self.output.forward(&inter);
-        ops::add_assign(&mut out, &attn);
+        let inter = self.intermediate.forward_gelu(&attn);
+        let mut out = self.output.forward_residual(&inter, &attn);
         self.output_norm.forward_inplace(&mut out);
         Ok(out)
     }

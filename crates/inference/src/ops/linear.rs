@@ -1,94 +1,112 @@
 //! `Linear`: `y = x · Wᵀ + b` with `W` in the `nn.Linear` layout `[out_dim, in_dim]`.
+//!
+//! The weight is repacked once at load into the panel layout the GEMM kernel streams
+//! ([`cpu::PackedWeights`]), so no call pays for a transpose; bias, exact GELU and residual adds
+//! are fused into the kernel's epilogue while each output tile is still in cache.
 
-use crate::backend::cpu;
+use crate::backend::cpu::{self, PackedWeights};
 use crate::io::store::{Scope, Weight};
 use crate::Result;
 
 /// A dense layer.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct Linear {
-    weight: Weight,       // f32 [out_dim, in_dim]
-    bias: Option<Weight>, // f32 [out_dim]
+    weight: PackedWeights,  // f32 [out_dim, in_dim], repacked for the kernel
+    bias: Option<Vec<f32>>, // f32 [out_dim]
+    in_dim: usize,
+    out_dim: usize,
 }
 
 impl Linear {
     /// Loads `weight` (and `bias` when `with_bias`) under `scope`.
     pub fn load(scope: &Scope, in_dim: usize, out_dim: usize, with_bias: bool) -> Result<Self> {
-        let weight = scope.get("weight", &[out_dim, in_dim])?;
-        let bias = if with_bias {
-            Some(scope.get("bias", &[out_dim])?)
-        } else {
-            None
-        };
-        Ok(Self { weight, bias })
+        Self::load_fused(&[scope.clone()], in_dim, &[out_dim], with_bias)
     }
 
-    /// Concatenates layers with the same input size along the output dimension (e.g. Q, K and
-    /// V projections into one matrix product). Copies the weights once, at load.
-    pub fn concat(parts: &[Linear]) -> Linear {
-        let in_dim = parts[0].in_dim();
-        let out_dim: usize = parts.iter().map(Linear::out_dim).sum();
-        let mut w = Vec::with_capacity(out_dim * in_dim);
-        for p in parts {
-            debug_assert_eq!(p.in_dim(), in_dim);
-            w.extend_from_slice(p.weight.as_slice());
-        }
-        let bias = if parts.iter().all(|p| p.bias.is_some()) {
-            let mut b = Vec::with_capacity(out_dim);
-            for p in parts {
-                b.extend_from_slice(p.bias.as_ref().map(Weight::as_slice).unwrap_or(&[]));
+    /// Loads several layers with the same input and stacks them along the output dimension
+    /// (e.g. the Q, K and V projections as one product of width `sum(out_dims)`).
+    pub fn load_fused(
+        scopes: &[Scope],
+        in_dim: usize,
+        out_dims: &[usize],
+        with_bias: bool,
+    ) -> Result<Self> {
+        let out_dim: usize = out_dims.iter().sum();
+        let mut weights: Vec<Weight> = Vec::with_capacity(scopes.len());
+        let mut bias = with_bias.then(|| Vec::with_capacity(out_dim));
+        for (scope, &n) in scopes.iter().zip(out_dims) {
+            weights.push(scope.get("weight", &[n, in_dim])?);
+            if let Some(b) = bias.as_mut() {
+                b.extend_from_slice(scope.get("bias", &[n])?.as_slice());
             }
-            Some(Weight::from_vec(b, vec![out_dim]))
-        } else {
-            None
-        };
-        Linear {
-            weight: Weight::from_vec(w, vec![out_dim, in_dim]),
-            bias,
         }
+        let weight = if let [single] = weights.as_slice() {
+            cpu::pack_weights(out_dim, in_dim, single.as_slice(), in_dim)
+        } else {
+            let stacked: Vec<f32> = weights.iter().flat_map(|w| w.as_slice()).copied().collect();
+            cpu::pack_weights(out_dim, in_dim, &stacked, in_dim)
+        };
+        Ok(Self {
+            weight,
+            bias,
+            in_dim,
+            out_dim,
+        })
     }
 
     /// Input features.
     pub fn in_dim(&self) -> usize {
-        self.weight.shape()[1]
+        self.in_dim
     }
 
     /// Output features.
     pub fn out_dim(&self) -> usize {
-        self.weight.shape()[0]
+        self.out_dim
+    }
+
+    fn rows(&self, x: &[f32]) -> usize {
+        debug_assert_eq!(x.len() % self.in_dim, 0);
+        x.len() / self.in_dim
+    }
+
+    fn run(&self, x: &[f32], y: &mut [f32], accumulate: bool, gelu: bool) {
+        let m = self.rows(x);
+        debug_assert_eq!(y.len(), m * self.out_dim);
+        if m == 0 {
+            return;
+        }
+        cpu::gemm_bt_packed(
+            m,
+            x,
+            self.in_dim,
+            &self.weight,
+            y,
+            self.out_dim,
+            accumulate,
+            self.bias.as_deref(),
+            gelu,
+        );
     }
 
     /// `x` f32 [n, in_dim] → f32 [n, out_dim].
     pub fn forward(&self, x: &[f32]) -> Vec<f32> {
-        let n = x.len() / self.in_dim();
-        let mut y = vec![0.0f32; n * self.out_dim()];
-        self.forward_into(x, &mut y);
+        let mut y = vec![0.0f32; self.rows(x) * self.out_dim];
+        self.run(x, &mut y, false, false);
         y
     }
 
-    /// Like [`Linear::forward`], writing into `y` f32 [n, out_dim].
-    pub fn forward_into(&self, x: &[f32], y: &mut [f32]) {
-        let (k, n_out) = (self.in_dim(), self.out_dim());
-        let m = x.len() / k;
-        debug_assert_eq!(x.len(), m * k);
-        debug_assert_eq!(y.len(), m * n_out);
-        if m == 0 {
-            return;
-        }
-        cpu::gemm_bt(
-            m,
-            n_out,
-            k,
-            x,
-            k,
-            self.weight.as_slice(),
-            k,
-            y,
-            n_out,
-            false,
-        );
-        if let Some(b) = &self.bias {
-            cpu::add_bias(y, b.as_slice());
-        }
+    /// `gelu(x · Wᵀ + b)` with the exact (erf) GELU fused into the product.
+    pub fn forward_gelu(&self, x: &[f32]) -> Vec<f32> {
+        let mut y = vec![0.0f32; self.rows(x) * self.out_dim];
+        self.run(x, &mut y, false, true);
+        y
+    }
+
+    /// `residual + x · Wᵀ + b` (a residual connection fused into the product); `residual` has
+    /// the output's shape f32 [n, out_dim].
+    pub fn forward_residual(&self, x: &[f32], residual: &[f32]) -> Vec<f32> {
+        let mut y = residual.to_vec();
+        self.run(x, &mut y, true, false);
+        y
     }
 }

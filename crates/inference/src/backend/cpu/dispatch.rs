@@ -18,54 +18,54 @@ use super::portable::Portable;
 use super::scalar;
 
 /// Microkernel: `(kc, a, b, ldb, c, ldc, mr, nr, accumulate)`, see `microkernel::tile`.
-pub(crate) type Ukr =
+pub(super) type Ukr =
     unsafe fn(usize, *const f32, *const f32, usize, *mut f32, usize, usize, usize, bool);
 /// Unpacked dot-product GEMM: `(m, n, k, a, lda, b, ldb, c, ldc, accumulate)`, see
 /// `microkernel::dot_gemm_bt`.
-pub(crate) type DotGemm =
+pub(super) type DotGemm =
     unsafe fn(usize, usize, usize, *const f32, usize, *const f32, usize, *mut f32, usize, bool);
 
 /// Transposing pack: `(dst, src, ld, r0, rows, p0, kc, w)`, see `pack::pack_rows`.
-pub(crate) type PackRows = unsafe fn(&mut [f32], &[f32], usize, usize, usize, usize, usize, usize);
+pub(super) type PackRows = unsafe fn(&mut [f32], &[f32], usize, usize, usize, usize, usize, usize);
 
 /// An instruction set's GEMM: microkernel, register tile and cache block sizes.
-pub(crate) struct GemmSpec {
+pub(super) struct GemmSpec {
     /// Rows of the register tile.
-    pub mr: usize,
+    pub(super) mr: usize,
     /// Columns of the register tile.
-    pub nr: usize,
+    pub(super) nr: usize,
     /// Depth of one packed slice (an A sliver of `mr×kc` stays in L1).
-    pub kc: usize,
+    pub(super) kc: usize,
     /// Rows of A packed at once; a multiple of `mr`.
-    pub mc: usize,
+    pub(super) mc: usize,
     /// Columns of B packed at once (the `kc×nc` block stays in L2); a multiple of `nr`.
-    pub nc: usize,
+    pub(super) nc: usize,
     /// The register-blocked microkernel.
-    pub ukr: Ukr,
+    pub(super) ukr: Ukr,
     /// The unpacked kernel for products with a tiny side.
-    pub dot: DotGemm,
+    pub(super) dot: DotGemm,
     /// `pack::pack_rows` for this instruction set.
-    pub pack_rows: PackRows,
+    pub(super) pack_rows: PackRows,
 }
 
 /// The CPU kernels of one instruction set. Obtain one with [`kernels`] (the best for this
 /// CPU) or [`kernels_for`] (a specific one, e.g. to test it against the reference); the free
 /// functions of `backend::cpu` forward to [`kernels`].
 pub struct Kernels {
-    pub(crate) isa: Isa,
-    pub(crate) gemm: GemmSpec,
-    pub(crate) layer_norm: unsafe fn(&mut [f32], usize, &[f32], &[f32], f32),
-    pub(crate) gelu_erf: unsafe fn(&mut [f32]),
-    pub(crate) erf: unsafe fn(&mut [f32]),
-    pub(crate) exp: unsafe fn(&mut [f32]),
-    pub(crate) tanh: unsafe fn(&mut [f32]),
-    pub(crate) softmax: unsafe fn(&mut [f32]),
-    pub(crate) add_bias: unsafe fn(&mut [f32], &[f32]),
-    pub(crate) add_assign: unsafe fn(&mut [f32], &[f32]),
-    pub(crate) scale: unsafe fn(&mut [f32], f32),
-    pub(crate) dot: unsafe fn(&[f32], &[f32]) -> f32,
-    pub(crate) l2_normalize: unsafe fn(&mut [f32]),
-    pub(crate) cosine: unsafe fn(&[f32], &[f32]) -> f32,
+    pub(super) isa: Isa,
+    pub(super) gemm: GemmSpec,
+    pub(super) layer_norm: unsafe fn(&mut [f32], usize, &[f32], &[f32], f32),
+    pub(super) gelu_erf: unsafe fn(&mut [f32]),
+    pub(super) erf: unsafe fn(&mut [f32]),
+    pub(super) exp: unsafe fn(&mut [f32]),
+    pub(super) tanh: unsafe fn(&mut [f32]),
+    pub(super) softmax: unsafe fn(&mut [f32]),
+    pub(super) add_bias: unsafe fn(&mut [f32], &[f32]),
+    pub(super) add_assign: unsafe fn(&mut [f32], &[f32]),
+    pub(super) scale: unsafe fn(&mut [f32], f32),
+    pub(super) dot: unsafe fn(&[f32], &[f32]) -> f32,
+    pub(super) l2_normalize: unsafe fn(&mut [f32]),
+    pub(super) cosine: unsafe fn(&[f32], &[f32]) -> f32,
 }
 
 impl std::fmt::Debug for Kernels {
@@ -238,31 +238,37 @@ impl Kernels {
             gamma.len() == dim && beta.len() == dim,
             "layer_norm: gamma/beta != dim"
         );
+        // SAFETY: see the note on this impl (detected ISA; slices stay bounds-checked).
         unsafe { (self.layer_norm)(x, dim, gamma, beta, eps) }
     }
 
     /// See [`super::gelu_erf`].
     pub fn gelu_erf(&self, x: &mut [f32]) {
+        // SAFETY: see the note on this impl (detected ISA; slices stay bounds-checked).
         unsafe { (self.gelu_erf)(x) }
     }
 
     /// See [`super::erf`].
     pub fn erf(&self, x: &mut [f32]) {
+        // SAFETY: see the note on this impl (detected ISA; slices stay bounds-checked).
         unsafe { (self.erf)(x) }
     }
 
     /// See [`super::exp`].
     pub fn exp(&self, x: &mut [f32]) {
+        // SAFETY: see the note on this impl (detected ISA; slices stay bounds-checked).
         unsafe { (self.exp)(x) }
     }
 
     /// See [`super::tanh`].
     pub fn tanh(&self, x: &mut [f32]) {
+        // SAFETY: see the note on this impl (detected ISA; slices stay bounds-checked).
         unsafe { (self.tanh)(x) }
     }
 
     /// See [`super::softmax`].
     pub fn softmax(&self, x: &mut [f32]) {
+        // SAFETY: see the note on this impl (detected ISA; slices stay bounds-checked).
         unsafe { (self.softmax)(x) }
     }
 
@@ -272,39 +278,46 @@ impl Kernels {
             !bias.is_empty() && x.len().is_multiple_of(bias.len()),
             "add_bias: len not a multiple of bias"
         );
+        // SAFETY: see the note on this impl (detected ISA; slices stay bounds-checked).
         unsafe { (self.add_bias)(x, bias) }
     }
 
     /// See [`super::add_assign`].
     pub fn add_assign(&self, x: &mut [f32], y: &[f32]) {
         assert_eq!(x.len(), y.len(), "add_assign: length mismatch");
+        // SAFETY: see the note on this impl (detected ISA; slices stay bounds-checked).
         unsafe { (self.add_assign)(x, y) }
     }
 
     /// See [`super::scale`].
     pub fn scale(&self, x: &mut [f32], s: f32) {
+        // SAFETY: see the note on this impl (detected ISA; slices stay bounds-checked).
         unsafe { (self.scale)(x, s) }
     }
 
     /// See [`super::dot`].
     pub fn dot(&self, a: &[f32], b: &[f32]) -> f32 {
         assert_eq!(a.len(), b.len(), "dot: length mismatch");
+        // SAFETY: see the note on this impl (detected ISA; slices stay bounds-checked).
         unsafe { (self.dot)(a, b) }
     }
 
     /// See [`super::sum_squares`].
     pub fn sum_squares(&self, a: &[f32]) -> f32 {
+        // SAFETY: see the note on this impl (detected ISA; slices stay bounds-checked).
         unsafe { (self.dot)(a, a) }
     }
 
     /// See [`super::l2_normalize`].
     pub fn l2_normalize(&self, x: &mut [f32]) {
+        // SAFETY: see the note on this impl (detected ISA; slices stay bounds-checked).
         unsafe { (self.l2_normalize)(x) }
     }
 
     /// See [`super::cosine`].
     pub fn cosine(&self, a: &[f32], b: &[f32]) -> f32 {
         assert_eq!(a.len(), b.len(), "cosine: length mismatch");
+        // SAFETY: see the note on this impl (detected ISA; slices stay bounds-checked).
         unsafe { (self.cosine)(a, b) }
     }
 }

@@ -5,10 +5,11 @@
 //! Blocked path (the classic Goto/BLIS structure): for each `nc`-column block of C and each
 //! `kc`-deep slice of the product, B's block is packed into `NR`-wide panels (for `A·B` the
 //! full panels are read in place, since their rows are already contiguous; weights packed at
-//! load time by `packed.rs` are used as they are); then for each
-//! `mc`-row block of A, A is packed into `MR`-high slivers and the microkernel sweeps the
-//! `MR×NR` tiles. The instruction set provides the microkernel, its tile and the block sizes
-//! (`GemmSpec`); this file holds no intrinsics.
+//! load time by `packed.rs` are used as they are); then for each `mc`-row block of A, A is
+//! packed into `MR`-high slivers, and for each sliver (kept in L1) the microkernel sweeps the
+//! `MR×NR` tiles across the B block (kept in L2). The instruction set provides the
+//! microkernel, its tile, the packing kernel and the block sizes (`GemmSpec`); this file
+//! holds no intrinsics.
 
 use super::dispatch::{GemmSpec, Kernels};
 use super::pack::{pack_cols, with_bufs};

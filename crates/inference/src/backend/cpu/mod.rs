@@ -10,10 +10,10 @@
 //! here, inconsistent lengths panic (the GEMMs check every slice against its shape before
 //! touching raw pointers), and they never read or write outside the given slices.
 //!
-//! Files: `detect` (which instruction sets are usable), `dispatch` (the tables), `gemm` +
-//! `pack` + `packed` + `microkernel` + `threads` (SGEMM), `simd` (the vector vocabulary), `vector` and
-//! `vmath` (elementwise kernels and elementary functions), `x86/` (AVX-512 and AVX2 tokens and
-//! tables), `portable` (plain-Rust vectors), `scalar` (the reference).
+//! Files: `detect` (which instruction sets are usable), `dispatch` (the tables), `gemm`,
+//! `pack`, `packed`, `microkernel` and `threads` (SGEMM), `simd` (the vector vocabulary),
+//! `vector` and `vmath` (elementwise kernels and elementary functions), `x86/` (AVX-512 and
+//! AVX2 tokens and tables), `portable` (plain-Rust vectors), `scalar` (the reference).
 
 #![allow(unsafe_code)]
 
@@ -25,9 +25,14 @@ mod pack;
 mod packed;
 mod portable;
 pub mod scalar;
+// Parts of the vector vocabulary and the generic elementwise kernels are only instantiated by
+// the x86 tables (the portable table uses the scalar references).
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 mod simd;
 mod threads;
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 mod vector;
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 mod vmath;
 #[cfg(target_arch = "x86_64")]
 mod x86;

@@ -41,27 +41,31 @@ pub(crate) fn pack_rows<S: Simd>(
         let first = r0 + sl * w;
         for g in (0..w).step_by(l) {
             let width = (w - g).min(l);
+            let live = width.min(valid.saturating_sub(g));
             for pb in (0..kc).step_by(l) {
                 let cols = (kc - pb).min(l);
+                // Loops over all LANES with the limits as conditions: the trip counts are then
+                // constants, the loops unroll and `v` stays in registers.
                 let mut v = [s.zero(); MAX_LANES];
-                for (i, slot) in v[..width].iter_mut().enumerate() {
-                    if g + i < valid {
+                for (i, slot) in v.iter_mut().enumerate().take(S::LANES) {
+                    if i < live {
                         let start = (first + g + i) * ld + p0 + pb;
-                        let seg = &src[start..start + cols];
                         *slot = if cols == l {
-                            s.load(seg)
+                            s.load(&src[start..start + l])
                         } else {
-                            s.load_part(seg, 0.0)
+                            s.load_part(&src[start..start + cols], 0.0)
                         };
                     }
                 }
                 s.transpose(&mut v[..l]);
-                for (q, &col) in v[..cols].iter().enumerate() {
-                    let o = (pb + q) * w + g;
-                    if width == l {
-                        s.store(&mut blk[o..], col);
-                    } else {
-                        s.store_part(&mut blk[o..o + width], col);
+                for (q, &col) in v.iter().enumerate().take(S::LANES) {
+                    if q < cols {
+                        let o = (pb + q) * w + g;
+                        if width == l {
+                            s.store(&mut blk[o..], col);
+                        } else {
+                            s.store_part(&mut blk[o..o + width], col);
+                        }
                     }
                 }
             }
@@ -148,8 +152,7 @@ mod tests {
     use super::super::portable::Portable;
     use super::*;
 
-    /// Scalar reference of [`pack_rows`]: packs rows `r0..r0+rows` (each `ld` apart in `src`) at depths `p0..p0+kc` into slivers of
-    /// `w` rows: `dst[(s*kc + p)*w + i] = src[(r0 + s*w + i)*ld + p0 + p]`, zero past `rows`.
+    /// Scalar reference of [`pack_rows`], one element at a time.
     #[allow(clippy::too_many_arguments)]
     fn pack_rows_ref(
         dst: &mut [f32],
