@@ -20,7 +20,7 @@ pub struct Linear {
 impl Linear {
     /// Loads `weight` (and `bias` when `with_bias`) under `scope`.
     pub fn load(scope: &Scope, in_dim: usize, out_dim: usize, with_bias: bool) -> Result<Self> {
-        Self::load_fused(&[scope.clone()], in_dim, &[out_dim], with_bias)
+        Self::load_fused(std::slice::from_ref(scope), in_dim, &[out_dim], with_bias)
     }
 
     /// Loads several layers with the same input and stacks them along the output dimension
