@@ -1,6 +1,6 @@
 //! Shape-checked building blocks over the CPU kernels: linear layers (with fused bias, exact
-//! GELU and residual epilogues), layer norm, embedding lookup and activations. Model files call these; they never call `backend` directly for
-//! anything these cover.
+//! GELU and residual epilogues), layer norm, embedding lookup and activations. Model files call
+//! these; they never call `backend` directly for anything these cover.
 
 mod embed;
 mod linear;
