@@ -26,7 +26,7 @@ fn write_safetensors(path: &Path, tensors: &BTreeMap<String, (&str, Vec<usize>, 
         );
     }
     let mut h = serde_json::Value::Object(header).to_string().into_bytes();
-    while h.len() % 8 != 0 {
+    while !h.len().is_multiple_of(8) {
         h.push(b' ');
     }
     let mut out = (h.len() as u64).to_le_bytes().to_vec();
