@@ -5,9 +5,8 @@
 //! Only `dispatch::kernels_for` hands these tables out, after runtime detection.
 
 pub(super) mod avx2;
-// AVX-512 intrinsics and `target_feature(enable = "avx512f")` are stable since Rust 1.89: this
-// module needs that toolchain whatever the workspace's `rust-version` says.
-#[clippy::msrv = "1.89"]
+// AVX-512 intrinsics and `target_feature(enable = "avx512f")` are stable since Rust 1.89, the
+// workspace's `rust-version`.
 pub(super) mod avx512;
 
 /// Defines the `#[target_feature]` entry points of one instruction set and its `KERNELS`
