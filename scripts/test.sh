@@ -1,10 +1,16 @@
 #!/usr/bin/env bash
 # Runs every test: fetches the real models (cached after the first run), checks formatting and
 # lints, then runs the whole workspace's tests in release mode (the real-model parity tests
-# need optimized kernels to finish quickly).
+# need optimized kernels to finish quickly). Ends with one "N passed, N failed" line.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/fetch_models.sh
 cargo fmt --all -- --check
 cargo clippy --release --workspace --all-targets -- -D warnings
-cargo test --release --workspace
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+status=0
+cargo test --release --workspace --lib --bins --tests 2>&1 | tee "$log" || status=$?
+awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
+     END { printf "%d passed, %d failed\n", p, f }' "$log"
+exit "$status"

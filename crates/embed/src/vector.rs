@@ -8,24 +8,16 @@ pub fn dot(a: &[f32], b: &[f32]) -> f32 {
     cpu::dot(&a[..n], &b[..n])
 }
 
-/// Cosine similarity (0 when either vector is zero).
+/// Cosine similarity (0 when either vector is zero). Vectors of different lengths are compared
+/// over the shorter one.
 pub fn cosine(a: &[f32], b: &[f32]) -> f32 {
     let n = a.len().min(b.len());
-    let (a, b) = (&a[..n], &b[..n]);
-    let denom = (cpu::sum_squares(a) * cpu::sum_squares(b)).sqrt();
-    if denom == 0.0 {
-        0.0
-    } else {
-        cpu::dot(a, b) / denom
-    }
+    cpu::cosine(&a[..n], &b[..n])
 }
 
 /// Scales `v` to unit L2 norm in place (a zero vector stays zero).
 pub fn normalize(v: &mut [f32]) {
-    let norm = cpu::sum_squares(v).sqrt();
-    if norm > 0.0 {
-        cpu::scale(v, 1.0 / norm);
-    }
+    cpu::l2_normalize(v)
 }
 
 #[cfg(test)]

@@ -57,8 +57,7 @@ pub fn pool(
 /// Divides each row of `x` by its L2 norm (clamped below at 1e-12, as `F.normalize`).
 pub fn l2_normalize_rows(x: &mut [f32], dim: usize) {
     for row in x.chunks_exact_mut(dim) {
-        let norm = cpu::sum_squares(row).sqrt().max(1e-12);
-        cpu::scale(row, 1.0 / norm);
+        cpu::l2_normalize(row);
     }
 }
 
