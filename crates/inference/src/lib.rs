@@ -5,6 +5,7 @@
 //!   scoped prefixes; GGUF metadata.
 //! - [`tokenizer`]: `tokenizer.json` / `vocab.txt` → normalize → pre-tokenize → WordPiece →
 //!   post-process (special tokens, pairs, truncation, offsets).
+//! - [`sentencepiece`]: SentencePiece `.model` files: protobuf, charsmap normalizer, Unigram.
 //! - [`backend`]: CPU kernels behind runtime SIMD dispatch; the only place with intrinsics.
 //! - [`ops`]: shape-checked safe ops over the kernels (linear, norms, activations).
 //! - [`attention`]: packed variable-length scaled dot-product attention.
@@ -19,6 +20,7 @@ pub mod error;
 pub mod io;
 pub mod model;
 pub mod ops;
+pub mod sentencepiece;
 pub mod tokenizer;
 
 pub use error::{Error, Result};

@@ -5,13 +5,15 @@
 //! Needs the model cache: run `scripts/fetch_models.sh`. The reference fixture is written by
 //! `scripts/gen_tokenizer_reference.py`.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 
 use lattice_inference::io::gguf::GgufFile;
 use lattice_inference::tokenizer::{Encoding, Tokenizer};
 use serde_json::Value;
 
-const FIXTURE: &str = "tests/fixtures/tokenizer/wordpiece_reference.jsonl";
+const FIXTURE: &str = "tests/fixtures/tokenizer/wordpiece_reference.jsonl.gz";
 
 fn cache() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.cache")
@@ -42,8 +44,7 @@ fn load(key: &str) -> Tokenizer {
 
 fn fixture() -> Vec<Value> {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(FIXTURE);
-    let text =
-        std::fs::read_to_string(&path).expect("fixture present (gen_tokenizer_reference.py)");
+    let text = common::read_gz(&path);
     text.lines()
         .map(|l| serde_json::from_str(l).expect("fixture lines are JSON"))
         .collect()
@@ -542,9 +543,9 @@ fn malformed_tokenizer_files_are_clear_errors() {
     let cases = [
         ("bad.json", "{\"model\": ", "not valid JSON"),
         (
-            "bpe.json",
-            r#"{"model": {"type": "BPE", "vocab": {}, "merges": []}}"#,
-            "unsupported model type `BPE`",
+            "wordlevel.json",
+            r#"{"model": {"type": "WordLevel", "vocab": {}}}"#,
+            "unsupported model type `WordLevel`",
         ),
         (
             "novocab.json",
@@ -558,8 +559,8 @@ fn malformed_tokenizer_files_are_clear_errors() {
         ),
         (
             "norm.json",
-            r#"{"normalizer": {"type": "NFKC"}, "model": {"type": "WordPiece", "vocab": {"[UNK]": 0}}}"#,
-            "normalizer type `NFKC`",
+            r#"{"normalizer": {"type": "Precompiled"}, "model": {"type": "WordPiece", "vocab": {"[UNK]": 0}}}"#,
+            "normalizer type `Precompiled`",
         ),
     ];
     for (name, body, needle) in cases {

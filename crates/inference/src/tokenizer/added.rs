@@ -10,7 +10,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use super::normalize::BertNormalizer;
+use super::normalizers::Normalizer;
 use super::unicode::is_word_char;
 
 /// One entry of `added_tokens`.
@@ -112,7 +112,7 @@ pub(crate) struct AddedVocab {
 
 impl AddedVocab {
     /// Builds the matchers. Normalized tokens are matched through their form under `normalizer`.
-    pub fn new(tokens: Vec<AddedToken>, normalizer: Option<&BertNormalizer>) -> Self {
+    pub fn new(tokens: Vec<AddedToken>, normalizer: Option<&Normalizer>) -> Self {
         let mut by_content = HashMap::new();
         let mut by_id = HashMap::new();
         let mut special_contents = HashSet::new();
@@ -253,7 +253,12 @@ mod tests {
         word.single_word = true;
         word.special = false;
         let toks = vec![AddedToken::special(1, "[CLS]"), mask, unk, word];
-        AddedVocab::new(toks, Some(&BertNormalizer::default()))
+        AddedVocab::new(
+            toks,
+            Some(&Normalizer::Bert(
+                super::super::normalize::BertNormalizer::default(),
+            )),
+        )
     }
 
     fn split_raw(v: &AddedVocab, s: &str) -> Vec<Split> {

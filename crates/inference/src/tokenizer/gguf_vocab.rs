@@ -36,19 +36,22 @@ fn wordpiece_form(token: &str, token_type: Option<i64>) -> String {
 }
 
 impl Tokenizer {
-    /// Builds the tokenizer described by a GGUF file's `tokenizer.ggml.*` keys. Only the `bert`
-    /// tokenizer model (WordPiece) is supported.
+    /// Builds the tokenizer described by a GGUF file's `tokenizer.ggml.*` keys: the `bert`
+    /// tokenizer model (WordPiece) or `gpt2` (byte-level BPE, for the pre-tokenizers listed in
+    /// `gguf_bpe`).
     pub fn from_gguf(file: &GgufFile) -> Result<Self> {
         let path = file.path();
         let meta_str = |k: &str| file.metadata(k).and_then(|v| v.as_str());
         let meta_id = |k: &str| file.metadata(k).and_then(|v| v.as_u32());
         match meta_str("tokenizer.ggml.model") {
             Some("bert") => {}
+            Some("gpt2") => return super::gguf_bpe::from_gguf_bpe(file),
             Some(other) => {
                 return Err(invalid(
                     path,
                     format!(
-                        "unsupported GGUF tokenizer model `{other}` (only `bert` is implemented)"
+                        "unsupported GGUF tokenizer model `{other}` (`bert` and `gpt2` are \
+                         implemented)"
                     ),
                 ))
             }

@@ -10,7 +10,8 @@ use serde_json::{Map, Value};
 
 use super::added::AddedToken;
 use super::decode::Decoder;
-use super::normalize::BertNormalizer;
+use super::json_stages::{parse_bpe, parse_decoder, parse_normalizer, parse_pre_tokenizer};
+use super::model::Model;
 use super::post::{Piece, PostProcessor};
 use super::pretokenize::PreTokenizer;
 use super::wordpiece::WordPiece;
@@ -26,7 +27,7 @@ pub(crate) fn invalid(path: &Path, reason: impl Into<String>) -> Error {
 }
 
 /// Why a section of the file is unusable; becomes the `reason` of [`Error::InvalidTokenizer`].
-struct Reason(String);
+pub(super) struct Reason(pub(super) String);
 
 impl From<String> for Reason {
     fn from(s: String) -> Self {
@@ -41,18 +42,23 @@ impl From<&str> for Reason {
 }
 
 /// Result of parsing one section.
-type Parsed<T> = std::result::Result<T, Reason>;
+pub(super) type Parsed<T> = std::result::Result<T, Reason>;
 
-fn bad<T>(reason: impl Into<String>) -> Parsed<T> {
+pub(super) fn bad<T>(reason: impl Into<String>) -> Parsed<T> {
     Err(Reason(reason.into()))
 }
 
 /// Reads a JSON object's field, treating `null` as absent.
-fn field<'a>(obj: &'a Map<String, Value>, key: &str) -> Option<&'a Value> {
+pub(super) fn field<'a>(obj: &'a Map<String, Value>, key: &str) -> Option<&'a Value> {
     obj.get(key).filter(|v| !v.is_null())
 }
 
-fn get_bool(obj: &Map<String, Value>, key: &str, default: bool, what: &str) -> Parsed<bool> {
+pub(super) fn get_bool(
+    obj: &Map<String, Value>,
+    key: &str,
+    default: bool,
+    what: &str,
+) -> Parsed<bool> {
     match field(obj, key) {
         None => Ok(default),
         Some(v) => v
@@ -61,7 +67,11 @@ fn get_bool(obj: &Map<String, Value>, key: &str, default: bool, what: &str) -> P
     }
 }
 
-fn get_str<'a>(obj: &'a Map<String, Value>, key: &str, what: &str) -> Parsed<Option<&'a str>> {
+pub(super) fn get_str<'a>(
+    obj: &'a Map<String, Value>,
+    key: &str,
+    what: &str,
+) -> Parsed<Option<&'a str>> {
     match field(obj, key) {
         None => Ok(None),
         Some(v) => v
@@ -71,7 +81,7 @@ fn get_str<'a>(obj: &'a Map<String, Value>, key: &str, what: &str) -> Parsed<Opt
     }
 }
 
-fn get_u32(obj: &Map<String, Value>, key: &str, what: &str) -> Parsed<Option<u32>> {
+pub(super) fn get_u32(obj: &Map<String, Value>, key: &str, what: &str) -> Parsed<Option<u32>> {
     match field(obj, key) {
         None => Ok(None),
         Some(v) => v
@@ -82,7 +92,7 @@ fn get_u32(obj: &Map<String, Value>, key: &str, what: &str) -> Parsed<Option<u32
     }
 }
 
-fn get_usize(obj: &Map<String, Value>, key: &str, what: &str) -> Parsed<Option<usize>> {
+pub(super) fn get_usize(obj: &Map<String, Value>, key: &str, what: &str) -> Parsed<Option<usize>> {
     match field(obj, key) {
         None => Ok(None),
         Some(v) => v
@@ -93,12 +103,12 @@ fn get_usize(obj: &Map<String, Value>, key: &str, what: &str) -> Parsed<Option<u
     }
 }
 
-fn as_object<'a>(v: &'a Value, what: &str) -> Parsed<&'a Map<String, Value>> {
+pub(super) fn as_object<'a>(v: &'a Value, what: &str) -> Parsed<&'a Map<String, Value>> {
     v.as_object()
         .ok_or_else(|| Reason(format!("{what} must be a JSON object")))
 }
 
-fn type_of<'a>(obj: &'a Map<String, Value>, what: &str) -> Parsed<&'a str> {
+pub(super) fn type_of<'a>(obj: &'a Map<String, Value>, what: &str) -> Parsed<&'a str> {
     get_str(obj, "type", what)?.ok_or_else(|| Reason(format!("{what} has no `type`")))
 }
 
@@ -124,7 +134,7 @@ fn parse_root(root: &Value) -> Parsed<Tokenizer> {
     };
     let pre_tokenizer = match field(root, "pre_tokenizer") {
         None => PreTokenizer::None,
-        Some(v) => parse_pre_tokenizer(v)?,
+        Some(v) => parse_pre_tokenizer(v, false)?,
     };
     let model = parse_model(field(root, "model").ok_or("the `model` section is missing")?)?;
     let added = match field(root, "added_tokens") {
@@ -133,7 +143,7 @@ fn parse_root(root: &Value) -> Parsed<Tokenizer> {
     };
     let post = match field(root, "post_processor") {
         None => None,
-        Some(v) => Some(parse_post_processor(v)?),
+        Some(v) => parse_post_processor(v)?,
     };
     let decoder = match field(root, "decoder") {
         None => Decoder::Join,
@@ -153,36 +163,7 @@ fn parse_root(root: &Value) -> Parsed<Tokenizer> {
     Ok(tok)
 }
 
-fn parse_normalizer(v: &Value) -> Parsed<BertNormalizer> {
-    let obj = as_object(v, "normalizer")?;
-    match type_of(obj, "normalizer")? {
-        "BertNormalizer" => {
-            let what = "normalizer";
-            let lowercase = get_bool(obj, "lowercase", true, what)?;
-            Ok(BertNormalizer {
-                clean_text: get_bool(obj, "clean_text", true, what)?,
-                handle_chinese_chars: get_bool(obj, "handle_chinese_chars", true, what)?,
-                strip_accents: get_bool(obj, "strip_accents", lowercase, what)?,
-                lowercase,
-            })
-        }
-        other => bad(format!(
-            "unsupported normalizer type `{other}` (only BertNormalizer is implemented)"
-        )),
-    }
-}
-
-fn parse_pre_tokenizer(v: &Value) -> Parsed<PreTokenizer> {
-    let obj = as_object(v, "pre_tokenizer")?;
-    match type_of(obj, "pre_tokenizer")? {
-        "BertPreTokenizer" => Ok(PreTokenizer::Bert),
-        other => bad(format!(
-            "unsupported pre_tokenizer type `{other}` (only BertPreTokenizer is implemented)"
-        )),
-    }
-}
-
-fn parse_model(v: &Value) -> Parsed<WordPiece> {
+fn parse_model(v: &Value) -> Parsed<Model> {
     let obj = as_object(v, "model")?;
     let kind = match get_str(obj, "type", "model")? {
         Some(kind) => kind,
@@ -190,9 +171,9 @@ fn parse_model(v: &Value) -> Parsed<WordPiece> {
         None if obj.contains_key("continuing_subword_prefix") => "WordPiece",
         None => return bad("the model has no `type`"),
     };
-    if kind != "WordPiece" {
+    if kind != "WordPiece" && kind != "BPE" {
         return bad(format!(
-            "unsupported model type `{kind}` (only WordPiece is implemented)"
+            "unsupported model type `{kind}` (WordPiece and BPE are implemented)"
         ));
     }
     let vocab = field(obj, "vocab").ok_or("model.vocab is missing")?;
@@ -205,10 +186,15 @@ fn parse_model(v: &Value) -> Parsed<WordPiece> {
             .ok_or_else(|| format!("model.vocab[{token:?}] must be an integer id"))?;
         entries.push((token.clone(), id));
     }
+    if kind == "BPE" {
+        return parse_bpe(obj, entries).map(|m| Model::Bpe(Box::new(m)));
+    }
     let unk = get_str(obj, "unk_token", "model")?.unwrap_or("[UNK]");
     let prefix = get_str(obj, "continuing_subword_prefix", "model")?.unwrap_or("##");
     let max_chars = get_usize(obj, "max_input_chars_per_word", "model")?.unwrap_or(100);
-    WordPiece::new(entries, unk, prefix, max_chars).map_err(|e| Reason(e.to_string()))
+    WordPiece::new(entries, unk, prefix, max_chars)
+        .map(Model::WordPiece)
+        .map_err(|e| Reason(e.to_string()))
 }
 
 fn parse_added_tokens(v: &Value) -> Parsed<Vec<AddedToken>> {
@@ -251,10 +237,35 @@ fn token_pair(obj: &Map<String, Value>, key: &str, what: &str) -> Parsed<(String
     }
 }
 
-fn parse_post_processor(v: &Value) -> Parsed<PostProcessor> {
+/// `None` for post-processors that add no tokens (`ByteLevel`, whose offset trimming is not
+/// applied); a `Sequence` may hold at most one token-adding processor.
+fn parse_post_processor(v: &Value) -> Parsed<Option<PostProcessor>> {
     let what = "post_processor";
     let obj = as_object(v, what)?;
     match type_of(obj, what)? {
+        "ByteLevel" => Ok(None),
+        "Sequence" => {
+            let list = field(obj, "processors")
+                .and_then(Value::as_array)
+                .ok_or("post_processor.processors must be an array")?;
+            let mut found = None;
+            for p in list {
+                if let Some(p) = parse_post_processor(p)? {
+                    if found.is_some() {
+                        return bad("post_processor Sequence with two token-adding processors");
+                    }
+                    found = Some(p);
+                }
+            }
+            Ok(found)
+        }
+        other => parse_adding_processor(obj, other).map(Some),
+    }
+}
+
+fn parse_adding_processor(obj: &Map<String, Value>, kind: &str) -> Parsed<PostProcessor> {
+    let what = "post_processor";
+    match kind {
         "BertProcessing" => Ok(PostProcessor::bert(
             token_pair(obj, "cls", what)?,
             token_pair(obj, "sep", what)?,
@@ -279,8 +290,8 @@ fn parse_post_processor(v: &Value) -> Parsed<PostProcessor> {
             Ok(PostProcessor::template(single, pair))
         }
         other => bad(format!(
-            "unsupported post_processor type `{other}` (BertProcessing, RobertaProcessing and \
-             TemplateProcessing are implemented)"
+            "unsupported post_processor type `{other}` (BertProcessing, RobertaProcessing, \
+             TemplateProcessing, ByteLevel and Sequence are implemented)"
         )),
     }
 }
@@ -351,21 +362,6 @@ fn parse_template(
     Ok(out)
 }
 
-fn parse_decoder(v: &Value) -> Parsed<Decoder> {
-    let obj = as_object(v, "decoder")?;
-    match type_of(obj, "decoder")? {
-        "WordPiece" => Ok(Decoder::WordPiece {
-            prefix: get_str(obj, "prefix", "decoder")?
-                .unwrap_or("##")
-                .to_owned(),
-            cleanup: get_bool(obj, "cleanup", true, "decoder")?,
-        }),
-        other => bad(format!(
-            "unsupported decoder type `{other}` (only WordPiece is implemented)"
-        )),
-    }
-}
-
 fn parse_truncation(v: &Value) -> Parsed<usize> {
     let what = "truncation";
     let obj = as_object(v, what)?;
@@ -431,7 +427,8 @@ mod tests {
     #[test]
     fn errors_name_the_problem() {
         assert!(err("{not json").contains("not valid JSON"));
-        assert!(err(r#"{"model": {"type": "BPE", "vocab": {}}}"#).contains("`BPE`"));
+        assert!(err(r#"{"model": {"type": "Unigram", "vocab": []}}"#).contains("`Unigram`"));
+        assert!(err(r#"{"model": {"type": "BPE", "vocab": {}}}"#).contains("model.merges"));
         assert!(err(r#"{"model": {"type": "WordPiece"}}"#).contains("model.vocab is missing"));
         assert!(err(r#"{"model": {"type": "WordPiece", "vocab": {"a": 0}}}"#).contains("[UNK]"));
         assert!(err(r#"{"version": "2.0", "model": {}}"#).contains("version"));

@@ -10,7 +10,9 @@ use serde_json::Value;
 use super::added::AddedToken;
 use super::decode::Decoder;
 use super::json::invalid;
+use super::model::Model;
 use super::normalize::BertNormalizer;
+use super::normalizers::Normalizer;
 use super::post::PostProcessor;
 use super::pretokenize::PreTokenizer;
 use super::wordpiece::WordPiece;
@@ -41,9 +43,9 @@ pub(crate) fn bert_pipeline(
     let model =
         WordPiece::new(entries, unk, "##", 100).map_err(|e| invalid(path, e.to_string()))?;
     Ok(Tokenizer::from_parts(
-        Some(normalizer),
+        Some(Normalizer::Bert(normalizer)),
         PreTokenizer::Bert,
-        model,
+        Model::WordPiece(model),
         added,
         Some(PostProcessor::bert(cls, sep)),
         Decoder::WordPiece {
@@ -70,6 +72,11 @@ fn bert_from_vocab(
         .filter_map(|t| line_id(&tokens, t).map(|i| AddedToken::special(i, t)))
         .collect();
     bert_pipeline(path, tokens, "[UNK]", cls, sep, added, normalizer)
+}
+
+/// Loads the tokenizer of a model folder; the same as [`Tokenizer::from_dir`].
+pub fn load_tokenizer(dir: impl AsRef<Path>) -> Result<Tokenizer> {
+    Tokenizer::from_dir(dir)
 }
 
 impl Tokenizer {

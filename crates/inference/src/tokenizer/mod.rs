@@ -1,17 +1,25 @@
 //! Tokenizers: text → token ids, and back. The pipeline mirrors HF `tokenizers` stage by stage
-//! and is checked id-for-id against it (`tests/tokenizer_wordpiece.rs`):
+//! and is checked id-for-id against it (`tests/tokenizer_wordpiece.rs` for WordPiece,
+//! `tests/tokenizer_bpe.rs` for byte-level and SentencePiece-style BPE):
 //!
-//! 1. added tokens (`added`): special tokens such as `[CLS]` / `<mask>` are cut out first;
-//! 2. normalizer (`normalize`): `BertNormalizer` (clean text, CJK spacing, accents, case),
-//!    tracking where every normalized byte came from so offsets point into the input;
-//! 3. pre-tokenizer (`pretokenize`): `BertPreTokenizer` (whitespace, punctuation);
-//! 4. model (`wordpiece`): WordPiece, greedy longest-match-first;
+//! 1. added tokens (`added`): special tokens such as `[CLS]` / `<|im_start|>` are cut out first,
+//!    honouring `lstrip` / `rstrip` / `single_word` / `normalized`;
+//! 2. normalizer (`normalizers`, BERT's in `normalize`): `BertNormalizer`, NFC / NFD / NFKC (with
+//!    HF's Unicode 9.0 behaviour, `hf_unicode`), `Lowercase`, `Prepend`, `Replace`, `Strip`,
+//!    `Sequence`, tracking where every normalized byte came from so offsets point into the input;
+//! 3. pre-tokenizer (`pretokenize`): `BertPreTokenizer`, regex `Split` (GPT-2, Llama 3, Qwen
+//!    patterns, read from the file), `ByteLevel`, `Metaspace`, `Whitespace`, `Digits`,
+//!    `Sequence`;
+//! 4. model (`model`): WordPiece (`wordpiece`, greedy longest-match-first) or BPE (`bpe`, ranked
+//!    merges; byte-level, or per character with byte fallback);
 //! 5. post-processor (`post`): truncation, then `[CLS] A [SEP]`-style templates and type ids;
-//! 6. decoder (`decode`): ids back to text.
+//! 6. decoder (`decode`): ids back to text (`ByteLevel`, `ByteFallback`, `Fuse`, `Strip`,
+//!    `Replace`, `Metaspace`, `WordPiece`, `Sequence`); `stream` decodes incrementally.
 //!
-//! Loaders: `tokenizer.json` (`json`), BERT `vocab.txt` and model folders (`load`), and the
-//! `tokenizer.ggml.*` vocabulary of a GGUF file (`gguf_vocab`). Only WordPiece models are
-//! implemented so far; other model types are rejected with an error naming them.
+//! Loaders: `tokenizer.json` (`json`, with the `type`-tagged stages in `json_stages`), BERT
+//! `vocab.txt` and model folders (`load`, also [`load_tokenizer`]), and the `tokenizer.ggml.*`
+//! vocabulary of a GGUF file (`gguf_vocab` for WordPiece, `gguf_bpe` for byte-level BPE).
+//! Unigram models and component types not listed above are rejected with an error naming them.
 //!
 //! Padding is parsed from `tokenizer.json` (see [`Tokenizer::padding`]) but never applied by
 //! [`Tokenizer::encode`]: packing and padding are the batcher's job. The file's truncation length
@@ -19,17 +27,26 @@
 //!
 //! Where we knowingly differ from HF: offsets are byte offsets that always fall on character
 //! boundaries (HF's RoBERTa offset trimming adds a character count to a byte offset, which can
-//! land inside a multi-byte space before an `lstrip` token); truncation sections other than
+//! land inside a multi-byte space before an `lstrip` token); where NFC / NFD / NFKC rewrite a
+//! run of characters, every token inside it maps to the whole run; `ByteLevel` offset trimming is
+//! not applied; truncation sections other than
 //! `LongestFirst` / `Right` are refused at load, and overflowing tokens (`stride`) are not kept.
 
 mod added;
+mod bpe;
 mod decode;
+mod gguf_bpe;
 mod gguf_vocab;
+mod hf_unicode;
 mod json;
+mod json_stages;
 mod load;
+mod model;
 mod normalize;
+mod normalizers;
 mod post;
 mod pretokenize;
+mod stream;
 mod unicode;
 mod wordpiece;
 
@@ -37,10 +54,13 @@ use std::path::Path;
 
 use added::{AddedToken, AddedVocab, Split};
 use decode::Decoder;
-use normalize::{BertNormalizer, NormalizedText};
+pub use load::load_tokenizer;
+use model::Model;
+use normalize::NormalizedText;
+use normalizers::Normalizer;
 use post::{PostProcessor, SeqTokens};
 use pretokenize::PreTokenizer;
-use wordpiece::WordPiece;
+pub use stream::DecodeStream;
 
 use crate::{Error, Result};
 
@@ -129,9 +149,9 @@ pub struct Padding {
 /// A loaded tokenizer. Cheap to share across threads (`&self` everywhere).
 #[derive(Debug, Clone)]
 pub struct Tokenizer {
-    normalizer: Option<BertNormalizer>,
+    normalizer: Option<Normalizer>,
     pre_tokenizer: PreTokenizer,
-    model: WordPiece,
+    model: Model,
     added: AddedVocab,
     post: Option<PostProcessor>,
     decoder: Decoder,
@@ -154,13 +174,16 @@ impl Tokenizer {
     }
 
     fn from_parts(
-        normalizer: Option<BertNormalizer>,
+        normalizer: Option<Normalizer>,
         pre_tokenizer: PreTokenizer,
-        model: WordPiece,
+        mut model: Model,
         added: Vec<AddedToken>,
         post: Option<PostProcessor>,
         decoder: Decoder,
     ) -> Self {
+        if let Model::Bpe(bpe) = &mut model {
+            bpe.set_byte_level(pre_tokenizer.is_byte_level() || decoder.is_byte_level());
+        }
         let added = AddedVocab::new(added, normalizer.as_ref());
         Self {
             normalizer,
@@ -314,7 +337,9 @@ impl Tokenizer {
         }
     }
 
-    /// Pre-tokenizes `norm.text[from..to]` and runs WordPiece on each word.
+    /// Pre-tokenizes `norm.text[from..to]` and runs the model on each word. Pre-tokenizers
+    /// that rewrite text (`ByteLevel` with `add_prefix_space`, `Metaspace`) work on a rewritten
+    /// copy that keeps the alignment to the input.
     fn tokenize_words(
         &self,
         norm: &NormalizedText,
@@ -324,18 +349,39 @@ impl Tokenizer {
         pieces: &mut Vec<wordpiece::Piece>,
         out: &mut SeqTokens,
     ) {
+        if let Some(rewritten) = self.pre_tokenizer.rewrite(norm, from, to) {
+            let end = rewritten.text.len();
+            return self.model_words(&rewritten, 0, end, limit, pieces, out);
+        }
+        self.model_words(norm, from, to, limit, pieces, out);
+    }
+
+    /// Splits `norm.text[from..to]` into words and runs the model on each.
+    fn model_words(
+        &self,
+        norm: &NormalizedText,
+        from: usize,
+        to: usize,
+        limit: usize,
+        pieces: &mut Vec<wordpiece::Piece>,
+        out: &mut SeqTokens,
+    ) {
         let text = &norm.text[from..to];
-        let prefix = self.model.prefix();
+        let model = match &self.model {
+            Model::WordPiece(m) => m,
+            Model::Bpe(m) => return self.bpe_words(m, norm, from, to, limit, out),
+        };
+        let prefix = model.prefix();
         self.pre_tokenizer.split(text, |ws, we| {
             if out.len() >= limit {
                 return;
             }
             let word = &text[ws..we];
             pieces.clear();
-            self.model.tokenize_word(word, pieces);
+            model.tokenize_word(word, pieces);
             for p in pieces.iter() {
                 let token = if p.unk {
-                    self.model.unk_token().to_owned()
+                    model.unk_token().to_owned()
                 } else if p.start == 0 {
                     word[p.start..p.end].to_owned()
                 } else {
@@ -344,6 +390,35 @@ impl Tokenizer {
                     s.push_str(&word[p.start..p.end]);
                     s
                 };
+                out.ids.push(p.id);
+                out.tokens.push(token);
+                out.offsets
+                    .push(norm.original_range(from + ws + p.start, from + ws + p.end));
+            }
+        });
+    }
+
+    /// [`Self::tokenize_words`] for a BPE model.
+    fn bpe_words(
+        &self,
+        model: &bpe::Bpe,
+        norm: &NormalizedText,
+        from: usize,
+        to: usize,
+        limit: usize,
+        out: &mut SeqTokens,
+    ) {
+        let text = &norm.text[from..to];
+        let mut pieces = Vec::new();
+        self.pre_tokenizer.split(text, |ws, we| {
+            if out.len() >= limit {
+                return;
+            }
+            let word = &text[ws..we];
+            pieces.clear();
+            model.tokenize_word(word, &mut pieces);
+            for p in &pieces {
+                let token = model.id_to_token(p.id).unwrap_or_default().to_owned();
                 out.ids.push(p.id);
                 out.tokens.push(token);
                 out.offsets
@@ -406,7 +481,7 @@ mod tests {
         let vocab = [
             "[PAD]", "[UNK]", "[CLS]", "[SEP]", "hello", "world", "##s", "!",
         ];
-        let model = WordPiece::new(
+        let model = wordpiece::WordPiece::new(
             vocab
                 .iter()
                 .enumerate()
@@ -423,9 +498,9 @@ mod tests {
             .collect();
         let post = PostProcessor::bert(("[CLS]".into(), 2), ("[SEP]".into(), 3));
         Tokenizer::from_parts(
-            Some(BertNormalizer::default()),
+            Some(Normalizer::Bert(normalize::BertNormalizer::default())),
             PreTokenizer::Bert,
-            model,
+            Model::WordPiece(model),
             added,
             Some(post),
             Decoder::WordPiece {

@@ -266,7 +266,8 @@ impl BertNormalizer {
         pass.flush();
     }
 
-    /// Normalizes a standalone string (used for added-token patterns).
+    /// Normalizes a standalone string.
+    #[cfg(test)]
     pub fn normalize_str(&self, input: &str) -> String {
         let mut out = NormalizedText::default();
         self.normalize(input, 0, &mut out);

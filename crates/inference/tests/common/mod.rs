@@ -71,3 +71,14 @@ pub fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
         .map(|(x, y)| (x - y).abs())
         .fold(0.0, f32::max)
 }
+
+/// Reads a gzip-compressed text fixture (reference corpora are committed as `.jsonl.gz`).
+pub fn read_gz(path: &std::path::Path) -> String {
+    use std::io::Read;
+    let file = std::fs::File::open(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let mut text = String::new();
+    flate2::read::GzDecoder::new(file)
+        .read_to_string(&mut text)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    text
+}

@@ -1,0 +1,41 @@
+//! The model stage as one enum: WordPiece or BPE. It answers vocabulary questions (token ↔ id,
+//! size) the same way for both; tokenizing a word is done by the variant's own module, called
+//! from [`super::Tokenizer`].
+
+use super::bpe::Bpe;
+use super::wordpiece::WordPiece;
+
+/// The `model` of a tokenizer.
+#[derive(Debug, Clone)]
+pub(crate) enum Model {
+    /// Greedy longest-match-first WordPiece (BERT).
+    WordPiece(WordPiece),
+    /// Ranked-merge BPE (byte-level or SentencePiece-style); boxed, its tables are large.
+    Bpe(Box<Bpe>),
+}
+
+impl Model {
+    /// Id of a token string.
+    pub fn token_to_id(&self, token: &str) -> Option<u32> {
+        match self {
+            Model::WordPiece(m) => m.token_to_id(token),
+            Model::Bpe(m) => m.token_to_id(token),
+        }
+    }
+
+    /// Token string of an id.
+    pub fn id_to_token(&self, id: u32) -> Option<&str> {
+        match self {
+            Model::WordPiece(m) => m.id_to_token(id),
+            Model::Bpe(m) => m.id_to_token(id),
+        }
+    }
+
+    /// Vocabulary size.
+    pub fn len(&self) -> usize {
+        match self {
+            Model::WordPiece(m) => m.len(),
+            Model::Bpe(m) => m.len(),
+        }
+    }
+}
