@@ -286,3 +286,35 @@ fn eval_sts_reports_spearman_and_rejects_bad_csv() {
     ]);
     assert_fails_with(&o, &["row 2", "not-a-number"]);
 }
+
+#[test]
+fn tokenize_works_for_byte_level_and_sentencepiece_bpe() {
+    let npm = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../.cache/npm");
+    let cases = [
+        ("qwen3", vec![9707, 11, 1879, 0]),
+        ("llama2", vec![1, 22557, 28725, 1526, 28808]),
+    ];
+    for (name, want) in cases {
+        let dir = npm.join(name).join("package/models");
+        assert!(
+            dir.join("tokenizer.json").is_file(),
+            "{} missing: run scripts/fetch_models.sh",
+            dir.display()
+        );
+        let o = lattice(&[
+            "tokenize",
+            "--model",
+            dir.to_str().unwrap(),
+            "Hello, world!",
+        ]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let v: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+        let ids: Vec<u64> = v["ids"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_u64().unwrap())
+            .collect();
+        assert_eq!(ids, want, "{name}");
+    }
+}
