@@ -496,21 +496,27 @@ fn main() {
     );
     let mut json_rows = Vec::new();
     for r in &rows {
-        // Lattice rows are shown beside HF's row of the same scheme; HF-only rows beside the
-        // Lattice scheme with the same thread count.
-        let (lat_scheme, hf_scheme) = match (r.lib, r.scheme) {
-            ("lattice", s) => (Some(s), s),
-            (_, "HF encode_fast") => (Some("1 thread"), r.scheme),
-            (_, "HF encode_batch") | (_, "HF encode_batch_fast") => (Some("2 threads"), r.scheme),
-            _ => (None, r.scheme),
-        };
         let find = |lib: &str, scheme: &str| {
             rows.iter().find(|o| {
                 o.model == r.model && o.corpus == r.corpus && o.scheme == scheme && o.lib == lib
             })
         };
-        if let (Some(ls), Some(h)) = (lat_scheme, find("hf", hf_scheme)) {
-            let l = find("lattice", ls).expect("lattice row");
+        // The Lattice scheme each row is compared with: the same scheme for the shared ones,
+        // the one with the same thread count for the HF-only ones.
+        let lat_scheme = match r.scheme {
+            "HF encode_fast" => "1 thread",
+            "HF encode_batch" | "HF encode_batch_fast" => "2 threads",
+            s => s,
+        };
+        let hf_row = if r.lib == "hf" {
+            Some(r)
+        } else {
+            find("hf", r.scheme)
+        };
+        let pair = hf_row.zip(find("lattice", lat_scheme));
+        let paired = pair.map(|(h, l)| round_ratio(l, h));
+        // One table line per Lattice row and per HF-only row.
+        if let Some((h, l)) = pair.filter(|_| r.lib == "lattice" || r.scheme.starts_with("HF ")) {
             let label = if r.lib == "lattice" {
                 r.scheme.to_string()
             } else {
@@ -530,12 +536,6 @@ fn main() {
                 round_ratio(l, h)
             );
         }
-        let paired = match (lat_scheme, find("hf", hf_scheme)) {
-            (Some(ls), Some(h)) if r.lib == "lattice" || h.scheme == r.scheme => {
-                find("lattice", ls).map(|l| round_ratio(l, h))
-            }
-            _ => None,
-        };
         json_rows.push(serde_json::json!({
             "model": r.model,
             "corpus": r.corpus,
