@@ -19,7 +19,7 @@ pub const SPACE_SYMBOL: &str = "\u{2581}";
 
 /// A parsed precompiled charsmap: a Darts double-array trie over UTF-8 prefixes plus its
 /// replacement string pool.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CharsMap {
     /// Double-array units (u32 [n_units]).
     units: Vec<u32>,
@@ -129,7 +129,7 @@ impl CharsMap {
 
     /// HF `Precompiled::transform`: the replacement of the first (shortest) rule that matches a
     /// prefix of `chunk`, applied to the whole chunk.
-    fn transform(&self, chunk: &str) -> Option<&str> {
+    pub(crate) fn transform(&self, chunk: &str) -> Option<&str> {
         let mut first = None;
         self.common_prefixes(chunk.as_bytes(), |_, off| {
             if first.is_none() {

@@ -16,9 +16,9 @@ use super::model_proto::{Piece, PieceType};
 /// Penalty below the lowest piece score given to the unknown piece.
 const UNK_PENALTY: f32 = 10.0;
 
-/// A node of the piece trie.
+/// A node of the piece trie (shared with the `tokenizer.json` Unigram model).
 #[derive(Debug, Clone, Default)]
-struct TrieNode {
+pub(crate) struct TrieNode {
     /// Outgoing edges `(byte, child node)`, sorted by byte.
     edges: Vec<(u8, u32)>,
     /// For nodes with many edges: child by byte (`u32::MAX` = none), filled after building.
@@ -97,15 +97,7 @@ impl Unigram {
             }
         }
         let unk_id = unk_id.ok_or("the model has no unknown piece")?;
-        for node in &mut trie {
-            if node.edges.len() >= DENSE_MIN_EDGES {
-                let mut dense = Box::new([u32::MAX; 256]);
-                for &(b, next) in &node.edges {
-                    dense[usize::from(b)] = next;
-                }
-                node.dense = Some(dense);
-            }
-        }
+        densify(&mut trie);
         let byte_ids = (byte_fallback && has_bytes).then(|| {
             (0..=255u8)
                 .map(|b| {
@@ -304,6 +296,24 @@ impl Unigram {
     }
 }
 
+/// Gives nodes with many edges a dense child table; call once after the last [`insert`].
+pub(crate) fn densify(trie: &mut [TrieNode]) {
+    for node in trie {
+        if node.edges.len() >= DENSE_MIN_EDGES {
+            let mut dense = Box::new([u32::MAX; 256]);
+            for &(b, next) in &node.edges {
+                dense[usize::from(b)] = next;
+            }
+            node.dense = Some(dense);
+        }
+    }
+}
+
+/// The piece ending at `node`: `(id, score, type)`.
+pub(crate) fn piece_at(trie: &[TrieNode], node: usize) -> Option<(u32, f32, PieceType)> {
+    trie.get(node).and_then(|n| n.piece)
+}
+
 /// True for a piece spelled `<0xXX>` with two upper-case hex digits.
 fn is_byte_piece(piece: &str) -> bool {
     let b = piece.as_bytes();
@@ -315,7 +325,8 @@ fn is_byte_piece(piece: &str) -> bool {
             .all(|c| c.is_ascii_digit() || (b'A'..=b'F').contains(c))
 }
 
-fn child(trie: &[TrieNode], node: usize, b: u8) -> Option<usize> {
+/// The child of `node` along byte `b`.
+pub(crate) fn child(trie: &[TrieNode], node: usize, b: u8) -> Option<usize> {
     let node = trie.get(node)?;
     if let Some(dense) = &node.dense {
         let next = dense[usize::from(b)];
@@ -328,7 +339,8 @@ fn child(trie: &[TrieNode], node: usize, b: u8) -> Option<usize> {
         .map(|i| edges[i].1 as usize)
 }
 
-fn insert(trie: &mut Vec<TrieNode>, key: &[u8], piece: (u32, f32, PieceType)) {
+/// Adds `key` to the trie (node 0 is the root); the first piece inserted for a key is kept.
+pub(crate) fn insert(trie: &mut Vec<TrieNode>, key: &[u8], piece: (u32, f32, PieceType)) {
     let mut node = 0usize;
     for &b in key {
         node = match trie[node].edges.binary_search_by_key(&b, |e| e.0) {

@@ -10,7 +10,9 @@ use serde_json::{Map, Value};
 
 use super::added::AddedToken;
 use super::decode::Decoder;
-use super::json_stages::{parse_bpe, parse_decoder, parse_normalizer, parse_pre_tokenizer};
+use super::json_stages::{
+    parse_bpe, parse_decoder, parse_normalizer, parse_pre_tokenizer, parse_unigram,
+};
 use super::model::Model;
 use super::post::{Piece, PostProcessor};
 use super::pretokenize::PreTokenizer;
@@ -171,9 +173,12 @@ fn parse_model(v: &Value) -> Parsed<Model> {
         None if obj.contains_key("continuing_subword_prefix") => "WordPiece",
         None => return bad("the model has no `type`"),
     };
+    if kind == "Unigram" {
+        return parse_unigram(obj).map(|m| Model::Unigram(Box::new(m)));
+    }
     if kind != "WordPiece" && kind != "BPE" {
         return bad(format!(
-            "unsupported model type `{kind}` (WordPiece and BPE are implemented)"
+            "unsupported model type `{kind}` (WordPiece, BPE and Unigram are implemented)"
         ));
     }
     let vocab = field(obj, "vocab").ok_or("model.vocab is missing")?;
@@ -427,7 +432,11 @@ mod tests {
     #[test]
     fn errors_name_the_problem() {
         assert!(err("{not json").contains("not valid JSON"));
-        assert!(err(r#"{"model": {"type": "Unigram", "vocab": []}}"#).contains("`Unigram`"));
+        assert!(err(r#"{"model": {"type": "WordLevel", "vocab": {}}}"#).contains("`WordLevel`"));
+        assert!(
+            err(r#"{"model": {"type": "Unigram", "vocab": [], "unk_id": 0}}"#).contains("empty")
+        );
+        assert!(err(r#"{"model": {"type": "Unigram", "vocab": [["a", 0]]}}"#).contains("unk_id"));
         assert!(err(r#"{"model": {"type": "BPE", "vocab": {}}}"#).contains("model.merges"));
         assert!(err(r#"{"model": {"type": "WordPiece"}}"#).contains("model.vocab is missing"));
         assert!(err(r#"{"model": {"type": "WordPiece", "vocab": {"a": 0}}}"#).contains("[UNK]"));

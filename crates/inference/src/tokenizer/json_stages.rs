@@ -1,5 +1,5 @@
 //! `tokenizer.json` sections that come as a `type`-tagged component (with `Sequence` for
-//! composition): normalizers, pre-tokenizers, decoders, and the BPE model. Each unknown type is
+//! composition): normalizers, pre-tokenizers, decoders, and the BPE and Unigram models. Each unknown type is
 //! rejected with an error naming it. [`super::json`] reads the file and the other sections; this
 //! module builds stage values and does not run them.
 
@@ -10,8 +10,10 @@ use super::bpe::{Bpe, BpeOptions};
 use super::decode::Decoder;
 use super::json::{as_object, bad, field, get_bool, get_str, get_usize, type_of, Parsed, Reason};
 use super::normalize::BertNormalizer;
-use super::normalizers::{Form, Normalizer};
+use super::normalizers::{Form, Normalizer, Pattern};
 use super::pretokenize::{Behavior, PreTokenizer, Prepend, SplitPattern, GPT2_PATTERN};
+use super::unigram::Unigram;
+use crate::sentencepiece::charsmap::CharsMap;
 
 fn list<'a>(obj: &'a Map<String, Value>, key: &str, what: &str) -> Parsed<&'a Vec<Value>> {
     field(obj, key)
@@ -65,13 +67,28 @@ pub(super) fn parse_normalizer(v: &Value) -> Parsed<Normalizer> {
         ),
         "Replace" => {
             let (is_regex, pat) = pattern(obj, "normalizer Replace")?;
-            if is_regex || pat.is_empty() {
-                return bad("normalizer Replace: only non-empty String patterns are implemented");
+            let content = get_str(obj, "content", what)?.unwrap_or("").to_owned();
+            if is_regex {
+                Normalizer::ReplaceRegex {
+                    pattern: Pattern(regex(pat, "normalizer Replace")?),
+                    content,
+                }
+            } else if pat.is_empty() {
+                return bad("normalizer Replace: empty String pattern");
+            } else {
+                Normalizer::Replace {
+                    pattern: pat.to_owned(),
+                    content,
+                }
             }
-            Normalizer::Replace {
-                pattern: pat.to_owned(),
-                content: get_str(obj, "content", what)?.unwrap_or("").to_owned(),
-            }
+        }
+        "Precompiled" => {
+            let blob = get_str(obj, "precompiled_charsmap", what)?.unwrap_or("");
+            let blob = base64_decode(blob)
+                .ok_or("normalizer Precompiled: precompiled_charsmap is not valid base64")?;
+            let map = CharsMap::parse(&blob)
+                .map_err(|e| Reason(format!("normalizer Precompiled: {e}")))?;
+            Normalizer::Precompiled(Box::new(map))
         }
         "Strip" => Normalizer::Strip {
             left: get_bool(obj, "strip_left", true, what)?,
@@ -86,7 +103,7 @@ pub(super) fn parse_normalizer(v: &Value) -> Parsed<Normalizer> {
         other => {
             return bad(format!(
                 "unsupported normalizer type `{other}` (implemented: BertNormalizer, NFC, NFD, \
-                 NFKC, Lowercase, Prepend, Replace, Strip, Sequence)"
+                 NFKC, Lowercase, Prepend, Replace, Strip, Precompiled, Sequence)"
             ))
         }
     })
@@ -266,6 +283,63 @@ pub(super) fn parse_decoder(v: &Value) -> Parsed<Decoder> {
             ))
         }
     })
+}
+
+/// Standard base64 (`+`, `/`, optional `=` padding, no line breaks); `None` when malformed.
+fn base64_decode(s: &str) -> Option<Vec<u8>> {
+    fn sextet(c: u8) -> Option<u32> {
+        Some(u32::from(match c {
+            b'A'..=b'Z' => c - b'A',
+            b'a'..=b'z' => c - b'a' + 26,
+            b'0'..=b'9' => c - b'0' + 52,
+            b'+' => 62,
+            b'/' => 63,
+            _ => return None,
+        }))
+    }
+    let body = s.trim_end_matches('=').as_bytes();
+    if s.len() - body.len() > 2 || body.len() % 4 == 1 {
+        return None;
+    }
+    let mut out = Vec::with_capacity(body.len() / 4 * 3 + 2);
+    for chunk in body.chunks(4) {
+        let mut acc = 0u32;
+        for &c in chunk {
+            acc = (acc << 6) | sextet(c)?;
+        }
+        acc <<= 6 * (4 - chunk.len() as u32);
+        let bytes = acc.to_be_bytes();
+        out.extend_from_slice(&bytes[1..chunk.len()]);
+    }
+    Some(out)
+}
+
+/// Parses a `model` section of type `Unigram`: `vocab` as `[[piece, score], ...]`, `unk_id`
+/// (required) and `byte_fallback`.
+pub(super) fn parse_unigram(obj: &Map<String, Value>) -> Parsed<Unigram> {
+    let what = "model";
+    let vocab = list(obj, "vocab", what)?
+        .iter()
+        .enumerate()
+        .map(|(i, v)| match v.as_array().map(Vec::as_slice) {
+            Some([p, s]) => match (p.as_str(), s.as_f64()) {
+                (Some(p), Some(s)) => Ok((p.to_owned(), s)),
+                _ => bad(format!("model.vocab[{i}] must be [string, number]")),
+            },
+            _ => bad(format!("model.vocab[{i}] must be [piece, score]")),
+        })
+        .collect::<Parsed<Vec<_>>>()?;
+    let unk_id = match field(obj, "unk_id") {
+        None => {
+            return bad("model.unk_id is missing (a Unigram model without one is not supported)")
+        }
+        Some(v) => v
+            .as_u64()
+            .and_then(|n| u32::try_from(n).ok())
+            .ok_or("model.unk_id must be an integer id")?,
+    };
+    let byte_fallback = get_bool(obj, "byte_fallback", false, what)?;
+    Unigram::new(vocab, unk_id, byte_fallback).map_err(|e| Reason(format!("model: {e}")))
 }
 
 /// One merge: `"a b"` or `["a", "b"]`.

@@ -5,13 +5,14 @@
 //! 1. added tokens (`added`): special tokens such as `[CLS]` / `<|im_start|>` are cut out first,
 //!    honouring `lstrip` / `rstrip` / `single_word` / `normalized`;
 //! 2. normalizer (`normalizers`, BERT's in `normalize`): `BertNormalizer`, NFC / NFD / NFKC (with
-//!    HF's Unicode 9.0 behaviour, `hf_unicode`), `Lowercase`, `Prepend`, `Replace`, `Strip`,
-//!    `Sequence`, tracking where every normalized byte came from so offsets point into the input;
+//!    HF's Unicode 9.0 behaviour, `hf_unicode`), `Lowercase`, `Prepend`, `Replace` (string or
+//!    regex), `Strip`, `Precompiled` (SentencePiece charsmap), `Sequence`, tracking where every normalized byte came from so offsets point into the input;
 //! 3. pre-tokenizer (`pretokenize`): `BertPreTokenizer`, regex `Split` (GPT-2, Llama 3, Qwen
 //!    patterns, read from the file), `ByteLevel`, `Metaspace`, `Whitespace`, `Digits`,
 //!    `Sequence`;
-//! 4. model (`model`): WordPiece (`wordpiece`, greedy longest-match-first) or BPE (`bpe`, ranked
-//!    merges; byte-level, or per character with byte fallback);
+//! 4. model (`model`): WordPiece (`wordpiece`, greedy longest-match-first), BPE (`bpe`, ranked
+//!    merges; byte-level, or per character with byte fallback) or Unigram (`unigram`, Viterbi
+//!    over piece scores with HF's scoring; `tests/tokenizer_unigram.rs`);
 //! 5. post-processor (`post`): truncation, then `[CLS] A [SEP]`-style templates and type ids;
 //! 6. decoder (`decode`): ids back to text (`ByteLevel`, `ByteFallback`, `Fuse`, `Strip`,
 //!    `Replace`, `Metaspace`, `WordPiece`, `Sequence`); `stream` decodes incrementally.
@@ -19,7 +20,8 @@
 //! Loaders: `tokenizer.json` (`json`, with the `type`-tagged stages in `json_stages`), BERT
 //! `vocab.txt` and model folders (`load`, also [`load_tokenizer`]), and the `tokenizer.ggml.*`
 //! vocabulary of a GGUF file (`gguf_vocab` for WordPiece, `gguf_bpe` for byte-level BPE).
-//! Unigram models and component types not listed above are rejected with an error naming them.
+//! A folder with only a SentencePiece `tokenizer.model` loads through [`crate::sentencepiece`]
+//! (`load`). Component types not listed above are rejected with an error naming them.
 //!
 //! Padding is parsed from `tokenizer.json` (see [`Tokenizer::padding`]) but never applied by
 //! [`Tokenizer::encode`]: packing and padding are the batcher's job. The file's truncation length
@@ -48,6 +50,7 @@ mod post;
 mod pretokenize;
 mod stream;
 mod unicode;
+mod unigram;
 mod wordpiece;
 
 use std::path::Path;
@@ -370,6 +373,7 @@ impl Tokenizer {
         let model = match &self.model {
             Model::WordPiece(m) => m,
             Model::Bpe(m) => return self.bpe_words(m, norm, from, to, limit, out),
+            Model::Unigram(m) => return self.unigram_words(m, norm, from, to, limit, out),
         };
         let prefix = model.prefix();
         self.pre_tokenizer.split(text, |ws, we| {
@@ -419,6 +423,38 @@ impl Tokenizer {
             model.tokenize_word(word, &mut pieces);
             for p in &pieces {
                 let token = model.id_to_token(p.id).unwrap_or_default().to_owned();
+                out.ids.push(p.id);
+                out.tokens.push(token);
+                out.offsets
+                    .push(norm.original_range(from + ws + p.start, from + ws + p.end));
+            }
+        });
+    }
+
+    /// [`Self::tokenize_words`] for a Unigram model. Token strings are HF's: the segment text
+    /// (a fused run of unknown characters stays as its text), or `<0xXX>` for byte fallback.
+    fn unigram_words(
+        &self,
+        model: &unigram::Unigram,
+        norm: &NormalizedText,
+        from: usize,
+        to: usize,
+        limit: usize,
+        out: &mut SeqTokens,
+    ) {
+        let text = &norm.text[from..to];
+        let mut pieces = Vec::new();
+        self.pre_tokenizer.split(text, |ws, we| {
+            if out.len() >= limit {
+                return;
+            }
+            let word = &text[ws..we];
+            model.tokenize_word(word, &mut pieces);
+            for p in &pieces {
+                let token = match p.byte {
+                    Some(b) => format!("<0x{b:02X}>"),
+                    None => word[p.start..p.end].to_owned(),
+                };
                 out.ids.push(p.id);
                 out.tokens.push(token);
                 out.offsets

@@ -1,8 +1,9 @@
-//! The model stage as one enum: WordPiece or BPE. It answers vocabulary questions (token ↔ id,
-//! size) the same way for both; tokenizing a word is done by the variant's own module, called
+//! The model stage as one enum: WordPiece, BPE or Unigram. It answers vocabulary questions
+//! (token ↔ id, size) the same way for all; tokenizing a word is done by the variant's own module, called
 //! from [`super::Tokenizer`].
 
 use super::bpe::Bpe;
+use super::unigram::Unigram;
 use super::wordpiece::WordPiece;
 
 /// The `model` of a tokenizer.
@@ -12,6 +13,8 @@ pub(crate) enum Model {
     WordPiece(WordPiece),
     /// Ranked-merge BPE (byte-level or SentencePiece-style); boxed, its tables are large.
     Bpe(Box<Bpe>),
+    /// Viterbi over piece scores (SentencePiece Unigram, HF rules); boxed like BPE.
+    Unigram(Box<Unigram>),
 }
 
 impl Model {
@@ -20,6 +23,7 @@ impl Model {
         match self {
             Model::WordPiece(m) => m.token_to_id(token),
             Model::Bpe(m) => m.token_to_id(token),
+            Model::Unigram(m) => m.token_to_id(token),
         }
     }
 
@@ -28,6 +32,7 @@ impl Model {
         match self {
             Model::WordPiece(m) => m.id_to_token(id),
             Model::Bpe(m) => m.id_to_token(id),
+            Model::Unigram(m) => m.id_to_token(id),
         }
     }
 
@@ -36,6 +41,7 @@ impl Model {
         match self {
             Model::WordPiece(m) => m.len(),
             Model::Bpe(m) => m.len(),
+            Model::Unigram(m) => m.len(),
         }
     }
 }

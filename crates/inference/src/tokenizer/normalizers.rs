@@ -1,14 +1,29 @@
 //! The normalizer stage as one enum over HF's normalizer types (`NFC`, `NFD`, `NFKC`,
-//! `Lowercase`, `Prepend`, `Replace` with a string pattern, `Strip`, `Sequence`,
-//! `BertNormalizer`), each keeping the byte alignment of [`NormalizedText`] so that offsets point
+//! `Lowercase`, `Prepend`, `Replace` with a string or regex pattern, `Strip`, `Sequence`,
+//! `Precompiled` (a SentencePiece charsmap, applied per grapheme as HF does), `BertNormalizer`), each keeping the byte alignment of [`NormalizedText`] so that offsets point
 //! into the input. Like HF, the Unicode forms use Unicode 9.0 behaviour for characters assigned
 //! later ([`super::hf_unicode`]). The BERT normalizer itself lives in [`super::normalize`]; this
 //! module only adds the other types and composes them. It does not parse `tokenizer.json`.
 
+use fancy_regex::Regex;
 use unicode_normalization::{IsNormalized, UnicodeNormalization};
+use unicode_segmentation::UnicodeSegmentation;
 
 use super::hf_unicode::is_hf_inert;
 use super::normalize::{BertNormalizer, NormalizedText};
+use crate::sentencepiece::charsmap::CharsMap;
+
+/// A compiled regex that compares equal by its source text.
+#[derive(Debug, Clone)]
+pub(crate) struct Pattern(pub Box<Regex>);
+
+impl PartialEq for Pattern {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.as_str() == other.0.as_str()
+    }
+}
+
+impl Eq for Pattern {}
 
 /// Unicode normalization forms HF exposes as normalizers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,6 +54,16 @@ pub(crate) enum Normalizer {
         /// Replacement.
         content: String,
     },
+    /// `Replace` with a regex pattern: every non-empty match becomes `content`.
+    ReplaceRegex {
+        /// The pattern.
+        pattern: Pattern,
+        /// Replacement.
+        content: String,
+    },
+    /// `Precompiled`: SentencePiece charsmap rules, per grapheme cluster (HF's mode); boxed, the
+    /// tables are large.
+    Precompiled(Box<CharsMap>),
     /// `Strip`: remove leading and/or trailing whitespace.
     Strip {
         /// Strip on the left.
@@ -116,6 +141,31 @@ fn unicode_form(form: Form, input: &str, base: usize, out: &mut NormalizedText) 
     flush(seg_start, input.len(), out);
 }
 
+/// HF `Precompiled::normalize`: a grapheme shorter than 6 bytes with a rule is replaced whole;
+/// otherwise each character is replaced by its rule or kept. Output maps to the replaced span.
+fn precompiled(map: &CharsMap, input: &str, base: usize, out: &mut NormalizedText) {
+    let mut emit = |norm: &str, start: usize, end: usize| {
+        for c in norm.chars() {
+            out.push(c, (base + start, base + end));
+        }
+    };
+    for (g_start, grapheme) in input.grapheme_indices(true) {
+        if grapheme.len() < 6 {
+            if let Some(norm) = map.transform(grapheme) {
+                emit(norm, g_start, g_start + grapheme.len());
+                continue;
+            }
+        }
+        for (i, c) in grapheme.char_indices() {
+            let (start, end) = (g_start + i, g_start + i + c.len_utf8());
+            match map.transform(&input[start..end]) {
+                Some(norm) => emit(norm, start, end),
+                None => emit(&input[start..end], start, end),
+            }
+        }
+    }
+}
+
 impl Normalizer {
     /// Normalizes `input` (whose first byte sits at original offset `base`) into `out`, which is
     /// cleared first.
@@ -153,6 +203,23 @@ impl Normalizer {
                 }
                 out.push_identity(&input[done..], base + done);
             }
+            Normalizer::ReplaceRegex { pattern, content } => {
+                let mut done = 0;
+                // A regex that fails at run time (backtracking limit) leaves the rest unchanged.
+                for m in pattern.0.find_iter(input).map_while(|m| m.ok()) {
+                    if m.start() == m.end() {
+                        continue;
+                    }
+                    out.push_identity(&input[done..m.start()], base + done);
+                    let orig = (base + m.start(), base + m.end());
+                    for c in content.chars() {
+                        out.push(c, orig);
+                    }
+                    done = m.end();
+                }
+                out.push_identity(&input[done..], base + done);
+            }
+            Normalizer::Precompiled(map) => precompiled(map, input, base, out),
             Normalizer::Strip { left, right } => {
                 let mut s = input;
                 if *left {
