@@ -1,7 +1,8 @@
 //! Loaders besides `tokenizer.json`: a BERT `vocab.txt` (one token per line, the line number is
-//! the id) with the defaults of transformers' `BertTokenizerFast`, and a model folder (prefer
-//! `tokenizer.json`, else `vocab.txt` with the casing options of `tokenizer_config.json`). This
-//! module builds tokenizers; it does not tokenize.
+//! the id) with the defaults of transformers' `BertTokenizerFast`, a SentencePiece Unigram
+//! `tokenizer.model`, and a model folder (prefer `tokenizer.json`, then `tokenizer.model` with
+//! `add_bos_token` / `add_eos_token` from `tokenizer_config.json`, else `vocab.txt` with its casing
+//! options). This module builds tokenizers; it does not tokenize.
 
 use std::path::Path;
 
@@ -13,10 +14,12 @@ use super::json::invalid;
 use super::model::Model;
 use super::normalize::BertNormalizer;
 use super::normalizers::Normalizer;
-use super::post::PostProcessor;
+use super::post::{Piece, PostProcessor};
 use super::pretokenize::PreTokenizer;
 use super::wordpiece::WordPiece;
 use super::Tokenizer;
+use crate::sentencepiece::model_proto::PieceType;
+use crate::sentencepiece::SentencePieceModel;
 use crate::{Error, Result};
 
 /// BERT's special tokens, in the order transformers registers them.
@@ -103,29 +106,92 @@ impl Tokenizer {
         bert_from_vocab(path, tokens, normalizer)
     }
 
-    /// Loads the tokenizer of a model folder: `tokenizer.json` if present, else `vocab.txt` with
-    /// `do_lower_case`, `strip_accents` and `tokenize_chinese_chars` from `tokenizer_config.json`
-    /// (transformers' defaults where absent).
+    /// Loads a SentencePiece Unigram `.model`: SentencePiece's normalizer, segmentation and
+    /// decoding (id-for-id with the `sentencepiece` library), its control and unknown pieces as
+    /// special tokens, and the model's BOS / EOS pieces around each sequence when asked
+    /// (`<s> A </s> <s> B </s>` for pairs, B with type id 1). Token offsets cover the whole text
+    /// between special tokens, since SentencePiece keeps no alignment.
+    pub fn from_sentencepiece(path: impl AsRef<Path>, add_bos: bool, add_eos: bool) -> Result<Self> {
+        let path = path.as_ref();
+        let proto = SentencePieceModel::read_proto(path)?;
+        let piece = |id: i32, flag: bool, what: &str| -> Result<Option<(String, u32)>> {
+            if !flag {
+                return Ok(None);
+            }
+            usize::try_from(id)
+                .ok()
+                .and_then(|i| proto.pieces.get(i))
+                .map(|p| Some((p.piece.clone(), id as u32)))
+                .ok_or_else(|| invalid(path, format!("add_{what}_token is set but the model has no {what} piece")))
+        };
+        let bos = piece(proto.trainer_spec.bos_id, add_bos, "bos")?;
+        let eos = piece(proto.trainer_spec.eos_id, add_eos, "eos")?;
+        let added = (0u32..)
+            .zip(&proto.pieces)
+            .filter(|(_, p)| matches!(p.kind, PieceType::Control | PieceType::Unknown))
+            .map(|(id, p)| AddedToken::special(id, &p.piece))
+            .collect();
+        let template = |seq: Piece, type_id: u32| {
+            let special = |(t, id): &(String, u32)| Piece::Special {
+                ids: vec![*id],
+                tokens: vec![t.clone()],
+                type_id,
+            };
+            bos.iter().map(special).chain([seq]).chain(eos.iter().map(special))
+        };
+        let post = (bos.is_some() || eos.is_some()).then(|| {
+            let single = template(Piece::A(0), 0).collect();
+            let pair = template(Piece::A(0), 0).chain(template(Piece::B(1), 1)).collect();
+            PostProcessor::template(single, pair)
+        });
+        let model = SentencePieceModel::from_proto(proto, path)?;
+        Ok(Tokenizer::from_parts(
+            None,
+            PreTokenizer::None,
+            Model::SentencePiece(Box::new(model)),
+            added,
+            post,
+            Decoder::Metaspace {
+                replacement: '\u{2581}',
+                strip_first: true,
+            },
+        ))
+    }
+
+    /// Loads the tokenizer of a model folder: `tokenizer.json` if present, else a SentencePiece
+    /// `tokenizer.model` ([`Self::from_sentencepiece`] with `add_bos_token` / `add_eos_token` from
+    /// `tokenizer_config.json`, both off by default), else `vocab.txt` with `do_lower_case`,
+    /// `strip_accents` and `tokenize_chinese_chars` from `tokenizer_config.json` (transformers'
+    /// defaults where absent).
     pub fn from_dir(dir: impl AsRef<Path>) -> Result<Self> {
         let dir = dir.as_ref();
         let json = dir.join("tokenizer.json");
         if json.is_file() {
             return Self::from_file(json);
         }
+        let config = dir.join("tokenizer_config.json");
+        let value = if config.is_file() {
+            let bytes = std::fs::read(&config).map_err(|e| Error::io(&config, e))?;
+            serde_json::from_slice(&bytes)
+                .map_err(|e| invalid(&config, format!("not valid JSON: {e}")))?
+        } else {
+            Value::Null
+        };
+        let flag = |key: &str| value.get(key).and_then(Value::as_bool);
+        let sp = dir.join("tokenizer.model");
+        if sp.is_file() {
+            let (bos, eos) = (flag("add_bos_token"), flag("add_eos_token"));
+            return Self::from_sentencepiece(sp, bos.unwrap_or(false), eos.unwrap_or(false));
+        }
         let vocab = dir.join("vocab.txt");
         if !vocab.is_file() {
             return Err(invalid(
                 dir,
-                "no tokenizer.json or vocab.txt in this folder",
+                "no tokenizer.json, tokenizer.model or vocab.txt in this folder",
             ));
         }
         let mut normalizer = BertNormalizer::default();
-        let config = dir.join("tokenizer_config.json");
         if config.is_file() {
-            let bytes = std::fs::read(&config).map_err(|e| Error::io(&config, e))?;
-            let value: Value = serde_json::from_slice(&bytes)
-                .map_err(|e| invalid(&config, format!("not valid JSON: {e}")))?;
-            let flag = |key: &str| value.get(key).and_then(Value::as_bool);
             normalizer.lowercase = flag("do_lower_case").unwrap_or(true);
             normalizer.strip_accents = flag("strip_accents").unwrap_or(normalizer.lowercase);
             normalizer.handle_chinese_chars = flag("tokenize_chinese_chars").unwrap_or(true);

@@ -374,6 +374,17 @@ impl Tokenizer {
             Model::WordPiece(m) => m,
             Model::Bpe(m) => return self.bpe_words(m, norm, from, to, limit, out),
             Model::Unigram(m) => return self.unigram_words(m, norm, from, to, limit, out),
+            Model::SentencePiece(m) => {
+                // SentencePiece normalizes internally and keeps no alignment: every token points
+                // at the whole text span.
+                let span = norm.original_range(from, to);
+                for (id, piece) in m.encode_with_pieces(text) {
+                    out.ids.push(id);
+                    out.tokens.push(piece);
+                    out.offsets.push(span);
+                }
+                return;
+            }
         };
         let prefix = model.prefix();
         self.pre_tokenizer.split(text, |ws, we| {
@@ -473,7 +484,19 @@ impl Tokenizer {
 
     /// Turns ids back into text. Unknown ids are skipped; with `skip_special_tokens`, so are
     /// special added tokens.
+    /// A SentencePiece `.model` tokenizer decodes as `SentencePieceProcessor::Decode` does.
     pub fn decode(&self, ids: &[u32], skip_special_tokens: bool) -> String {
+        if let Model::SentencePiece(m) = &self.model {
+            let ids: Vec<u32> = ids
+                .iter()
+                .copied()
+                .filter(|&id| {
+                    !skip_special_tokens
+                        || !self.id_to_token(id).is_some_and(|t| self.added.is_special_token(t))
+                })
+                .collect();
+            return m.decode(&ids);
+        }
         let tokens = ids
             .iter()
             .filter_map(|&id| self.id_to_token(id))

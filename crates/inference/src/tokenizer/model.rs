@@ -1,9 +1,10 @@
-//! The model stage as one enum: WordPiece, BPE or Unigram. It answers vocabulary questions
+//! The model stage as one enum: WordPiece, BPE, Unigram, or a whole SentencePiece `.model`. It answers vocabulary questions
 //! (token ↔ id, size) the same way for all; tokenizing a word is done by the variant's own module, called
 //! from [`super::Tokenizer`].
 
 use super::bpe::Bpe;
 use super::unigram::Unigram;
+use crate::sentencepiece::SentencePieceModel;
 use super::wordpiece::WordPiece;
 
 /// The `model` of a tokenizer.
@@ -15,6 +16,9 @@ pub(crate) enum Model {
     Bpe(Box<Bpe>),
     /// Viterbi over piece scores (SentencePiece Unigram, HF rules); boxed like BPE.
     Unigram(Box<Unigram>),
+    /// A SentencePiece `.model` (Unigram) run with SentencePiece's own normalizer and rules; the
+    /// tokenizer then has no normalizer or pre-tokenizer of its own.
+    SentencePiece(Box<SentencePieceModel>),
 }
 
 impl Model {
@@ -24,6 +28,7 @@ impl Model {
             Model::WordPiece(m) => m.token_to_id(token),
             Model::Bpe(m) => m.token_to_id(token),
             Model::Unigram(m) => m.token_to_id(token),
+            Model::SentencePiece(m) => m.piece_to_id(token),
         }
     }
 
@@ -33,6 +38,7 @@ impl Model {
             Model::WordPiece(m) => m.id_to_token(id),
             Model::Bpe(m) => m.id_to_token(id),
             Model::Unigram(m) => m.id_to_token(id),
+            Model::SentencePiece(m) => m.id_to_piece(id),
         }
     }
 
@@ -42,6 +48,7 @@ impl Model {
             Model::WordPiece(m) => m.len(),
             Model::Bpe(m) => m.len(),
             Model::Unigram(m) => m.len(),
+            Model::SentencePiece(m) => m.vocab_size(),
         }
     }
 }
