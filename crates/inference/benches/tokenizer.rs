@@ -398,10 +398,10 @@ fn main() {
             eprintln!("note: {} not found, {model} skipped", path.display());
             continue;
         }
-        let lat = LatticeTokenizer::from_file(&path)
+        let lat = LatticeTokenizer::from_file(path)
             .unwrap_or_else(|e| panic!("lattice loading {}: {e}", path.display()))
             .with_truncation(None);
-        let mut hf = HfTokenizer::from_file(&path)
+        let mut hf = HfTokenizer::from_file(path)
             .unwrap_or_else(|e| panic!("HF loading {}: {e}", path.display()));
         hf.with_truncation(None).expect("HF: truncation off");
         hf.with_padding(None);

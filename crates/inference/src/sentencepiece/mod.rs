@@ -3,9 +3,11 @@
 //!
 //! The pieces: [`model_proto`] reads the protobuf, [`charsmap`] normalizes text (precompiled
 //! charsmap, whitespace rules, `▁`), [`unigram`] segments it. [`SentencePieceModel`] ties them
-//! together the way `SentencePieceProcessor` does. This module is standalone: it is not yet wired
-//! into `tokenizer` (special tokens, post-processing and `tokenizer.json` loading live there), and
-//! only the Unigram model type encodes here (BPE `.model` files parse but are refused by `open`).
+//! together the way `SentencePieceProcessor` does. The `tokenizer` module builds on it: a folder
+//! with only a `tokenizer.model` loads through [`SentencePieceModel`]
+//! (`Tokenizer::from_sentencepiece`, which adds special tokens and BOS/EOS), and the
+//! `tokenizer.json` Unigram model reuses the piece trie of [`unigram`] with HF's scoring rules.
+//! Only the Unigram model type encodes here (BPE `.model` files parse but are refused by `open`).
 
 pub mod charsmap;
 pub mod model_proto;

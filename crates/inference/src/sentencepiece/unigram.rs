@@ -123,7 +123,8 @@ impl Unigram {
     /// unknown id, and whether byte fallback is on (`<0xXX>` pieces then count as byte pieces).
     /// Every other piece is a normal piece. Segmentation then follows SentencePiece (`f32` scores,
     /// unknown score from the normal pieces only); HF `tokenizers` sums in `f64` and takes the
-    /// minimum over all pieces, which can differ on exact ties or when `<unk>` scores lowest.
+    /// minimum over all pieces, which can differ on exact ties or when `<unk>` scores lowest
+    /// (the `tokenizer.json` path follows HF in `tokenizer::unigram`).
     pub fn from_vocab(
         vocab: Vec<(String, f32)>,
         unk_id: u32,

@@ -83,7 +83,8 @@ pub(super) fn parse_normalizer(v: &Value) -> Parsed<Normalizer> {
             }
         }
         "Precompiled" => {
-            let blob = get_str(obj, "precompiled_charsmap", what)?.unwrap_or("");
+            let blob = get_str(obj, "precompiled_charsmap", what)?
+                .ok_or("normalizer type `Precompiled` has no `precompiled_charsmap`")?;
             let blob = base64_decode(blob)
                 .ok_or("normalizer Precompiled: precompiled_charsmap is not valid base64")?;
             let map = CharsMap::parse(&blob)

@@ -111,7 +111,11 @@ impl Tokenizer {
     /// special tokens, and the model's BOS / EOS pieces around each sequence when asked
     /// (`<s> A </s> <s> B </s>` for pairs, B with type id 1). Token offsets cover the whole text
     /// between special tokens, since SentencePiece keeps no alignment.
-    pub fn from_sentencepiece(path: impl AsRef<Path>, add_bos: bool, add_eos: bool) -> Result<Self> {
+    pub fn from_sentencepiece(
+        path: impl AsRef<Path>,
+        add_bos: bool,
+        add_eos: bool,
+    ) -> Result<Self> {
         let path = path.as_ref();
         let proto = SentencePieceModel::read_proto(path)?;
         let piece = |id: i32, flag: bool, what: &str| -> Result<Option<(String, u32)>> {
@@ -122,7 +126,12 @@ impl Tokenizer {
                 .ok()
                 .and_then(|i| proto.pieces.get(i))
                 .map(|p| Some((p.piece.clone(), id as u32)))
-                .ok_or_else(|| invalid(path, format!("add_{what}_token is set but the model has no {what} piece")))
+                .ok_or_else(|| {
+                    invalid(
+                        path,
+                        format!("add_{what}_token is set but the model has no {what} piece"),
+                    )
+                })
         };
         let bos = piece(proto.trainer_spec.bos_id, add_bos, "bos")?;
         let eos = piece(proto.trainer_spec.eos_id, add_eos, "eos")?;
@@ -131,18 +140,21 @@ impl Tokenizer {
             .filter(|(_, p)| matches!(p.kind, PieceType::Control | PieceType::Unknown))
             .map(|(id, p)| AddedToken::special(id, &p.piece))
             .collect();
-        let template = |seq: Piece, type_id: u32| {
+        let template = |seq: Piece, type_id: u32| -> Vec<Piece> {
             let special = |(t, id): &(String, u32)| Piece::Special {
                 ids: vec![*id],
                 tokens: vec![t.clone()],
                 type_id,
             };
-            bos.iter().map(special).chain([seq]).chain(eos.iter().map(special))
+            let mut out: Vec<Piece> = bos.iter().map(special).collect();
+            out.push(seq);
+            out.extend(eos.iter().map(special));
+            out
         };
         let post = (bos.is_some() || eos.is_some()).then(|| {
-            let single = template(Piece::A(0), 0).collect();
-            let pair = template(Piece::A(0), 0).chain(template(Piece::B(1), 1)).collect();
-            PostProcessor::template(single, pair)
+            let mut pair = template(Piece::A(0), 0);
+            pair.extend(template(Piece::B(1), 1));
+            PostProcessor::template(template(Piece::A(0), 0), pair)
         });
         let model = SentencePieceModel::from_proto(proto, path)?;
         Ok(Tokenizer::from_parts(

@@ -492,7 +492,9 @@ impl Tokenizer {
                 .copied()
                 .filter(|&id| {
                     !skip_special_tokens
-                        || !self.id_to_token(id).is_some_and(|t| self.added.is_special_token(t))
+                        || !self
+                            .id_to_token(id)
+                            .is_some_and(|t| self.added.is_special_token(t))
                 })
                 .collect();
             return m.decode(&ids);

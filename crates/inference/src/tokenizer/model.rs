@@ -4,8 +4,8 @@
 
 use super::bpe::Bpe;
 use super::unigram::Unigram;
-use crate::sentencepiece::SentencePieceModel;
 use super::wordpiece::WordPiece;
+use crate::sentencepiece::SentencePieceModel;
 
 /// The `model` of a tokenizer.
 #[derive(Debug, Clone)]
