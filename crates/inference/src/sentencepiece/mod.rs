@@ -1,14 +1,16 @@
-//! SentencePiece models read straight from a `.model` file: normalization, Unigram segmentation
-//! and decoding, id-for-id with the `sentencepiece` library.
+//! SentencePiece models read straight from a `.model` file: normalization, Unigram and BPE
+//! segmentation and decoding, id-for-id with the `sentencepiece` library.
 //!
 //! The pieces: [`model_proto`] reads the protobuf, [`charsmap`] normalizes text (precompiled
-//! charsmap, whitespace rules, `▁`), [`unigram`] segments it. [`SentencePieceModel`] ties them
+//! charsmap, whitespace rules, `▁`), [`unigram`] or [`bpe`] segments it. [`SentencePieceModel`] ties them
 //! together the way `SentencePieceProcessor` does. The `tokenizer` module builds on it: a folder
 //! with only a `tokenizer.model` loads through [`SentencePieceModel`]
 //! (`Tokenizer::from_sentencepiece`, which adds special tokens and BOS/EOS), and the
 //! `tokenizer.json` Unigram model reuses the piece trie of [`unigram`] with HF's scoring rules.
-//! Only the Unigram model type encodes here (BPE `.model` files parse but are refused by `open`).
+//! The Unigram and BPE model types encode here (Llama / Mistral `tokenizer.model` files are BPE);
+//! WORD and CHAR `.model` files parse but are refused by `open`.
 
+pub mod bpe;
 pub mod charsmap;
 pub mod model_proto;
 pub mod unigram;
@@ -16,17 +18,38 @@ pub mod unigram;
 use std::path::{Path, PathBuf};
 
 use crate::{Error, Result};
+use bpe::Bpe;
 use charsmap::{CharsMap, Normalizer, SPACE_SYMBOL};
+use model_proto::Piece;
 use model_proto::{ModelProto, ModelType, PieceType};
 use unigram::Unigram;
 
-/// A SentencePiece Unigram model: normalizer, vocabulary and decoder settings.
+/// The segmentation algorithm of a [`SentencePieceModel`].
+#[derive(Debug, Clone)]
+pub enum Segmenter {
+    /// Viterbi over piece scores.
+    Unigram(Unigram),
+    /// Score-ordered merges of adjacent symbols.
+    Bpe(Bpe),
+}
+
+impl Segmenter {
+    /// The vocabulary in id order.
+    pub fn pieces(&self) -> &[Piece] {
+        match self {
+            Self::Unigram(m) => m.pieces(),
+            Self::Bpe(m) => m.pieces(),
+        }
+    }
+}
+
+/// A SentencePiece model (Unigram or BPE): normalizer, vocabulary and decoder settings.
 #[derive(Debug, Clone)]
 pub struct SentencePieceModel {
     /// The text normalizer (charsmap rules and whitespace handling).
     normalizer: Normalizer,
     /// The segmentation model.
-    unigram: Unigram,
+    segmenter: Segmenter,
     /// What decoding prints for the unknown piece.
     unk_surface: String,
     /// Decoding drops the leading `▁` (set when the normalizer adds or strips spaces).
@@ -50,7 +73,7 @@ impl SentencePieceModel {
         ModelProto::parse(&bytes).map_err(|reason| invalid(path, reason))
     }
 
-    /// Opens a Unigram `.model` file.
+    /// Opens a Unigram or BPE `.model` file.
     pub fn open(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
         let proto = Self::read_proto(path)?;
@@ -60,11 +83,11 @@ impl SentencePieceModel {
     /// Builds the model from a parsed proto; `path` only names the file in errors.
     pub fn from_proto(proto: ModelProto, path: &Path) -> Result<Self> {
         let spec = &proto.trainer_spec;
-        if spec.model_type != ModelType::Unigram {
+        if !matches!(spec.model_type, ModelType::Unigram | ModelType::Bpe) {
             return Err(invalid(
                 path,
                 format!(
-                    "model_type {:?} is not supported (only Unigram encodes here)",
+                    "model_type {:?} is not supported (only Unigram and Bpe encode here)",
                     spec.model_type
                 ),
             ));
@@ -91,10 +114,16 @@ impl SentencePieceModel {
         let strip_leading_space = ns.add_dummy_prefix || ns.remove_extra_whitespaces;
         let strip_all_leading = ns.remove_extra_whitespaces;
         let byte_fallback = spec.byte_fallback;
-        let unigram = Unigram::new(proto.pieces, byte_fallback).map_err(|r| invalid(path, r))?;
+        let segmenter = if spec.model_type == ModelType::Bpe {
+            Segmenter::Bpe(Bpe::new(proto.pieces, byte_fallback).map_err(|r| invalid(path, r))?)
+        } else {
+            Segmenter::Unigram(
+                Unigram::new(proto.pieces, byte_fallback).map_err(|r| invalid(path, r))?,
+            )
+        };
         Ok(Self {
             normalizer,
-            unigram,
+            segmenter,
             unk_surface,
             strip_leading_space,
             strip_all_leading,
@@ -108,7 +137,7 @@ impl SentencePieceModel {
             .map_err(|r| invalid(&PathBuf::from("tokenizer.json"), r))?;
         Ok(Self {
             normalizer: Normalizer::new(CharsMap::default(), true, false, true, false),
-            unigram,
+            segmenter: Segmenter::Unigram(unigram),
             unk_surface: " \u{2047} ".to_string(),
             strip_leading_space: true,
             strip_all_leading: false,
@@ -121,18 +150,26 @@ impl SentencePieceModel {
     }
 
     /// The segmentation model.
-    pub fn unigram(&self) -> &Unigram {
-        &self.unigram
+    pub fn segmenter(&self) -> &Segmenter {
+        &self.segmenter
+    }
+
+    /// The Unigram segmentation model (`None` for a BPE model).
+    pub fn unigram(&self) -> Option<&Unigram> {
+        match &self.segmenter {
+            Segmenter::Unigram(m) => Some(m),
+            Segmenter::Bpe(_) => None,
+        }
     }
 
     /// Number of pieces in the vocabulary.
     pub fn vocab_size(&self) -> usize {
-        self.unigram.pieces().len()
+        self.segmenter.pieces().len()
     }
 
     /// The text of piece `id`.
     pub fn id_to_piece(&self, id: u32) -> Option<&str> {
-        self.unigram
+        self.segmenter
             .pieces()
             .get(id as usize)
             .map(|p| p.piece.as_str())
@@ -140,19 +177,28 @@ impl SentencePieceModel {
 
     /// The id of a piece.
     pub fn piece_to_id(&self, piece: &str) -> Option<u32> {
-        self.unigram.piece_to_id(piece)
+        match &self.segmenter {
+            Segmenter::Unigram(m) => m.piece_to_id(piece),
+            Segmenter::Bpe(m) => m.piece_to_id(piece),
+        }
     }
 
     /// Encodes text into `(id, piece)` pairs, as `SentencePieceProcessor::Encode`.
     pub fn encode_with_pieces(&self, text: &str) -> Vec<(u32, String)> {
         let normalized = self.normalizer.normalize(text);
-        self.unigram.encode(&normalized)
+        match &self.segmenter {
+            Segmenter::Unigram(m) => m.encode(&normalized),
+            Segmenter::Bpe(m) => m.encode(&normalized),
+        }
     }
 
     /// Encodes text into ids (no BOS/EOS).
     pub fn encode(&self, text: &str) -> Vec<u32> {
         let normalized = self.normalizer.normalize(text);
-        self.unigram.encode_ids(&normalized)
+        match &self.segmenter {
+            Segmenter::Unigram(m) => m.encode_ids(&normalized),
+            Segmenter::Bpe(m) => m.encode_ids(&normalized),
+        }
     }
 
     /// Encodes text into piece strings (unknown text appears as itself).
@@ -168,7 +214,7 @@ impl SentencePieceModel {
     /// byte gives U+FFFD), `▁` becomes a space and the leading dummy space is dropped. Ids outside
     /// the vocabulary are skipped.
     pub fn decode(&self, ids: &[u32]) -> String {
-        let pieces = self.unigram.pieces();
+        let pieces = self.segmenter.pieces();
         let mut out = String::new();
         let mut is_bos_ws = true;
         let mut bytes: Vec<u8> = Vec::new();

@@ -311,7 +311,7 @@ fn parse_trainer_spec(buf: &[u8]) -> Result<TrainerSpec, WireError> {
             41 => t.bos_id = as_i32(&v, "bos_id")?,
             42 => t.eos_id = as_i32(&v, "eos_id")?,
             43 => t.pad_id = as_i32(&v, "pad_id")?,
-            48 => t.unk_surface = as_string(&v, "unk_surface")?,
+            44 => t.unk_surface = as_string(&v, "unk_surface")?,
             _ => {}
         }
     }

@@ -106,11 +106,11 @@ impl Tokenizer {
         bert_from_vocab(path, tokens, normalizer)
     }
 
-    /// Loads a SentencePiece Unigram `.model`: SentencePiece's normalizer, segmentation and
-    /// decoding (id-for-id with the `sentencepiece` library), its control and unknown pieces as
-    /// special tokens, and the model's BOS / EOS pieces around each sequence when asked
-    /// (`<s> A </s> <s> B </s>` for pairs, B with type id 1). Token offsets cover the whole text
-    /// between special tokens, since SentencePiece keeps no alignment.
+    /// Loads a SentencePiece `.model` (Unigram, or BPE as Llama / Mistral `tokenizer.model`):
+    /// SentencePiece's normalizer, segmentation and decoding (id-for-id with the `sentencepiece`
+    /// library), its control and unknown pieces as special tokens, and the model's BOS / EOS pieces
+    /// around each sequence when asked (`<s> A </s> <s> B </s>` for pairs, B with type id 1). Token
+    /// offsets cover the whole text between special tokens, since SentencePiece keeps no alignment.
     pub fn from_sentencepiece(
         path: impl AsRef<Path>,
         add_bos: bool,
