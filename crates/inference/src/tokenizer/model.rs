@@ -1,6 +1,6 @@
-//! The model stage as one enum: WordPiece, BPE, Unigram, or a whole SentencePiece `.model`. It answers vocabulary questions
-//! (token ↔ id, size) the same way for all; tokenizing a word is done by the variant's own module, called
-//! from [`super::Tokenizer`].
+//! The model stage as one enum: WordPiece, BPE, Unigram, or a whole SentencePiece `.model`. It
+//! answers vocabulary questions (token ↔ id, size) the same way for all; tokenizing a word is done
+//! by the variant's own module, called from [`super::Tokenizer`].
 
 use super::bpe::Bpe;
 use super::unigram::Unigram;
@@ -16,7 +16,8 @@ pub(crate) enum Model {
     Bpe(Box<Bpe>),
     /// Viterbi over piece scores (SentencePiece Unigram, HF rules); boxed like BPE.
     Unigram(Box<Unigram>),
-    /// A SentencePiece `.model` (Unigram) run with SentencePiece's own normalizer and rules; the
+    /// A SentencePiece `.model` (Unigram or BPE) run with SentencePiece's own normalizer and
+    /// rules; the
     /// tokenizer then has no normalizer or pre-tokenizer of its own.
     SentencePiece(Box<SentencePieceModel>),
 }
