@@ -37,8 +37,8 @@ fn wordpiece_form(token: &str, token_type: Option<i64>) -> String {
 
 impl Tokenizer {
     /// Builds the tokenizer described by a GGUF file's `tokenizer.ggml.*` keys: the `bert`
-    /// tokenizer model (WordPiece) or `gpt2` (byte-level BPE, for the pre-tokenizers listed in
-    /// `gguf_bpe`).
+    /// tokenizer model (WordPiece), `gpt2` (byte-level BPE, for the pre-tokenizers listed in
+    /// `gguf_bpe`), `llama` (SentencePiece BPE by score) or `gemma4` (BPE over raw UTF-8).
     pub fn from_gguf(file: &GgufFile) -> Result<Self> {
         let path = file.path();
         let meta_str = |k: &str| file.metadata(k).and_then(|v| v.as_str());
@@ -46,12 +46,14 @@ impl Tokenizer {
         match meta_str("tokenizer.ggml.model") {
             Some("bert") => {}
             Some("gpt2") => return super::gguf_bpe::from_gguf_bpe(file),
+            Some("llama") => return super::gguf_spm::from_gguf_spm(file),
+            Some("gemma4") => return super::gguf_bpe::from_gguf_gemma4(file),
             Some(other) => {
                 return Err(invalid(
                     path,
                     format!(
-                        "unsupported GGUF tokenizer model `{other}` (`bert` and `gpt2` are \
-                         implemented)"
+                        "unsupported GGUF tokenizer model `{other}` (`bert`, `gpt2`, \
+                         `llama` and `gemma4` are implemented)"
                     ),
                 ))
             }

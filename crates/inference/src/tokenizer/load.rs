@@ -9,13 +9,14 @@ use std::path::Path;
 use serde_json::Value;
 
 use super::added::AddedToken;
+use super::bpe::{Bpe, BpeOptions};
 use super::decode::Decoder;
 use super::json::invalid;
 use super::model::Model;
 use super::normalize::BertNormalizer;
 use super::normalizers::Normalizer;
 use super::post::{Piece, PostProcessor};
-use super::pretokenize::PreTokenizer;
+use super::pretokenize::{PreTokenizer, SplitPattern, GPT2_PATTERN};
 use super::wordpiece::WordPiece;
 use super::Tokenizer;
 use crate::sentencepiece::model_proto::PieceType;
@@ -77,6 +78,50 @@ fn bert_from_vocab(
     bert_pipeline(path, tokens, "[UNK]", cls, sep, added, normalizer)
 }
 
+/// GPT-2's end-of-text token, a special token when the vocabulary has it.
+const GPT2_EOT: &str = "<|endoftext|>";
+
+/// Parses a GPT-2 `merges.txt`: one `a b` pair per line in rank order; a first line starting
+/// with `#version` and blank lines are skipped. Every token of a pair and their concatenation
+/// must be in `vocab` (an error names the line otherwise).
+fn parse_merges(
+    path: &Path,
+    text: &str,
+    vocab: &std::collections::HashMap<String, u32>,
+) -> Result<Vec<(String, String)>> {
+    let mut pairs = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let line_no = i + 1;
+        if (i == 0 && line.starts_with("#version")) || line.trim().is_empty() {
+            continue;
+        }
+        let mut parts = line.split(' ');
+        let (a, b) = match (parts.next(), parts.next(), parts.next()) {
+            (Some(a), Some(b), None) if !a.is_empty() && !b.is_empty() => (a, b),
+            _ => {
+                return Err(invalid(
+                    path,
+                    format!(
+                        "line {line_no}: expected two tokens separated by one space, got {line:?}"
+                    ),
+                ))
+            }
+        };
+        for t in [a, b, &format!("{a}{b}")] {
+            if !vocab.contains_key(t) {
+                return Err(invalid(
+                    path,
+                    format!(
+                        "line {line_no}: merge `{a} {b}` uses `{t}`, which is not in vocab.json"
+                    ),
+                ));
+            }
+        }
+        pairs.push((a.to_owned(), b.to_owned()));
+    }
+    Ok(pairs)
+}
+
 /// Loads the tokenizer of a model folder; the same as [`Tokenizer::from_dir`].
 pub fn load_tokenizer(dir: impl AsRef<Path>) -> Result<Tokenizer> {
     Tokenizer::from_dir(dir)
@@ -104,6 +149,43 @@ impl Tokenizer {
             return Err(invalid(path, "vocab.txt is empty"));
         }
         bert_from_vocab(path, tokens, normalizer)
+    }
+
+    /// Loads a GPT-2 style byte-level BPE from `vocab.json` (token → id) and `merges.txt`, with
+    /// the defaults of transformers' `GPT2TokenizerFast`: the ByteLevel pre-tokenizer with GPT-2's
+    /// split regex and no prefix space, the ByteLevel decoder, `<|endoftext|>` as a special token
+    /// when the vocabulary has it, and no post-processor.
+    pub fn from_vocab_merges(vocab: impl AsRef<Path>, merges: impl AsRef<Path>) -> Result<Self> {
+        let (vocab, merges) = (vocab.as_ref(), merges.as_ref());
+        let bytes = std::fs::read(vocab).map_err(|e| Error::io(vocab, e))?;
+        let map: std::collections::HashMap<String, u32> = serde_json::from_slice(&bytes)
+            .map_err(|e| invalid(vocab, format!("not a JSON object of token to id: {e}")))?;
+        if map.is_empty() {
+            return Err(invalid(vocab, "vocab.json is empty"));
+        }
+        let text = std::fs::read_to_string(merges).map_err(|e| Error::io(merges, e))?;
+        let pairs = parse_merges(merges, &text, &map)?;
+        let added = map
+            .get(GPT2_EOT)
+            .map(|&id| AddedToken::special(id, GPT2_EOT))
+            .into_iter()
+            .collect();
+        let entries: Vec<(String, u32)> = map.into_iter().collect();
+        let model = Bpe::new(entries, pairs, BpeOptions::default())
+            .map_err(|e| invalid(merges, e.to_string()))?;
+        let re = fancy_regex::Regex::new(GPT2_PATTERN)
+            .map_err(|e| invalid(vocab, format!("GPT-2 split pattern: {e}")))?;
+        Ok(Tokenizer::from_parts(
+            None,
+            PreTokenizer::ByteLevel {
+                add_prefix_space: false,
+                regex: Some(SplitPattern::Regex(Box::new(re))),
+            },
+            Model::Bpe(Box::new(model)),
+            added,
+            None,
+            Decoder::ByteLevel,
+        ))
     }
 
     /// Loads a SentencePiece `.model` (Unigram, or BPE as Llama / Mistral `tokenizer.model`):
@@ -170,7 +252,8 @@ impl Tokenizer {
         ))
     }
 
-    /// Loads the tokenizer of a model folder: `tokenizer.json` if present, else a SentencePiece
+    /// Loads the tokenizer of a model folder: `tokenizer.json` if present, else GPT-2 style
+    /// `vocab.json` + `merges.txt` ([`Self::from_vocab_merges`]), else a SentencePiece
     /// `tokenizer.model` ([`Self::from_sentencepiece`] with `add_bos_token` / `add_eos_token` from
     /// `tokenizer_config.json`, both off by default), else `vocab.txt` with `do_lower_case`,
     /// `strip_accents` and `tokenize_chinese_chars` from `tokenizer_config.json` (transformers'
@@ -190,6 +273,10 @@ impl Tokenizer {
             Value::Null
         };
         let flag = |key: &str| value.get(key).and_then(Value::as_bool);
+        let (vocab_json, merges_txt) = (dir.join("vocab.json"), dir.join("merges.txt"));
+        if vocab_json.is_file() && merges_txt.is_file() {
+            return Self::from_vocab_merges(vocab_json, merges_txt);
+        }
         let sp = dir.join("tokenizer.model");
         if sp.is_file() {
             let (bos, eos) = (flag("add_bos_token"), flag("add_eos_token"));
@@ -199,7 +286,7 @@ impl Tokenizer {
         if !vocab.is_file() {
             return Err(invalid(
                 dir,
-                "no tokenizer.json, tokenizer.model or vocab.txt in this folder",
+                "no tokenizer.json, vocab.json + merges.txt, tokenizer.model or vocab.txt in this folder",
             ));
         }
         let mut normalizer = BertNormalizer::default();

@@ -38,6 +38,7 @@ mod added;
 mod bpe;
 mod decode;
 mod gguf_bpe;
+mod gguf_spm;
 mod gguf_vocab;
 mod hf_unicode;
 mod json;
