@@ -12,6 +12,8 @@
 
 mod common;
 
+use common::u32s;
+
 use std::path::{Path, PathBuf};
 
 use lattice_inference::sentencepiece::model_proto::{ModelType, Piece, PieceType};
@@ -90,14 +92,6 @@ fn variant() -> SentencePieceModel {
             .push(add(format!("<0x{b:02X}>"), PieceType::Byte));
     }
     SentencePieceModel::from_proto(proto, &path).unwrap_or_else(|e| panic!("{VARIANT}: {e}"))
-}
-
-fn u32s(v: &Value) -> Vec<u32> {
-    v.as_array()
-        .expect("ids array")
-        .iter()
-        .map(|x| x.as_u64().expect("id") as u32)
-        .collect()
 }
 
 fn fixture_lines() -> Vec<Value> {

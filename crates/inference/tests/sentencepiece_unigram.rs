@@ -11,6 +11,8 @@
 
 mod common;
 
+use common::u32s;
+
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
@@ -102,14 +104,6 @@ fn variant(base: &str, edit: &str) -> SentencePieceModel {
         _ => panic!("unknown variant {edit}"),
     }
     SentencePieceModel::from_proto(proto, &path).unwrap_or_else(|e| panic!("{base}+{edit}: {e}"))
-}
-
-fn u32s(v: &Value) -> Vec<u32> {
-    v.as_array()
-        .expect("ids array")
-        .iter()
-        .map(|x| x.as_u64().expect("id") as u32)
-        .collect()
 }
 
 fn strings(v: &Value) -> Vec<String> {

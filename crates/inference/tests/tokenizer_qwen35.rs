@@ -10,6 +10,8 @@
 
 mod common;
 
+use common::u32s;
+
 use std::path::Path;
 
 use lattice_inference::tokenizer::Tokenizer;
@@ -34,14 +36,6 @@ fn fixture() -> Vec<Value> {
     common::read_gz(&path)
         .lines()
         .map(|l| serde_json::from_str(l).expect("fixture lines are JSON"))
-        .collect()
-}
-
-fn u32s(v: &Value) -> Vec<u32> {
-    v.as_array()
-        .expect("array")
-        .iter()
-        .map(|x| x.as_u64().expect("integer") as u32)
         .collect()
 }
 

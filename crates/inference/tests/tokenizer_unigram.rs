@@ -12,6 +12,8 @@
 
 mod common;
 
+use common::u32s;
+
 use std::path::{Path, PathBuf};
 
 use lattice_inference::tokenizer::Tokenizer;
@@ -29,14 +31,6 @@ fn dir() -> PathBuf {
 
 fn load(name: &str) -> Tokenizer {
     Tokenizer::from_file(dir().join(name).join("tokenizer.json")).expect("fixture loads")
-}
-
-fn u32s(v: &Value) -> Vec<u32> {
-    v.as_array()
-        .expect("array")
-        .iter()
-        .map(|x| x.as_u64().expect("integer") as u32)
-        .collect()
 }
 
 #[test]

@@ -7,6 +7,8 @@
 
 mod common;
 
+use common::u32s;
+
 use std::path::{Path, PathBuf};
 
 use lattice_inference::io::gguf::GgufFile;
@@ -47,14 +49,6 @@ fn fixture() -> Vec<Value> {
     let text = common::read_gz(&path);
     text.lines()
         .map(|l| serde_json::from_str(l).expect("fixture lines are JSON"))
-        .collect()
-}
-
-fn u32s(v: &Value) -> Vec<u32> {
-    v.as_array()
-        .expect("array")
-        .iter()
-        .map(|x| x.as_u64().expect("integer") as u32)
         .collect()
 }
 

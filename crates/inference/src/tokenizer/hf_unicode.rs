@@ -100,17 +100,7 @@ pub(crate) fn is_hf_inert(c: char) -> bool {
     if cp < HF_INERT[0].0 {
         return false;
     }
-    HF_INERT
-        .binary_search_by(|&(lo, hi)| {
-            if hi < cp {
-                std::cmp::Ordering::Less
-            } else if lo > cp {
-                std::cmp::Ordering::Greater
-            } else {
-                std::cmp::Ordering::Equal
-            }
-        })
-        .is_ok()
+    super::unicode::in_ranges(HF_INERT, cp)
 }
 
 #[cfg(test)]

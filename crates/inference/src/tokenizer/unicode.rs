@@ -94,7 +94,8 @@ const POST_UNICODE9_COMBINING: &[(u32, u32)] = &[
     (0x1E6F5, 0x1E6F5),
 ];
 
-fn in_ranges(table: &[(u32, u32)], cp: u32) -> bool {
+/// Whether `cp` lies in one of the sorted, disjoint inclusive ranges of `table`.
+pub(crate) fn in_ranges(table: &[(u32, u32)], cp: u32) -> bool {
     table
         .binary_search_by(|&(lo, hi)| {
             if hi < cp {
