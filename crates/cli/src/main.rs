@@ -25,8 +25,13 @@ enum Command {
     /// Evaluate a model on a benchmark.
     #[command(subcommand)]
     Eval(cmd::eval::EvalCommand),
-    /// Measure embedding throughput and latency on a dataset.
+    /// Measure speed: embedding throughput and latency on a dataset (`lattice bench --model
+    /// DIR --data CSV`), or prompt and generation tokens/s (`lattice bench generate`).
     Bench(cmd::bench::Args),
+    /// Complete a prompt with a decoder (model folder or .gguf file).
+    Generate(cmd::generate::Args),
+    /// Chat interactively with a decoder, using its chat template.
+    Chat(cmd::chat::Args),
 }
 
 fn main() {
@@ -37,6 +42,8 @@ fn main() {
         Command::Rerank(a) => cmd::rerank::run(a),
         Command::Eval(c) => cmd::eval::run(c),
         Command::Bench(a) => cmd::bench::run(a),
+        Command::Generate(a) => cmd::generate::run(a),
+        Command::Chat(a) => cmd::chat::run(a),
     };
     if let Err(e) = result {
         eprintln!("error: {e:#}");

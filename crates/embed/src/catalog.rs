@@ -29,6 +29,12 @@ pub enum EmbeddingModel {
     MultilingualE5Base,
     /// sentence-transformers/paraphrase-multilingual-MiniLM-L12-v2
     ParaphraseMultilingualMiniLmL12V2,
+    /// Qwen/Qwen3-Embedding-0.6B (last-token pooling, instruction-prefixed queries, Matryoshka)
+    Qwen3Embedding06B,
+    /// Qwen/Qwen3-Embedding-4B
+    Qwen3Embedding4B,
+    /// Qwen/Qwen3-Embedding-8B
+    Qwen3Embedding8B,
 }
 
 /// What the catalog knows about one model.
@@ -53,10 +59,13 @@ pub struct ModelSpec {
 }
 
 const BGE_QUERY: &str = "Represent this sentence for searching relevant passages: ";
+/// Qwen3-Embedding's default query instruction (its `config_sentence_transformers.json`).
+pub const QWEN3_EMBEDDING_QUERY: &str =
+    "Instruct: Given a web search query, retrieve relevant passages that answer the query\nQuery:";
 
 impl EmbeddingModel {
     /// Every catalog entry.
-    pub const ALL: [EmbeddingModel; 11] = [
+    pub const ALL: [EmbeddingModel; 14] = [
         EmbeddingModel::AllMiniLmL6V2,
         EmbeddingModel::AllMiniLmL12V2,
         EmbeddingModel::AllMpnetBaseV2,
@@ -68,6 +77,9 @@ impl EmbeddingModel {
         EmbeddingModel::MultilingualE5Small,
         EmbeddingModel::MultilingualE5Base,
         EmbeddingModel::ParaphraseMultilingualMiniLmL12V2,
+        EmbeddingModel::Qwen3Embedding06B,
+        EmbeddingModel::Qwen3Embedding4B,
+        EmbeddingModel::Qwen3Embedding8B,
     ];
 
     /// The model's facts.
@@ -102,6 +114,16 @@ impl EmbeddingModel {
             max_tokens: 512,
             query_prefix: Some("query: "),
             passage_prefix: Some("passage: "),
+        };
+        let qwen3 = |name, hub_id, dim| ModelSpec {
+            name,
+            hub_id,
+            dim,
+            pooling: Pooling::LastToken,
+            normalize: true,
+            max_tokens: 32_768,
+            query_prefix: Some(QWEN3_EMBEDDING_QUERY),
+            passage_prefix: None,
         };
         match self {
             AllMiniLmL6V2 => st(
@@ -142,6 +164,9 @@ impl EmbeddingModel {
                     128,
                 )
             },
+            Qwen3Embedding06B => qwen3("Qwen3-Embedding-0.6B", "Qwen/Qwen3-Embedding-0.6B", 1024),
+            Qwen3Embedding4B => qwen3("Qwen3-Embedding-4B", "Qwen/Qwen3-Embedding-4B", 2560),
+            Qwen3Embedding8B => qwen3("Qwen3-Embedding-8B", "Qwen/Qwen3-Embedding-8B", 4096),
         }
     }
 

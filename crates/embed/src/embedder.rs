@@ -17,12 +17,16 @@ use crate::{Error, Result};
 pub struct EmbedderOptions {
     /// Most tokens (padding-free) per forward pass; larger batches are split. Default 16,384.
     pub max_batch_tokens: usize,
+    /// Matryoshka output size: keep the first `n` dimensions of each embedding (then
+    /// L2-normalize, when the model normalizes). `None` keeps the model's full width.
+    pub dimensions: Option<usize>,
 }
 
 impl Default for EmbedderOptions {
     fn default() -> Self {
         Self {
             max_batch_tokens: 16_384,
+            dimensions: None,
         }
     }
 }
@@ -105,6 +109,14 @@ impl Embedder {
         let tokenizer = Tokenizer::from_dir(dir)?;
         let encoder = load_encoder(dir)?;
         let info = encoder.info();
+        if let Some(d) = options.dimensions {
+            if d == 0 || d > info.hidden_size {
+                return Err(Error::InvalidInput(format!(
+                    "dimensions {d} must be between 1 and the model's width {}",
+                    info.hidden_size
+                )));
+            }
+        }
         let pooling = st
             .pooling
             .or(catalog.map(|c| c.pooling))
@@ -152,9 +164,11 @@ impl Embedder {
         self.encoder.info()
     }
 
-    /// Output dimension.
+    /// Output dimension (the Matryoshka size when one was chosen).
     pub fn dim(&self) -> usize {
-        self.encoder.info().hidden_size
+        self.options
+            .dimensions
+            .unwrap_or(self.encoder.info().hidden_size)
     }
 
     /// Longest input in tokens; longer texts are truncated.
@@ -205,6 +219,7 @@ impl Embedder {
 
     /// Embeds already tokenized sequences (each within [`Embedder::max_tokens`]).
     pub fn embed_ids(&self, seqs: &[Vec<u32>]) -> Result<Vec<Vec<f32>>> {
+        let width = self.encoder.info().hidden_size;
         let dim = self.dim();
         let mut out = Vec::with_capacity(seqs.len());
         let mut start = 0;
@@ -219,7 +234,14 @@ impl Embedder {
                 end += 1;
             }
             let hidden = self.encoder.forward(&batch)?;
-            let mut pooled = heads::pool(&hidden, dim, &batch.cu_seqlens, self.pooling);
+            let mut pooled = heads::pool(&hidden, width, &batch.cu_seqlens, self.pooling);
+            if dim < width {
+                pooled = pooled
+                    .chunks_exact(width)
+                    .flat_map(|row| &row[..dim])
+                    .copied()
+                    .collect();
+            }
             if self.normalize {
                 heads::l2_normalize_rows(&mut pooled, dim);
             }

@@ -51,6 +51,7 @@ fn one_minus_cos(a: &[f32], b: &[f32]) -> f64 {
 fn check(dir: &Path, reference: &serde_json::Value) {
     let opts = EmbedderOptions {
         max_batch_tokens: 300,
+        ..Default::default()
     };
     let e = Embedder::load_dir(dir, opts).unwrap();
     let texts: Vec<&str> = reference["texts"]
@@ -176,5 +177,88 @@ fn stsb_spearman_equals_sentence_transformers() {
             (rho - want).abs() < 0.01,
             "{name}: Spearman {rho} vs sentence-transformers {want}"
         );
+    }
+}
+
+/// Qwen3-Embedding (a Qwen3 decoder as encoder): EOS appended by the tokenizer, last-token
+/// pooling, L2 normalization, the "query" instruction prompt, and Matryoshka truncation.
+#[test]
+fn qwen3_embedding_matches_sentence_transformers() {
+    let dir = tiny("tiny-qwen3-embedding");
+    let reference = json(&dir.join("reference.json"));
+    let e = Embedder::load_dir(&dir, EmbedderOptions::default()).unwrap();
+    assert_eq!(e.dim(), 64);
+    let ids_of = |v: &serde_json::Value| -> Vec<u32> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_u64().unwrap() as u32)
+            .collect()
+    };
+    let texts = |key: &str| -> Vec<String> {
+        reference[key]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|q| q["text"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let queries = texts("queries");
+    let docs = texts("documents");
+    let q_refs: Vec<&str> = queries.iter().map(String::as_str).collect();
+    let d_refs: Vec<&str> = docs.iter().map(String::as_str).collect();
+    let q = e.embed_as(&q_refs, lattice_embed::TextKind::Query).unwrap();
+    let d = e.embed(&d_refs).unwrap();
+    let prompt = reference["query_prompt"].as_str().unwrap();
+    for (i, r) in reference["queries"].as_array().unwrap().iter().enumerate() {
+        let ids = e.token_ids(&format!("{prompt}{}", queries[i])).unwrap();
+        assert_eq!(ids, ids_of(&r["ids"]), "query {i} ids");
+        let err = one_minus_cos(&q[i], &f32s(&r["embedding"]));
+        assert!(err < 1e-6, "query {i}: 1 - cos = {err:e}");
+    }
+    for (i, r) in reference["documents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .enumerate()
+    {
+        assert_eq!(
+            e.token_ids(&docs[i]).unwrap(),
+            ids_of(&r["ids"]),
+            "doc {i} ids"
+        );
+        let err = one_minus_cos(&d[i], &f32s(&r["embedding"]));
+        assert!(err < 1e-6, "document {i}: 1 - cos = {err:e}");
+    }
+
+    // Matryoshka: the first 32 dimensions, renormalized (sentence-transformers' truncate_dim
+    // slices without renormalizing; the direction is the same).
+    let opts = EmbedderOptions {
+        dimensions: Some(32),
+        ..Default::default()
+    };
+    let e32 = Embedder::load_dir(&dir, opts).unwrap();
+    assert_eq!(e32.dim(), 32);
+    let q32 = e32
+        .embed_as(&q_refs, lattice_embed::TextKind::Query)
+        .unwrap();
+    for (i, want) in reference["queries_dim32"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .enumerate()
+    {
+        assert_eq!(q32[i].len(), 32);
+        let norm: f32 = q32[i].iter().map(|x| x * x).sum();
+        assert!((norm - 1.0).abs() < 1e-5);
+        let err = one_minus_cos(&q32[i], &f32s(want));
+        assert!(err < 1e-6, "query {i} at 32 dims: 1 - cos = {err:e}");
+    }
+    for bad in [0, 65] {
+        let opts = EmbedderOptions {
+            dimensions: Some(bad),
+            ..Default::default()
+        };
+        assert!(Embedder::load_dir(&dir, opts).is_err());
     }
 }

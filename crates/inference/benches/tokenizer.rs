@@ -5,6 +5,7 @@
 //! ```text
 //! cargo bench -p lattice-inference --bench tokenizer
 //! cargo bench -p lattice-inference --bench tokenizer -- --runs 15    # more timed runs
+//! cargo bench -p lattice-inference --bench tokenizer -- --only mistral # one tokenizer
 //! ```
 //!
 //! Tokenizer files: `.cache/models/all-MiniLM-L6-v2/tokenizer.json`,
@@ -22,6 +23,10 @@
 //! - `1 thread`: every string encoded in order on the calling thread;
 //! - `2 threads`: the corpus split into two halves of equal bytes, each half on its own
 //!   `std::thread` (scoped), started per run;
+//! - `1 thread, no cache`: as `1 thread`, with both libraries' BPE word caches turned off
+//!   (Lattice `with_word_cache(0)`, HF `resize_cache(0)`). Both cache words under 256 bytes,
+//!   and a SentencePiece-style file without a pre-tokenizer hands whole sentences to the model,
+//!   so the cached schemes time repeated sentences as cache hits; this one times the merges;
 //! - HF-only, labelled `*`: `encode_fast` (HF skips offsets; Lattice always computes them) on
 //!   1 thread, and `encode_batch` / `encode_batch_fast` with HF's own rayon parallelism
 //!   (`RAYON_NUM_THREADS`, default = cores; 2 here), shown beside Lattice's 2-thread figure.
@@ -340,10 +345,12 @@ impl Row {
 
 fn main() {
     let mut runs = 9usize;
+    let mut only: Option<String> = None;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
             "--runs" => runs = args.next().and_then(|v| v.parse().ok()).expect("--runs N"),
+            "--only" => only = Some(args.next().expect("--only MODEL")),
             "--bench" => {}
             other => eprintln!("ignoring argument {other:?}"),
         }
@@ -394,6 +401,9 @@ fn main() {
     let mut verified = Vec::new();
     for (model, path) in &models {
         let model = *model;
+        if only.as_deref().is_some_and(|o| o != model) {
+            continue;
+        }
         if !path.exists() {
             eprintln!("note: {} not found, {model} skipped", path.display());
             continue;
@@ -405,6 +415,14 @@ fn main() {
             .unwrap_or_else(|e| panic!("HF loading {}: {e}", path.display()));
         hf.with_truncation(None).expect("HF: truncation off");
         hf.with_padding(None);
+        // Both libraries cache tokenized words (BPE, words under 256 bytes, 10,000 of them), so
+        // the timed passes over the same strings mostly hit the cache; these copies cache
+        // nothing and time the merge loop itself.
+        let lat_nocache = lat.clone().with_word_cache(0);
+        let mut hf_nocache = hf.clone();
+        let mut hf_model = hf.get_model().clone();
+        hf_model.resize_cache(0);
+        hf_nocache.with_model(hf_model);
 
         for (corpus, texts) in &corpora {
             let tokens = verify(model, corpus, &lat, &hf, texts);
@@ -432,6 +450,16 @@ fn main() {
                     "2 threads",
                     "hf",
                     Box::new(|| two_threads(texts, mid, |t| hf_serial(&hf, t))),
+                ),
+                (
+                    "1 thread, no cache",
+                    "lattice",
+                    Box::new(|| lattice_serial(&lat_nocache, texts)),
+                ),
+                (
+                    "1 thread, no cache",
+                    "hf",
+                    Box::new(|| hf_serial(&hf_nocache, texts)),
                 ),
                 (
                     "HF encode_fast",

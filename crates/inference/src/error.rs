@@ -83,6 +83,9 @@ pub enum Error {
     /// Input the model cannot process (e.g. an empty batch item with no tokens).
     #[error("invalid input: {0}")]
     InvalidInput(String),
+    /// A chat template that does not compile, or whose render failed (incl. `raise_exception`).
+    #[error("chat template: {0}")]
+    ChatTemplate(String),
 }
 
 /// Shorthand for `Result<T, lattice_inference::Error>`.

@@ -16,11 +16,16 @@
 
 pub mod attention;
 pub mod backend;
+pub mod chat;
+pub mod engine;
 pub mod error;
 pub mod io;
 pub mod model;
 pub mod ops;
+pub mod quant;
+pub mod sample;
 pub mod sentencepiece;
+pub mod state;
 pub mod tokenizer;
 
 pub use error::{Error, Result};

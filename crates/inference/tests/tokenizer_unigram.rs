@@ -2,11 +2,14 @@
 //! SentencePiece Unigram test models (`botchan_en_unigram_1000`: ALBERT/XLNet-style normalizers,
 //! Metaspace, `<s> A </s>`; `kyoto_ja_unigram_8000`: Precompiled + Strip + regex Replace, Metaspace
 //! with `prepend_scheme: first` and no split, `A </s>`; `botchan_en_unigram_1000_bytes`: 256 byte
-//! pieces added, `byte_fallback` on, Llama-style ByteFallback decoder). Checks ids with and without special
-//! tokens and both decodes on every fixture line, that random bytes / random Unicode never make
-//! encoding panic, and the `tokenizer.model` fallback of `Tokenizer::from_dir`.
+//! pieces added, `byte_fallback` on, Llama-style ByteFallback decoder). Checks ids with and without
+//! special tokens and both decodes on every fixture line, offsets against the HF crate in
+//! process, that random bytes / random Unicode never make encoding panic, and the
+//! `tokenizer.model` fallback of `Tokenizer::from_dir`.
 //!
-//! The fixtures (tokenizer.json files and `reference.jsonl.gz`) are written by
+//! The fixtures (tokenizer.json files and `reference_<NAME>.jsonl.gz`, which name their inputs by
+//! line number in the shared SentencePiece corpus `tests/fixtures/sentencepiece/corpus.jsonl.gz`)
+//! are written by
 //! `scripts/gen_unigram_json_reference.py`; they are committed, so this test needs no cache except
 //! for the `from_dir` test, which reads `.cache/sentencepiece` (`scripts/fetch_sentencepiece.sh`).
 
@@ -33,47 +36,122 @@ fn load(name: &str) -> Tokenizer {
     Tokenizer::from_file(dir().join(name).join("tokenizer.json")).expect("fixture loads")
 }
 
+/// The shared SentencePiece corpus (`tests/fixtures/sentencepiece/corpus.jsonl.gz`, one JSON
+/// string per line), which the reference lines name by line number.
+fn corpus() -> Vec<String> {
+    common::read_gz(&common::fixture("sentencepiece/corpus.jsonl.gz"))
+        .split('\n')
+        .filter(|l| !l.is_empty())
+        .map(|l| serde_json::from_str(l).expect("corpus line is a JSON string"))
+        .collect()
+}
+
 #[test]
 fn every_fixture_line_matches_hf() {
-    let toks: Vec<Tokenizer> = MODELS.iter().map(|m| load(m)).collect();
-    let text = common::read_gz(&dir().join("reference.jsonl.gz"));
+    let texts = corpus();
+    assert!(texts.len() >= 5000, "corpus has {} strings", texts.len());
     let mut n_lines = [0usize; 3];
+    let mut n_lossless = [0usize; 3];
     let mut failures = Vec::new();
-    for line in text.lines() {
-        let d: Value = serde_json::from_str(line).expect("fixture lines are JSON");
-        let model = d["model"].as_str().expect("model name");
-        let i = MODELS
-            .iter()
-            .position(|m| *m == model)
-            .expect("known model");
-        let tok = &toks[i];
-        n_lines[i] += 1;
-        let input = d["text"].as_str().expect("text");
-        let ids = u32s(&d["ids"]);
-        let got = tok.encode(input, true).ids;
-        if got != ids {
-            failures.push(format!("{model} {input:?}: ids {got:?} != {ids:?}"));
-        }
-        let got = tok.encode(input, false).ids;
-        if got != u32s(&d["ids_plain"]) {
-            failures.push(format!("{model} {input:?}: plain ids {got:?}"));
-        }
-        let got = tok.decode(&ids, true);
-        if got != d["decoded"].as_str().expect("decoded") {
-            failures.push(format!("{model} {input:?}: decode {got:?}"));
-        }
-        let got = tok.decode(&ids, false);
-        if got != d["decoded_all"].as_str().expect("decoded_all") {
-            failures.push(format!("{model} {input:?}: decode (all) {got:?}"));
+    for (i, model) in MODELS.iter().enumerate() {
+        let tok = load(model);
+        let file = dir().join(format!("reference_{model}.jsonl.gz"));
+        let data = common::read_gz(&file);
+        let mut lines = data.split('\n').filter(|l| !l.is_empty());
+        // The first line: the ids the template puts around one sequence.
+        let head: Value = serde_json::from_str(lines.next().expect("header")).expect("JSON");
+        assert_eq!(head["model"], *model);
+        let (prefix, suffix) = (u32s(&head["prefix"]), u32s(&head["suffix"]));
+        for line in lines {
+            let d: Value = serde_json::from_str(line).expect("fixture lines are JSON");
+            assert_eq!(d["model"], *model);
+            n_lines[i] += 1;
+            let input = match d.get("i").and_then(Value::as_u64) {
+                Some(n) => texts[n as usize].as_str(),
+                None => d["text"].as_str().expect("text"),
+            };
+            let short: String = input.chars().take(200).collect();
+            let plain = u32s(&d["ids_plain"]);
+            let ids = match d.get("ids") {
+                Some(v) => u32s(v),
+                None => [prefix.as_slice(), &plain, &suffix].concat(),
+            };
+            let got = tok.encode(input, true).ids;
+            if got != ids {
+                failures.push(format!("{model} {short:?}: ids {got:?} != {ids:?}"));
+            }
+            let got = tok.encode(input, false).ids;
+            if got != plain {
+                failures.push(format!("{model} {short:?}: plain ids {got:?} != {plain:?}"));
+            }
+            let want = d
+                .get("decoded")
+                .map_or(input, |v| v.as_str().expect("decoded"));
+            let got = tok.decode(&ids, true);
+            if got != want {
+                failures.push(format!("{model} {short:?}: decode {got:?} != {want:?}"));
+            }
+            if got == input {
+                n_lossless[i] += 1;
+            }
+            let want = d
+                .get("decoded_all")
+                .map_or(want, |v| v.as_str().expect("decoded_all"));
+            let got = tok.decode(&ids, false);
+            if got != want {
+                failures.push(format!(
+                    "{model} {short:?}: decode (all) {got:?} != {want:?}"
+                ));
+            }
         }
     }
-    assert!(n_lines[..2].iter().all(|&n| n >= 2000), "{n_lines:?} lines");
+    eprintln!("strings per model: {n_lines:?}; decode(encode(x)) == x: {n_lossless:?}");
+    assert!(n_lines[..2].iter().all(|&n| n >= 5000), "{n_lines:?} lines");
+    assert!(n_lines[2] >= 2500, "{n_lines:?} lines");
     assert!(
         failures.is_empty(),
         "{} mismatches:\n{}",
         failures.len(),
         failures[..failures.len().min(20)].join("\n")
     );
+}
+
+/// Offsets equal HF's `Encoding::get_offsets()` (byte offsets; the `tokenizers` crate 0.23 in
+/// process, loading the same file) on every corpus string, with and without special tokens: the
+/// Precompiled charsmap and the regex `Replace` of whitespace runs map their output to the
+/// original characters the way HF's `transform` does.
+#[test]
+fn offsets_match_hf() {
+    let texts = corpus();
+    for model in MODELS {
+        let tok = load(model);
+        let hf = tokenizers::Tokenizer::from_file(dir().join(model).join("tokenizer.json"))
+            .expect("HF loads");
+        let mut failures = Vec::new();
+        let mut n = 0;
+        for text in &texts {
+            for special in [false, true] {
+                let want = hf.encode(text.as_str(), special).expect("HF encodes");
+                let got = tok.encode(text, special);
+                n += 1;
+                if got.ids != want.get_ids() || got.offsets != want.get_offsets() {
+                    let short: String = text.chars().take(80).collect();
+                    failures.push(format!(
+                        "{model} {short:?}\n  got  {:?}\n  want {:?}",
+                        got.offsets,
+                        want.get_offsets()
+                    ));
+                }
+            }
+        }
+        assert!(n >= 10_000, "{model}: {n} encodings");
+        assert!(
+            failures.is_empty(),
+            "{} of {n} encodings differ from HF:\n{}",
+            failures.len(),
+            failures[..failures.len().min(10)].join("\n")
+        );
+    }
 }
 
 /// A small deterministic generator (xorshift), so the property test needs no dependency.
@@ -153,7 +231,7 @@ fn sp_model(name: &str) -> PathBuf {
 #[test]
 fn from_dir_loads_a_sentencepiece_model() {
     use lattice_inference::sentencepiece::SentencePieceModel;
-    let sp_fixture = common::read_gz(&common::fixture("sentencepiece/unigram_reference.jsonl.gz"));
+    let texts = corpus();
     for name in ["botchan_en_unigram_1000", "kyoto_ja_unigram_8000"] {
         let model = sp_model(name);
         let sp = SentencePieceModel::open(&model).expect("model opens");
@@ -169,12 +247,9 @@ fn from_dir_loads_a_sentencepiece_model() {
         let (bos, eos) = (sp.piece_to_id("<s>"), sp.piece_to_id("</s>"));
         let (bos, eos) = (bos.expect("<s>"), eos.expect("</s>"));
         let mut n_checked = 0;
-        for line in sp_fixture.lines() {
-            let d: Value = serde_json::from_str(line).expect("JSON");
-            let Some(text) = d["text"].as_str() else {
-                continue;
-            };
-            if d["model"] != name || ["<s>", "</s>", "<unk>"].iter().any(|s| text.contains(s)) {
+        for text in &texts {
+            let text = text.as_str();
+            if ["<s>", "</s>", "<unk>"].iter().any(|s| text.contains(s)) {
                 continue;
             }
             let ids = sp.encode(text);
@@ -186,7 +261,7 @@ fn from_dir_loads_a_sentencepiece_model() {
             assert_eq!(tok.decode(&full, false), sp.decode(&ids), "{name} {text:?}");
             n_checked += 1;
         }
-        assert!(n_checked >= 2000, "{name}: {n_checked} lines");
+        assert!(n_checked >= 5000, "{name}: {n_checked} strings");
         let pair = tok.encode_pair("a", "b", true);
         assert_eq!(pair.ids.first(), Some(&bos));
         assert_eq!(pair.ids.iter().filter(|&&i| i == eos).count(), 2);

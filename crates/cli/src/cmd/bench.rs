@@ -17,13 +17,16 @@ use lattice_inference::model::PackedBatch;
 
 /// Arguments of `lattice bench`.
 #[derive(clap::Args)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
 pub struct Args {
+    #[command(subcommand)]
+    command: Option<BenchCommand>,
     /// Model directory.
-    #[arg(long)]
-    model: String,
+    #[arg(long, required = true)]
+    model: Option<String>,
     /// CSV of sentence pairs (sentence1, sentence2, score), e.g. STS-B dev.
-    #[arg(long)]
-    data: PathBuf,
+    #[arg(long, required = true)]
+    data: Option<PathBuf>,
     /// Sentences per batch.
     #[arg(long, default_value_t = 32)]
     batch: usize,
@@ -38,7 +41,15 @@ pub struct Args {
     threads: Option<usize>,
 }
 
-fn median(v: &mut [f64]) -> f64 {
+/// Benchmarks other than embeddings.
+#[derive(clap::Subcommand)]
+pub enum BenchCommand {
+    /// Prompt processing and generation tokens/s of a decoder, as llama-bench measures them.
+    Generate(super::bench_generate::Args),
+}
+
+/// Median of `v` (sorts it).
+pub fn median(v: &mut [f64]) -> f64 {
     v.sort_by(f64::total_cmp);
     let n = v.len();
     if n % 2 == 1 {
@@ -50,6 +61,12 @@ fn median(v: &mut [f64]) -> f64 {
 
 /// Runs the subcommand.
 pub fn run(args: Args) -> anyhow::Result<()> {
+    if let Some(BenchCommand::Generate(a)) = args.command {
+        return super::bench_generate::run(a);
+    }
+    let (Some(model), Some(data)) = (args.model, args.data) else {
+        anyhow::bail!("`lattice bench` needs --model and --data (or the `generate` subcommand)");
+    };
     if let Some(t) = args.threads {
         rayon::ThreadPoolBuilder::new()
             .num_threads(t)
@@ -57,15 +74,15 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             .context("cannot configure the thread pool")?;
     }
     let batch_size = args.batch.max(1);
-    let pairs = super::eval::read_sts_csv(&args.data)?;
+    let pairs = super::eval::read_sts_csv(&data)?;
     let mut seen = HashSet::new();
     let sentences: Vec<&str> = pairs
         .iter()
         .flat_map(|p| [p.a.as_str(), p.b.as_str()])
         .filter(|s| seen.insert(*s))
         .collect();
-    let embedder = Embedder::load(&args.model)
-        .with_context(|| format!("cannot load model `{}`", args.model))?;
+    let embedder =
+        Embedder::load(&model).with_context(|| format!("cannot load model `{model}`"))?;
 
     let t0 = Instant::now();
     let ids: Vec<Vec<u32>> = sentences

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use anyhow::Context;
-use lattice_embed::{Embedder, TextKind};
+use lattice_embed::{Embedder, EmbedderOptions, TextKind};
 
 /// Arguments of `lattice embed`.
 #[derive(clap::Args)]
@@ -20,6 +20,10 @@ pub struct Args {
     /// Embed as passages (adds the model's passage prefix, e.g. `passage: `).
     #[arg(long)]
     passage: bool,
+    /// Matryoshka output size: keep the first N dimensions (renormalized when the model
+    /// normalizes), for models trained for it (e.g. Qwen3-Embedding, 32..full).
+    #[arg(long)]
+    dimensions: Option<usize>,
     /// Texts to embed (after those of --input).
     texts: Vec<String>,
 }
@@ -32,7 +36,12 @@ struct Line<'a> {
 /// Runs the subcommand.
 pub fn run(args: Args) -> anyhow::Result<()> {
     let texts = super::input::read_texts(args.input.as_deref(), &args.texts)?;
-    let embedder = Embedder::load(&args.model)
+    let options = EmbedderOptions {
+        dimensions: args.dimensions,
+        ..Default::default()
+    };
+    let embedder = lattice_embed::resolve_model_dir(&args.model)
+        .and_then(|dir| Embedder::load_dir(&dir, options))
         .with_context(|| format!("cannot load model `{}`", args.model))?;
     let kind = if args.query {
         TextKind::Query

@@ -1,8 +1,11 @@
 //! One module per subcommand, plus the shared input reader.
 
 pub mod bench;
+pub mod bench_generate;
+pub mod chat;
 pub mod embed;
 pub mod eval;
+pub mod generate;
 pub mod input;
 pub mod rerank;
 pub mod tokenize;

@@ -1,9 +1,14 @@
-//! Scaled dot-product attention over a packed variable-length batch: the tokens of all
-//! sequences lie back to back (`cu_seqlens` marks the boundaries), and each sequence attends only
-//! to itself, so no FLOP is spent on padding. Bidirectional (encoder) attention only, for now.
+//! Scaled dot-product attention. Bidirectional (encoder) attention over a packed
+//! variable-length batch lives here: the tokens of all sequences lie back to back (`cu_seqlens`
+//! marks the boundaries), and each sequence attends only to itself, so no FLOP is spent on
+//! padding. Causal (decoder) attention over a KV cache is in [`causal`].
 //!
 //! One task per (sequence, head) runs on the worker pool: `S = Q·Kᵀ · scale (+ bias)`, a row
 //! softmax, then `O = S·V`, all reading Q, K, V in place through strides.
+
+mod causal;
+
+pub use causal::{causal_attention, CausalShape};
 
 use rayon::prelude::*;
 

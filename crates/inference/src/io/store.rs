@@ -39,6 +39,19 @@ impl Weight {
         }
     }
 
+    /// A view of `range` (f32 data, 4-byte aligned) of a mapped file.
+    pub(crate) fn mapped(
+        file: Arc<MappedFile>,
+        range: std::ops::Range<usize>,
+        shape: Vec<usize>,
+    ) -> Self {
+        debug_assert!(bytemuck::try_cast_slice::<u8, f32>(&file.bytes()[range.clone()]).is_ok());
+        Self {
+            data: WeightData::Mapped { file, range },
+            shape,
+        }
+    }
+
     /// The values, row-major.
     pub fn as_slice(&self) -> &[f32] {
         match &self.data {

@@ -4,11 +4,18 @@
 //! Encoders take a [`PackedBatch`] (the tokens of all sequences back to back, no padding) and
 //! return the last hidden state of every token. [`load_encoder`] picks the architecture from
 //! `config.json`'s `model_type`.
+//!
+//! Decoders ([`decoder::Decoder`]: Llama, Qwen2, Qwen3 in [`llama`]) extend per-sequence KV
+//! caches and return logits; [`decoder::load_decoder`] reads a model folder or a GGUF file
+//! through [`source::TensorSource`].
 
 pub mod bert;
+pub mod decoder;
 pub mod heads;
 pub mod layers;
+pub mod llama;
 pub mod mpnet;
+pub mod source;
 
 use std::path::{Path, PathBuf};
 
@@ -155,7 +162,8 @@ struct ModelTypeOnly {
 }
 
 /// Loads the encoder in `dir` (config.json + safetensors), choosing the architecture from
-/// `model_type`: `bert`, `roberta`, `xlm-roberta` or `mpnet`.
+/// `model_type`: `bert`, `roberta`, `xlm-roberta`, `mpnet`, or a decoder used as an encoder
+/// (`qwen3` for Qwen3-Embedding, `qwen2`, `llama`, `mistral`).
 pub fn load_encoder(dir: &Path) -> Result<Box<dyn Encoder>> {
     let (probe, path): (ModelTypeOnly, _) = read_config(dir)?;
     let model_type = probe.model_type.ok_or_else(|| Error::InvalidConfig {
@@ -175,8 +183,19 @@ pub fn load_encoder(dir: &Path) -> Result<Box<dyn Encoder>> {
             let store = WeightStore::open_dir(dir)?;
             Ok(Box::new(mpnet::MpnetModel::load(&store, &cfg)?))
         }
+        // Decoder-only embedding models (Qwen3-Embedding): the decoder without its head.
+        "qwen3" | "qwen2" | "llama" | "mistral" => {
+            let source = source::TensorSource::open(dir)?;
+            let cfg = source.decoder_config()?;
+            Ok(Box::new(llama::LlamaModel::load(
+                cfg,
+                &source,
+                source::WeightMode::F32,
+                false,
+            )?))
+        }
         other => Err(Error::UnsupportedModel(format!(
-            "model_type `{other}` in {} (supported encoders: bert, roberta, xlm-roberta, mpnet)",
+            "model_type `{other}` in {} (supported encoders: bert, roberta, xlm-roberta, mpnet, qwen3, qwen2, llama, mistral)",
             path.display()
         ))),
     }

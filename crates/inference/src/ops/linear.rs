@@ -1,17 +1,29 @@
 //! `Linear`: `y = x · Wᵀ + b` with `W` in the `nn.Linear` layout `[out_dim, in_dim]`.
 //!
-//! The weight is repacked once at load into the panel layout the GEMM kernel streams
+//! f32 weights are repacked once at load into the panel layout the GEMM kernel streams
 //! ([`cpu::PackedWeights`]), so no call pays for a transpose; bias, exact GELU and residual adds
-//! are fused into the kernel's epilogue while each output tile is still in cache.
+//! are fused into the kernel's epilogue while each output tile is still in cache. Quantized
+//! weights ([`QuantMatrix`], from GGUF) multiply with their blocks directly; a layer may stack
+//! several of them along the output dimension (e.g. Q, K and V of different block types).
 
 use crate::backend::cpu::{self, PackedWeights};
 use crate::io::store::{Scope, Weight};
-use crate::Result;
+use crate::quant::QuantMatrix;
+use crate::{Error, Result};
+
+/// How a layer's weight is held.
+#[derive(Debug)]
+enum LinearWeight {
+    /// f32, repacked for the SGEMM kernel.
+    Packed(PackedWeights),
+    /// Quantized blocks, stacked along the output dimension.
+    Quant(Vec<QuantMatrix>),
+}
 
 /// A dense layer.
 #[derive(Debug)]
 pub struct Linear {
-    weight: PackedWeights,  // f32 [out_dim, in_dim], repacked for the kernel
+    weight: LinearWeight,   // [out_dim, in_dim]
     bias: Option<Vec<f32>>, // f32 [out_dim]
     in_dim: usize,
     out_dim: usize,
@@ -47,11 +59,55 @@ impl Linear {
             cpu::pack_weights(out_dim, in_dim, &stacked, in_dim)
         };
         Ok(Self {
-            weight,
+            weight: LinearWeight::Packed(weight),
             bias,
             in_dim,
             out_dim,
         })
+    }
+
+    /// A layer from f32 weights `w` [out_dim, in_dim] (row-major) and an optional bias.
+    pub fn from_f32(
+        w: &[f32],
+        out_dim: usize,
+        in_dim: usize,
+        bias: Option<Vec<f32>>,
+    ) -> Result<Self> {
+        check_parts(w.len(), out_dim * in_dim, bias.as_deref(), out_dim)?;
+        Ok(Self {
+            weight: LinearWeight::Packed(cpu::pack_weights(out_dim, in_dim, w, in_dim)),
+            bias,
+            in_dim,
+            out_dim,
+        })
+    }
+
+    /// A layer from quantized matrices with the same input width, stacked along the output
+    /// dimension in order, and an optional bias over the stacked outputs.
+    pub fn from_quant(parts: Vec<QuantMatrix>, bias: Option<Vec<f32>>) -> Result<Self> {
+        let in_dim = parts.first().map_or(0, QuantMatrix::k);
+        if parts.is_empty() || parts.iter().any(|p| p.k() != in_dim) {
+            return Err(Error::Shape {
+                op: "Linear::from_quant",
+                reason: "needs at least one matrix, all with the same input width".into(),
+            });
+        }
+        let out_dim = parts.iter().map(QuantMatrix::n_rows).sum();
+        check_parts(out_dim * in_dim, out_dim * in_dim, bias.as_deref(), out_dim)?;
+        Ok(Self {
+            weight: LinearWeight::Quant(parts),
+            bias,
+            in_dim,
+            out_dim,
+        })
+    }
+
+    /// Bytes of weight data one product reads (f32, or the quantized blocks as stored in GGUF).
+    pub fn weight_bytes(&self) -> usize {
+        match &self.weight {
+            LinearWeight::Packed(_) => self.in_dim * self.out_dim * 4,
+            LinearWeight::Quant(parts) => parts.iter().map(QuantMatrix::gguf_bytes).sum(),
+        }
     }
 
     /// Input features.
@@ -75,17 +131,66 @@ impl Linear {
         if m == 0 {
             return;
         }
-        cpu::gemm_bt_packed(
-            m,
-            x,
-            self.in_dim,
-            &self.weight,
-            y,
-            self.out_dim,
-            accumulate,
-            self.bias.as_deref(),
-            gelu,
-        );
+        match &self.weight {
+            LinearWeight::Packed(w) => cpu::gemm_bt_packed(
+                m,
+                x,
+                self.in_dim,
+                w,
+                y,
+                self.out_dim,
+                accumulate,
+                self.bias.as_deref(),
+                gelu,
+            ),
+            LinearWeight::Quant(parts) => {
+                let product = if let [single] = parts.as_slice() {
+                    let mut t = vec![0.0f32; m * self.out_dim];
+                    single.matmul(x, m, &mut t);
+                    t
+                } else {
+                    let mut t = vec![0.0f32; m * self.out_dim];
+                    let mut col = 0;
+                    for p in parts {
+                        let n = p.n_rows();
+                        let mut part = vec![0.0f32; m * n];
+                        p.matmul(x, m, &mut part);
+                        for (dst, src) in t.chunks_exact_mut(self.out_dim).zip(part.chunks_exact(n))
+                        {
+                            dst[col..col + n].copy_from_slice(src);
+                        }
+                        col += n;
+                    }
+                    t
+                };
+                for (row_y, row_t) in y
+                    .chunks_exact_mut(self.out_dim)
+                    .zip(product.chunks_exact(self.out_dim))
+                {
+                    match (accumulate, self.bias.as_deref()) {
+                        (false, None) => row_y.copy_from_slice(row_t),
+                        (false, Some(b)) => {
+                            for ((o, &t), &b) in row_y.iter_mut().zip(row_t).zip(b) {
+                                *o = t + b;
+                            }
+                        }
+                        (true, None) => {
+                            for (o, &t) in row_y.iter_mut().zip(row_t) {
+                                *o += t;
+                            }
+                        }
+                        (true, Some(b)) => {
+                            for ((o, &t), &b) in row_y.iter_mut().zip(row_t).zip(b) {
+                                *o += t + b;
+                            }
+                        }
+                    }
+                }
+                if gelu {
+                    cpu::gelu_erf(y);
+                }
+            }
+        }
     }
 
     /// `x` f32 [n, in_dim] → f32 [n, out_dim].
@@ -109,4 +214,17 @@ impl Linear {
         self.run(x, &mut y, true, false);
         y
     }
+}
+
+fn check_parts(w_len: usize, want: usize, bias: Option<&[f32]>, out_dim: usize) -> Result<()> {
+    if w_len != want || bias.is_some_and(|b| b.len() != out_dim) {
+        return Err(Error::Shape {
+            op: "Linear",
+            reason: format!(
+                "weight has {w_len} values (want {want}), bias {:?} (want {out_dim})",
+                bias.map(<[f32]>::len)
+            ),
+        });
+    }
+    Ok(())
 }

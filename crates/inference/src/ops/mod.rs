@@ -1,18 +1,66 @@
 //! Shape-checked building blocks over the CPU kernels: linear layers (with fused bias, exact
-//! GELU and residual epilogues), layer norm, embedding lookup and activations. Model files call
-//! these; they never call `backend` directly for anything these cover.
+//! GELU and residual epilogues), layer and RMS norms, rotary embeddings, embedding lookup and
+//! activations. Model files call these; they never call `backend` directly for anything these
+//! cover.
 
 mod embed;
 mod linear;
 mod norm;
+mod rope;
 
 pub use embed::Embedding;
 pub use linear::Linear;
-pub use norm::LayerNorm;
+pub use norm::{LayerNorm, RmsNorm};
+pub use rope::{Rope, RopeConfig, RopeScaling};
 
 use crate::backend::cpu;
 
 /// In-place tanh.
 pub fn tanh(x: &mut [f32]) {
     cpu::tanh(x)
+}
+
+/// SwiGLU: `gate_up` f32 [n, 2 * width] holds the gate and up projections side by side per row;
+/// returns `silu(gate) ⊙ up` f32 [n, width], with the exact `silu(x) = x / (1 + exp(-x))`.
+pub fn silu_mul(gate_up: &[f32], width: usize) -> Vec<f32> {
+    debug_assert_eq!(gate_up.len() % (2 * width), 0);
+    let n = gate_up.len() / (2 * width);
+    let mut out = vec![0.0f32; n * width];
+    let mut e = vec![0.0f32; width];
+    for (row, o) in gate_up
+        .chunks_exact(2 * width)
+        .zip(out.chunks_exact_mut(width))
+    {
+        let (gate, up) = row.split_at(width);
+        for (t, &g) in e.iter_mut().zip(gate) {
+            *t = -g;
+        }
+        cpu::exp(&mut e);
+        for ((o, (&g, &u)), &t) in o.iter_mut().zip(gate.iter().zip(up)).zip(&e) {
+            *o = g / (1.0 + t) * u;
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn silu_mul_matches_definition() {
+        let width = 33;
+        let gate_up: Vec<f32> = (0..2 * 2 * width)
+            .map(|i| (i as f32 * 0.37).sin() * 12.0)
+            .collect();
+        let got = silu_mul(&gate_up, width);
+        for (r, row) in gate_up.chunks_exact(2 * width).enumerate() {
+            for j in 0..width {
+                let g = row[j] as f64;
+                let want = g / (1.0 + (-g).exp()) * row[width + j] as f64;
+                let d = (got[r * width + j] as f64 - want).abs();
+                assert!(d <= 1e-5 * want.abs().max(1.0), "{d}");
+            }
+        }
+    }
 }

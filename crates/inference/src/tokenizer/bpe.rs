@@ -9,7 +9,7 @@
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
-use std::hash::BuildHasherDefault;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::RwLock;
 
 use super::wordpiece::{FastHasher, VocabMap};
@@ -50,7 +50,41 @@ pub(crate) fn char_byte(c: char) -> Option<u8> {
     BYTE_CHARS.iter().position(|&x| x == c).map(|b| b as u8)
 }
 
-type PairMap = HashMap<(u32, u32), (u32, u32), BuildHasherDefault<FastHasher>>;
+/// Hasher for the merge table's packed `(left id, right id)` keys: one folded 64×64→128-bit
+/// multiply, which spreads both halves over all bits.
+#[derive(Default, Clone, Copy)]
+struct PairHasher(u64);
+
+impl Hasher for PairHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(u64::from(b));
+        }
+    }
+
+    #[inline]
+    fn write_u64(&mut self, v: u64) {
+        let m = u128::from(v ^ self.0) * 0x9e37_79b9_7f4a_7c15_u128;
+        self.0 = (m as u64) ^ ((m >> 64) as u64);
+    }
+
+    #[inline]
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+/// `pair_key(left, right)` → (rank, merged id).
+type PairMap = HashMap<u64, (u32, u32), BuildHasherDefault<PairHasher>>;
+
+/// The merge table key of a pair of ids.
+#[inline]
+fn pair_key(left: u32, right: u32) -> u64 {
+    (u64::from(left) << 32) | u64::from(right)
+}
+
+/// No id: the marker in [`Bpe::ascii_ids`].
+const NO_ID: u32 = u32::MAX;
 
 /// Errors building a BPE model, turned into messages by the loader.
 #[derive(Debug)]
@@ -94,27 +128,50 @@ pub(crate) struct BpeOptions {
     pub byte_level: bool,
 }
 
-/// Words longer than this (bytes) are not cached.
-const MAX_CACHED_WORD_BYTES: usize = 64;
-/// Number of words the cache holds; once full, new words are no longer added.
-const CACHE_CAPACITY: usize = 10_000;
+/// Words of this many bytes or more are not cached (HF's `MAX_LENGTH`: a SentencePiece-style
+/// file without a pre-tokenizer hands whole sentences to the model, and those are worth caching
+/// too).
+const MAX_CACHED_WORD_BYTES: usize = 256;
+/// Number of words the cache holds by default (HF's default); once full, new words are no longer
+/// added.
+const DEFAULT_CACHE_CAPACITY: usize = 10_000;
 
 type CacheMap = HashMap<Box<str>, Box<[BpePiece]>, BuildHasherDefault<FastHasher>>;
 
-/// Tokenized words, shared by all threads using the model. A clone starts empty.
-#[derive(Debug, Default)]
-struct WordCache(RwLock<CacheMap>);
+/// Tokenized words, shared by all threads using the model, up to `capacity` words. A clone
+/// starts empty.
+#[derive(Debug)]
+struct WordCache {
+    map: RwLock<CacheMap>,
+    capacity: usize,
+}
+
+impl Default for WordCache {
+    fn default() -> Self {
+        Self::new(DEFAULT_CACHE_CAPACITY)
+    }
+}
 
 impl Clone for WordCache {
     fn clone(&self) -> Self {
-        Self::default()
+        Self::new(self.capacity)
     }
 }
 
 impl WordCache {
+    fn new(capacity: usize) -> Self {
+        Self {
+            map: RwLock::new(CacheMap::default()),
+            capacity,
+        }
+    }
+
     /// Appends the cached pieces of `word` to `out`; false when absent (or the lock is poisoned).
     fn get(&self, word: &str, out: &mut Vec<BpePiece>) -> bool {
-        let Ok(map) = self.0.read() else {
+        if self.capacity == 0 {
+            return false;
+        }
+        let Ok(map) = self.map.read() else {
             return false;
         };
         match map.get(word) {
@@ -127,8 +184,11 @@ impl WordCache {
     }
 
     fn put(&self, word: &str, pieces: &[BpePiece]) {
-        if let Ok(mut map) = self.0.write() {
-            if map.len() < CACHE_CAPACITY {
+        if self.capacity == 0 {
+            return;
+        }
+        if let Ok(mut map) = self.map.write() {
+            if map.len() < self.capacity {
                 map.insert(word.into(), pieces.into());
             }
         }
@@ -148,6 +208,9 @@ pub(crate) struct Bpe {
     byte_ids: [Option<u32>; 256],
     /// Byte fallback: id of `<0xNN>` for each byte.
     fallback_ids: [Option<u32>; 256],
+    /// Character-level without subword prefix / suffix: id of each ASCII character's token, or
+    /// [`NO_ID`] (then the vocabulary is asked).
+    ascii_ids: [u32; 128],
     cache: WordCache,
 }
 
@@ -219,7 +282,7 @@ impl Bpe {
                 .get(merged.as_str())
                 .ok_or(BpeError::MergeResult(rank, merged))?;
             // A repeated pair keeps its last rank, as HF's map build (later entries overwrite).
-            pairs.insert((id_a, id_b), (rank as u32, id));
+            pairs.insert(pair_key(id_a, id_b), (rank as u32, id));
         }
         let unk_id = match &opts.unk_token {
             None => None,
@@ -231,10 +294,22 @@ impl Bpe {
         };
         let mut byte_ids = [None; 256];
         let mut fallback_ids = [None; 256];
+        let mut ascii_ids = [NO_ID; 128];
+        let affixes = opts
+            .continuing_subword_prefix
+            .as_deref()
+            .unwrap_or("")
+            .is_empty()
+            && opts.end_of_word_suffix.as_deref().unwrap_or("").is_empty();
         for b in 0..256 {
             let mut buf = [0u8; 4];
             byte_ids[b] = vocab.get(&*BYTE_CHARS[b].encode_utf8(&mut buf)).copied();
             fallback_ids[b] = vocab.get(format!("<0x{b:02X}>").as_str()).copied();
+            if b < 128 && affixes {
+                let c = [b as u8];
+                let key = std::str::from_utf8(&c).unwrap_or_default();
+                ascii_ids[b] = vocab.get(key).copied().unwrap_or(NO_ID);
+            }
         }
         Ok(Self {
             vocab,
@@ -244,6 +319,7 @@ impl Bpe {
             unk_id,
             byte_ids,
             fallback_ids,
+            ascii_ids,
             cache: WordCache::default(),
         })
     }
@@ -251,7 +327,12 @@ impl Bpe {
     /// Marks words as byte-level encoded.
     pub fn set_byte_level(&mut self, on: bool) {
         self.opts.byte_level = on;
-        self.cache = WordCache::default();
+        self.cache = self.cache.clone();
+    }
+
+    /// Sets how many words the word cache holds (0 turns it off); empties it.
+    pub fn set_cache_capacity(&mut self, words: usize) {
+        self.cache = WordCache::new(words);
     }
 
     /// Id of a token string.
@@ -293,6 +374,13 @@ impl Bpe {
         let mut last_unk = false;
         for (i, c) in word.char_indices() {
             let end = i + c.len_utf8();
+            if let Some(&id) = self.ascii_ids.get(c as usize) {
+                if id != NO_ID {
+                    push_symbol(syms, id, i, end);
+                    last_unk = false;
+                    continue;
+                }
+            }
             if let Some(id) = self.lookup(word, i, end, &mut buf) {
                 push_symbol(syms, id, i, end);
                 last_unk = false;
@@ -332,7 +420,7 @@ impl Bpe {
         if word.is_empty() {
             return;
         }
-        if word.len() > MAX_CACHED_WORD_BYTES {
+        if word.len() >= MAX_CACHED_WORD_BYTES {
             return self.tokenize_uncached(word, out);
         }
         if self.cache.get(word, out) {
@@ -393,7 +481,7 @@ impl Bpe {
     fn merge(&self, syms: &mut [Symbol]) {
         let mut heap = BinaryHeap::with_capacity(syms.len());
         for i in 1..syms.len() {
-            if let Some(&(rank, id)) = self.merges.get(&(syms[i - 1].id, syms[i].id)) {
+            if let Some(&(rank, id)) = self.merges.get(&pair_key(syms[i - 1].id, syms[i].id)) {
                 heap.push(Reverse((rank, i - 1, id)));
             }
         }
@@ -403,7 +491,7 @@ impl Bpe {
                 continue;
             }
             let right = syms[left.next];
-            match self.merges.get(&(left.id, right.id)) {
+            match self.merges.get(&pair_key(left.id, right.id)) {
                 Some(&(r, id)) if r == rank && id == new_id => {}
                 _ => continue,
             }
@@ -416,12 +504,12 @@ impl Bpe {
             syms[right_pos].next = NONE;
             if right.next != NONE {
                 syms[right.next].prev = pos;
-                if let Some(&(r, id)) = self.merges.get(&(new_id, syms[right.next].id)) {
+                if let Some(&(r, id)) = self.merges.get(&pair_key(new_id, syms[right.next].id)) {
                     heap.push(Reverse((r, pos, id)));
                 }
             }
             if left.prev != NONE {
-                if let Some(&(r, id)) = self.merges.get(&(syms[left.prev].id, new_id)) {
+                if let Some(&(r, id)) = self.merges.get(&pair_key(syms[left.prev].id, new_id)) {
                     heap.push(Reverse((r, left.prev, id)));
                 }
             }

@@ -125,8 +125,11 @@ fn pipeline(pre: &str) -> Option<(PreTokenizer, Option<Normalizer>, bool)> {
         "gpt-2" | "default" => Some((gpt2()?, None, false)),
         // GPT-NeoX's tokenizer (MPT) normalizes to NFC.
         "mpt" => Some((gpt2()?, Some(Normalizer::Unicode(Form::Nfc)), false)),
-        // StarCoder-style: every digit alone, then GPT-2's split.
-        "starcoder" | "refact" => Some((digits_then(gpt2()?), None, false)),
+        // StarCoder-style: every digit alone, then GPT-2's split (llama.cpp groups SmolLM,
+        // CodeShell, EXAONE and Minerva with these).
+        "starcoder" | "refact" | "smollm" | "codeshell" | "exaone" | "minerva" => {
+            Some((digits_then(gpt2()?), None, false))
+        }
         "command-r" => Some((
             digits_then(gpt2()?),
             Some(Normalizer::Unicode(Form::Nfc)),
@@ -159,8 +162,8 @@ pub(crate) fn from_gguf_bpe(file: &GgufFile) -> Result<Tokenizer> {
             path,
             format!(
                 "unsupported GGUF pre-tokenizer `{pre_name}` (implemented: gpt-2, mpt, \
-                 starcoder, refact, command-r, llama-bpe, qwen2, qwen35, deepseek-llm, \
-                 deepseek-coder, falcon)"
+                 starcoder, refact, smollm, codeshell, exaone, minerva, command-r, llama-bpe, \
+                 qwen2, qwen35, deepseek-llm, deepseek-coder, falcon)"
             ),
         )
     })?;

@@ -242,24 +242,31 @@ fn token_pair(obj: &Map<String, Value>, key: &str, what: &str) -> Parsed<(String
     }
 }
 
-/// `None` for post-processors that add no tokens (`ByteLevel`, whose offset trimming is not
-/// applied); a `Sequence` may hold at most one token-adding processor.
+/// `None` for a `ByteLevel` post-processor without offset trimming (it adds no tokens); a
+/// `ByteLevel` one with `trim_offsets` trims offsets only. A `Sequence` may hold at most one
+/// token-adding processor, and its `ByteLevel` trimming is merged into it.
 fn parse_post_processor(v: &Value) -> Parsed<Option<PostProcessor>> {
     let what = "post_processor";
     let obj = as_object(v, what)?;
     match type_of(obj, what)? {
-        "ByteLevel" => Ok(None),
+        "ByteLevel" => {
+            let trim = get_bool(obj, "trim_offsets", true, what)?;
+            let add_prefix_space = get_bool(obj, "add_prefix_space", true, what)?;
+            Ok(trim.then(|| PostProcessor::trim_only(add_prefix_space)))
+        }
         "Sequence" => {
             let list = field(obj, "processors")
                 .and_then(Value::as_array)
                 .ok_or("post_processor.processors must be an array")?;
-            let mut found = None;
+            let mut found: Option<PostProcessor> = None;
             for p in list {
                 if let Some(p) = parse_post_processor(p)? {
-                    if found.is_some() {
-                        return bad("post_processor Sequence with two token-adding processors");
-                    }
-                    found = Some(p);
+                    found = Some(match found {
+                        None => p,
+                        Some(f) => f
+                            .merge(p)
+                            .ok_or("post_processor Sequence with two token-adding processors")?,
+                    });
                 }
             }
             Ok(found)

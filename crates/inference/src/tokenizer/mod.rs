@@ -27,12 +27,17 @@
 //! [`Tokenizer::encode`]: packing and padding are the batcher's job. The file's truncation length
 //! is the default; [`Tokenizer::with_truncation`] overrides it.
 //!
-//! Where we knowingly differ from HF: offsets are byte offsets that always fall on character
-//! boundaries (HF's RoBERTa offset trimming adds a character count to a byte offset, which can
-//! land inside a multi-byte space before an `lstrip` token); where NFC / NFD / NFKC rewrite a
-//! run of characters, every token inside it maps to the whole run; `ByteLevel` offset trimming is
-//! not applied; truncation sections other than
-//! `LongestFirst` / `Right` are refused at load, and overflowing tokens (`stride`) are not kept.
+//! Offsets are byte offsets into the input, HF's `Encoding::get_offsets()` (checked equal on the
+//! Qwen3, Mistral and Gemma 3 files and with `ByteLevel` `trim_offsets` in
+//! `tests/tokenizer_bpe.rs`, on the Unigram files in `tests/tokenizer_unigram.rs`): a byte-level
+//! token holding part of a multi-byte character spans the whole character; NFC / NFD / NFKC and
+//! `Precompiled` give each output character HF's alignment (a replacing character maps to the
+//! first source character it replaces, an inserted one to the source character before it), and
+//! `Replace` maps its replacement to the last character of the match, as HF does.
+//! Where we knowingly differ from HF: offsets always fall on character boundaries (HF's offset
+//! trimming adds a character count to a byte offset, which can land inside a multi-byte space
+//! before an `lstrip` token); truncation sections other than `LongestFirst` / `Right` are refused at
+//! load, and overflowing tokens (`stride`) are not kept.
 
 mod added;
 mod bpe;
@@ -205,6 +210,15 @@ impl Tokenizer {
     /// `longest_first`); `None` turns truncation off. Overrides the file's setting.
     pub fn with_truncation(mut self, max_len: Option<usize>) -> Self {
         self.truncation = max_len;
+        self
+    }
+
+    /// Sets how many words a BPE model caches (default 10,000, as HF; words of 256 bytes or more
+    /// are never cached); 0 turns the cache off. Other models have no cache. Empties the cache.
+    pub fn with_word_cache(mut self, words: usize) -> Self {
+        if let Model::Bpe(bpe) = &mut self.model {
+            bpe.set_cache_capacity(words);
+        }
         self
     }
 

@@ -1,7 +1,8 @@
 //! Post-processing: truncation of one or two token sequences to a length budget (HF
 //! `longest_first`), then the special tokens and type ids of `BertProcessing`,
-//! `RobertaProcessing` or `TemplateProcessing`, all three held as one template. This module does
-//! not tokenize text; it works on the token lists [`super::Tokenizer`] produced.
+//! `RobertaProcessing` or `TemplateProcessing`, all three held as one template, and the offset
+//! trimming of RoBERTa and `ByteLevel` (`trim_offsets`). This module does not tokenize text; it
+//! works on the token lists [`super::Tokenizer`] produced.
 
 use super::Encoding;
 
@@ -48,12 +49,14 @@ pub(crate) enum Piece {
     B(u32),
 }
 
-/// A post-processor: templates for one and two sequences, plus RoBERTa's offset trimming.
+/// A post-processor: templates for one and two sequences, plus RoBERTa / `ByteLevel` offset
+/// trimming.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct PostProcessor {
     single: Vec<Piece>,
     pair: Vec<Piece>,
-    /// `Some(add_prefix_space)` when offsets are trimmed of surrounding whitespace (RoBERTa).
+    /// `Some(add_prefix_space)` when offsets are trimmed of surrounding whitespace (RoBERTa,
+    /// `ByteLevel` with `trim_offsets`).
     trim_offsets: Option<bool>,
 }
 
@@ -109,6 +112,34 @@ impl PostProcessor {
             pair,
             trim_offsets: None,
         }
+    }
+
+    /// `ByteLevel` with `trim_offsets`: no tokens added (A with type id 0, B with 1), offsets
+    /// trimmed.
+    pub fn trim_only(add_prefix_space: bool) -> Self {
+        Self {
+            single: vec![Piece::A(0)],
+            pair: vec![Piece::A(0), Piece::B(1)],
+            trim_offsets: Some(add_prefix_space),
+        }
+    }
+
+    fn is_trim_only(&self) -> bool {
+        self.added_tokens(true) == 0 && self.added_tokens(false) == 0
+    }
+
+    /// Combines two processors of a `Sequence` when at most one of them adds tokens; the
+    /// other's offset trimming carries over. `None` when both add tokens.
+    pub fn merge(self, other: Self) -> Option<Self> {
+        let (mut keep, extra) = if other.is_trim_only() {
+            (self, other)
+        } else if self.is_trim_only() {
+            (other, self)
+        } else {
+            return None;
+        };
+        keep.trim_offsets = keep.trim_offsets.or(extra.trim_offsets);
+        Some(keep)
     }
 
     fn template_for(&self, is_pair: bool) -> &[Piece] {
@@ -182,17 +213,24 @@ pub(crate) fn concat(mut a: SeqTokens, b: Option<SeqTokens>) -> Encoding {
     enc
 }
 
-/// RoBERTa's offset trimming: offsets of tokens whose text starts or ends with whitespace (or
-/// the byte-level space `Ġ`) shrink to exclude it. HF adds the number of *characters* to a byte
-/// offset; we add their byte length, which gives the same character offsets and keeps byte
-/// offsets on character boundaries.
+/// RoBERTa's / `ByteLevel`'s offset trimming: offsets of tokens whose text starts or ends with
+/// whitespace (or the byte-level space `Ġ`) shrink to exclude it. HF adds the number of
+/// *characters* to a byte offset; we add the input bytes they stand for (1 for `Ġ`, the UTF-8
+/// length of a real whitespace character), which is the same for byte-level tokens and keeps
+/// byte offsets on character boundaries otherwise.
 fn trim_offsets(seq: &mut SeqTokens, add_prefix_space: bool) {
     let is_space = |c: char| c == '\u{120}' || c.is_whitespace();
+    let input_len = |c: char| if c == '\u{120}' { 1 } else { c.len_utf8() };
     for (i, (tok, off)) in seq.tokens.iter().zip(seq.offsets.iter_mut()).enumerate() {
-        let lead = tok.len() - tok.trim_start_matches(is_space).len();
-        let trail = tok.len() - tok.trim_end_matches(is_space).len();
+        let lead_chars = tok.chars().take_while(|&c| is_space(c)).count();
+        let lead: usize = tok.chars().take(lead_chars).map(input_len).sum();
+        let trail: usize = tok
+            .chars()
+            .rev()
+            .take_while(|&c| is_space(c))
+            .map(input_len)
+            .sum();
         if lead > 0 {
-            let lead_chars = tok[..lead].chars().count();
             let is_first = i == 0 || off.0 == 0;
             if !(is_first && add_prefix_space && lead_chars == 1) {
                 off.0 = (off.0 + lead).min(off.1);

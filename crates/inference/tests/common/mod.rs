@@ -23,6 +23,19 @@ pub fn real_model(name: &str) -> PathBuf {
     p
 }
 
+/// A real GGUF file fetched by `scripts/fetch_models.sh`; fails (never skips) when missing.
+pub fn real_gguf(name: &str) -> PathBuf {
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../.cache/models")
+        .join(name);
+    assert!(
+        p.is_file(),
+        "{} is missing: run scripts/fetch_models.sh",
+        p.display()
+    );
+    p
+}
+
 /// Reads a JSON file.
 pub fn read_json(path: &std::path::Path) -> serde_json::Value {
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));

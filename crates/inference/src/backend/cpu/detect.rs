@@ -59,6 +59,33 @@ impl Isa {
     }
 }
 
+/// Whether the CPU has the AVX-512 extensions of the quantized kernels: BW (byte/word ops),
+/// VL and VNNI (`vpdpbusd`), on top of what [`Isa::Avx512`] needs.
+pub fn avx512_vnni_supported() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::is_x86_feature_detected!("avx512bw")
+            && std::is_x86_feature_detected!("avx512vl")
+            && std::is_x86_feature_detected!("avx512vnni")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// Whether the CPU has F16C (f16 ↔ f32 conversion), used by the AVX2 quantized kernels.
+pub fn f16c_supported() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::is_x86_feature_detected!("f16c")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
 impl fmt::Display for Isa {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())

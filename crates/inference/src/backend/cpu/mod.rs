@@ -24,6 +24,8 @@ mod microkernel;
 mod pack;
 mod packed;
 mod portable;
+pub mod qdot;
+mod qkernels;
 pub mod scalar;
 // Parts of the vector vocabulary and the generic elementwise kernels are only instantiated by
 // the x86 tables (the portable table uses the scalar references).

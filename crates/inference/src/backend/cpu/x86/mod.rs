@@ -8,6 +8,8 @@ pub(super) mod avx2;
 // AVX-512 intrinsics and `target_feature(enable = "avx512f")` are stable since Rust 1.89, the
 // workspace's `rust-version`.
 pub(super) mod avx512;
+pub(super) mod qdot_avx2;
+pub(super) mod qdot_avx512;
 
 /// Defines the `#[target_feature]` entry points of one instruction set and its `KERNELS`
 /// table. `$tok` is the token type (with an `unsafe fn new_unchecked()`), `$feat` the

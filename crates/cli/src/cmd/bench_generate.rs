@@ -1,0 +1,110 @@
+//! `lattice bench generate`: prompt processing and generation speed of a decoder, measured the
+//! way llama.cpp's `llama-bench` does (scripts/bench_generate.sh runs both side by side):
+//! `pp N` = one forward pass over N prompt tokens from an empty cache; `tg M` = M one-token
+//! decode steps from an empty cache. Token ids are pseudo-random (speed does not depend on
+//! them). One untimed warm-up of each, then `--runs` timed runs; medians are reported, and the
+//! generation rate is also given as weight bytes streamed per second.
+
+use std::time::Instant;
+
+use lattice_inference::model::decoder::Outputs;
+
+use super::bench::median;
+use super::generate::ModelArgs;
+
+/// Arguments of `lattice bench generate`.
+#[derive(clap::Args)]
+pub struct Args {
+    #[command(flatten)]
+    model: ModelArgs,
+    /// Prompt tokens processed in one pass.
+    #[arg(long, default_value_t = 512)]
+    prompt_tokens: usize,
+    /// Tokens generated one at a time.
+    #[arg(long, default_value_t = 128)]
+    gen_tokens: usize,
+    /// Timed runs of each test.
+    #[arg(long, default_value_t = 3)]
+    runs: usize,
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Runs the subcommand.
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let model = args.model.load()?;
+    let decoder = model.decoder.as_ref();
+    let info = decoder.info();
+    let vocab = info.config.vocab_size as u64;
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next_id = || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        (state % vocab) as u32
+    };
+    let prompt: Vec<u32> = (0..args.prompt_tokens.max(1)).map(|_| next_id()).collect();
+    let gen_ids: Vec<u32> = (0..args.gen_tokens.max(1)).map(|_| next_id()).collect();
+
+    let pp = |ids: &[u32]| -> anyhow::Result<f64> {
+        let mut cache = decoder.new_cache(ids.len());
+        let t = Instant::now();
+        decoder.forward(ids, &[ids.len()], &mut [&mut cache], Outputs::LastLogits)?;
+        Ok(t.elapsed().as_secs_f64())
+    };
+    let tg = |ids: &[u32]| -> anyhow::Result<f64> {
+        let mut cache = decoder.new_cache(ids.len());
+        let t = Instant::now();
+        for &id in ids {
+            decoder.forward(&[id], &[1], &mut [&mut cache], Outputs::LastLogits)?;
+        }
+        Ok(t.elapsed().as_secs_f64())
+    };
+    let runs = args.runs.max(1);
+    pp(&prompt)?;
+    tg(&gen_ids[..gen_ids.len().min(8)])?;
+    let mut pp_rates = Vec::with_capacity(runs);
+    let mut tg_rates = Vec::with_capacity(runs);
+    for r in 0..runs {
+        let p = prompt.len() as f64 / pp(&prompt)?;
+        let g = gen_ids.len() as f64 / tg(&gen_ids)?;
+        eprintln!(
+            "bench: run {}/{runs}: pp{} {p:.1} tokens/s, tg{} {g:.1} tokens/s",
+            r + 1,
+            prompt.len(),
+            gen_ids.len()
+        );
+        pp_rates.push(p);
+        tg_rates.push(g);
+    }
+    let pp_med = median(&mut pp_rates);
+    let tg_med = median(&mut tg_rates);
+    let gb_s = tg_med * info.weight_bytes as f64 / 1e9;
+    if args.json {
+        let v = serde_json::json!({
+            "engine": "lattice",
+            "model": args.model.model.display().to_string(),
+            "weights": info.weight_mode.name(),
+            "weight_bytes": info.weight_bytes,
+            "isa": lattice_inference::backend::cpu::isa(),
+            "threads": rayon::current_num_threads(),
+            "prompt_tokens": prompt.len(),
+            "gen_tokens": gen_ids.len(),
+            "runs": runs,
+            "prompt_tokens_per_s": pp_med,
+            "gen_tokens_per_s": tg_med,
+            "gen_weight_gb_per_s": gb_s,
+        });
+        println!("{v}");
+    } else {
+        println!("| test | tokens/s (median of {runs}) |");
+        println!("|---|---|");
+        println!("| pp{} | {pp_med:.1} |", prompt.len());
+        println!(
+            "| tg{} | {tg_med:.1} ({gb_s:.1} GB/s of weights) |",
+            gen_ids.len()
+        );
+    }
+    Ok(())
+}

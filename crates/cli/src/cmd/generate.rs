@@ -1,0 +1,193 @@
+//! `lattice generate`: complete a prompt with a decoder (model folder or `.gguf` file),
+//! streaming the text to stdout, or printing one JSON object with `--json`. Prompt and
+//! generation speed go to stderr.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use anyhow::Context;
+use lattice_inference::chat::{ChatMessage, RenderOptions};
+use lattice_inference::engine::{generate, GenerateRequest, Generation, TextModel};
+use lattice_inference::model::source::WeightMode;
+use lattice_inference::sample::SamplingParams;
+
+/// Sampling flags shared by `generate` and `chat`.
+#[derive(clap::Args, Clone, Debug)]
+pub struct SamplingArgs {
+    /// Softmax temperature; 0 is greedy.
+    #[arg(long, default_value_t = 0.8)]
+    pub temperature: f32,
+    /// Keep the K most likely tokens (0 = off).
+    #[arg(long, default_value_t = 40)]
+    pub top_k: usize,
+    /// Nucleus sampling mass (1 = off).
+    #[arg(long, default_value_t = 0.95)]
+    pub top_p: f32,
+    /// Drop tokens below this fraction of the top probability (0 = off).
+    #[arg(long, default_value_t = 0.05)]
+    pub min_p: f32,
+    /// Repetition penalty (1 = off).
+    #[arg(long, default_value_t = 1.0)]
+    pub repetition_penalty: f32,
+    /// Presence penalty.
+    #[arg(long, default_value_t = 0.0)]
+    pub presence_penalty: f32,
+    /// Frequency penalty.
+    #[arg(long, default_value_t = 0.0)]
+    pub frequency_penalty: f32,
+    /// Seed for reproducible sampling.
+    #[arg(long)]
+    pub seed: Option<u64>,
+}
+
+impl SamplingArgs {
+    /// The engine's sampling parameters.
+    pub fn params(&self) -> SamplingParams {
+        SamplingParams {
+            temperature: self.temperature,
+            top_k: self.top_k,
+            top_p: self.top_p,
+            min_p: self.min_p,
+            repetition_penalty: self.repetition_penalty,
+            presence_penalty: self.presence_penalty,
+            frequency_penalty: self.frequency_penalty,
+            seed: self.seed,
+        }
+    }
+}
+
+/// Model flags shared by `generate`, `chat` and `bench generate`.
+#[derive(clap::Args, Clone, Debug)]
+pub struct ModelArgs {
+    /// Model folder (config.json + safetensors + tokenizer) or `.gguf` file.
+    #[arg(long)]
+    pub model: PathBuf,
+    /// Dequantize GGUF weights to f32 at load (slower; the reference path).
+    #[arg(long)]
+    pub f32: bool,
+    /// Worker threads (default: all cores).
+    #[arg(long)]
+    pub threads: Option<usize>,
+}
+
+impl ModelArgs {
+    /// Sets up the thread pool and loads the model, reporting the load time on stderr.
+    pub fn load(&self) -> anyhow::Result<TextModel> {
+        if let Some(t) = self.threads {
+            rayon::ThreadPoolBuilder::new()
+                .num_threads(t.max(1))
+                .build_global()
+                .context("cannot configure the thread pool")?;
+        }
+        let mode = if self.f32 {
+            WeightMode::F32
+        } else {
+            WeightMode::Quantized
+        };
+        let t0 = std::time::Instant::now();
+        let model = TextModel::load(&self.model, mode)
+            .with_context(|| format!("cannot load model `{}`", self.model.display()))?;
+        let c = &model.decoder.info().config;
+        eprintln!(
+            "loaded {} ({} layers, hidden {}, vocab {}, {} weights) in {:.2} s",
+            c.model_type,
+            c.n_layers,
+            c.hidden_size,
+            c.vocab_size,
+            model.decoder.info().weight_mode.name(),
+            t0.elapsed().as_secs_f64()
+        );
+        Ok(model)
+    }
+}
+
+/// Arguments of `lattice generate`.
+#[derive(clap::Args)]
+pub struct Args {
+    #[command(flatten)]
+    model: ModelArgs,
+    /// The prompt.
+    #[arg(long)]
+    prompt: String,
+    /// Wrap the prompt as a user message in the model's chat template.
+    #[arg(long)]
+    chat: bool,
+    /// Most tokens to generate.
+    #[arg(long, default_value_t = 256)]
+    max_tokens: usize,
+    #[command(flatten)]
+    sampling: SamplingArgs,
+    /// Stop when this string appears (repeatable).
+    #[arg(long)]
+    stop: Vec<String>,
+    /// Keep going after end-of-sequence tokens.
+    #[arg(long)]
+    ignore_eos: bool,
+    /// Print one JSON object `{text, token_ids, prompt_tokens, completion_tokens}` instead of
+    /// streaming text.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Prints prompt and generation speed to stderr.
+pub fn report_speed(g: &Generation) {
+    let n = g.token_ids.len();
+    let decode_tokens = n.saturating_sub(1);
+    let run = g.prompt_tokens - g.cached_prompt_tokens;
+    let cached = if g.cached_prompt_tokens > 0 {
+        format!(" ({} reused from the cache)", g.cached_prompt_tokens)
+    } else {
+        String::new()
+    };
+    eprintln!(
+        "prompt: {} tokens{cached}, {run} run in {:.3} s ({:.1} tokens/s); generation: {n} tokens, {:.1} tokens/s after the first",
+        g.prompt_tokens,
+        g.prefill_secs,
+        run as f64 / g.prefill_secs.max(1e-9),
+        decode_tokens as f64 / g.decode_secs.max(1e-9)
+    );
+}
+
+/// Runs the subcommand.
+pub fn run(args: Args) -> anyhow::Result<()> {
+    args.sampling.params().validate()?;
+    let model = args.model.load()?;
+    let prompt_ids = if args.chat {
+        let opts = RenderOptions {
+            add_generation_prompt: true,
+            ..Default::default()
+        };
+        model.encode_chat(&[ChatMessage::new("user", &args.prompt)], &opts)?
+    } else {
+        model.encode_prompt(&args.prompt, true)?
+    };
+    let mut req = GenerateRequest::new(prompt_ids, args.max_tokens, args.sampling.params());
+    req.stop = args.stop.clone();
+    req.ignore_eos = args.ignore_eos;
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    let g = if args.json {
+        generate(&model, &req, &mut |_| true)?
+    } else {
+        let g = generate(&model, &req, &mut |piece| {
+            // A closed pipe ends generation instead of failing it.
+            out.write_all(piece.as_bytes())
+                .and_then(|_| out.flush())
+                .is_ok()
+        })?;
+        writeln!(out)?;
+        g
+    };
+    if args.json {
+        let v = serde_json::json!({
+            "text": g.text,
+            "token_ids": g.token_ids,
+            "prompt_tokens": g.prompt_tokens,
+            "completion_tokens": g.token_ids.len(),
+            "finish_reason": g.finish_reason.as_str(),
+        });
+        writeln!(out, "{v}")?;
+    }
+    report_speed(&g);
+    Ok(())
+}

@@ -1,0 +1,247 @@
+//! `lattice generate`, `lattice chat` and `lattice bench generate` end to end on the tiny
+//! decoder fixtures (greedy output equal to transformers) and on bad input: a clear message on
+//! stderr, a non-zero exit, never a panic.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+
+fn lattice(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_lattice"))
+        .args(args)
+        .output()
+        .expect("the lattice binary runs")
+}
+
+fn fixture(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../inference/tests/fixtures")
+        .join(name)
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn assert_fails_with(o: &Output, needles: &[&str]) {
+    let err = stderr(o);
+    assert!(!o.status.success(), "expected failure; stderr: {err}");
+    assert!(
+        !err.contains("panicked"),
+        "panic instead of an error: {err}"
+    );
+    for n in needles {
+        assert!(err.contains(n), "stderr lacks `{n}`: {err}");
+    }
+}
+
+fn reference(model: &str) -> serde_json::Value {
+    let text = std::fs::read_to_string(fixture(model).join("reference.json")).unwrap();
+    serde_json::from_str(&text).unwrap()
+}
+
+fn ids(v: &serde_json::Value) -> Vec<u64> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap())
+        .collect()
+}
+
+#[test]
+fn greedy_json_equals_transformers() {
+    for model in ["tiny-qwen3", "tiny-llama", "tiny-qwen2"] {
+        let r = reference(model);
+        let p = r["prompts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"] == "sentence")
+            .unwrap();
+        let dir = fixture(model);
+        let o = lattice(&[
+            "generate",
+            "--model",
+            dir.to_str().unwrap(),
+            "--prompt",
+            p["text"].as_str().unwrap(),
+            "--temperature",
+            "0",
+            "--max-tokens",
+            "64",
+            "--ignore-eos",
+            "--json",
+        ]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let line = String::from_utf8(o.stdout.clone()).unwrap();
+        let v: serde_json::Value = serde_json::from_str(line.trim()).unwrap();
+        assert_eq!(ids(&v["token_ids"]), ids(&p["greedy_ids"]), "{model}");
+        assert_eq!(v["prompt_tokens"], p["ids"].as_array().unwrap().len());
+        assert_eq!(v["completion_tokens"], 64);
+        assert!(v["text"].is_string());
+        let err = stderr(&o);
+        assert!(err.contains("tokens/s"), "no speed report: {err}");
+    }
+}
+
+#[test]
+fn seeded_sampling_is_reproducible_and_streams_text() {
+    let dir = fixture("tiny-qwen3");
+    let run = |seed: &str| {
+        let o = lattice(&[
+            "generate",
+            "--model",
+            dir.to_str().unwrap(),
+            "--prompt",
+            "Once upon a time",
+            "--temperature",
+            "1.0",
+            "--top-k",
+            "50",
+            "--top-p",
+            "0.9",
+            "--seed",
+            seed,
+            "--max-tokens",
+            "20",
+        ]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        String::from_utf8(o.stdout).unwrap()
+    };
+    assert_eq!(run("7"), run("7"));
+    assert!(!run("7").trim().is_empty());
+}
+
+#[test]
+fn chat_streams_replies_and_keeps_the_conversation() {
+    let dir = fixture("tiny-qwen3");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_lattice"))
+        .args([
+            "chat",
+            "--model",
+            dir.to_str().unwrap(),
+            "--temperature",
+            "0",
+            "--max-tokens",
+            "8",
+            "--thinking",
+            "false",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"What is the capital of France?\nAnd of Japan?\n/reset\nHello\n/exit\n")
+        .unwrap();
+    let o = child.wait_with_output().unwrap();
+    let err = stderr(&o);
+    assert!(o.status.success(), "{err}");
+    assert_eq!(err.matches("prompt:").count(), 3, "{err}");
+    // The second turn reuses the first turn's cache.
+    assert!(err.contains("reused from the cache"), "{err}");
+    assert!(err.contains("conversation reset"), "{err}");
+}
+
+#[test]
+fn bench_generate_reports_both_rates() {
+    let dir = fixture("tiny-llama");
+    let o = lattice(&[
+        "bench",
+        "generate",
+        "--model",
+        dir.to_str().unwrap(),
+        "--prompt-tokens",
+        "64",
+        "--gen-tokens",
+        "8",
+        "--runs",
+        "1",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(v["prompt_tokens_per_s"].as_f64().unwrap() > 0.0);
+    assert!(v["gen_tokens_per_s"].as_f64().unwrap() > 0.0);
+}
+
+#[test]
+fn bad_input_gives_clear_errors() {
+    let dir = fixture("tiny-qwen3");
+    let d = dir.to_str().unwrap();
+    // Prompt longer than the context (1,024 tokens).
+    let long = "word ".repeat(3000);
+    assert_fails_with(
+        &lattice(&[
+            "generate",
+            "--model",
+            d,
+            "--prompt",
+            &long,
+            "--max-tokens",
+            "4",
+        ]),
+        &["context holds"],
+    );
+    assert_fails_with(
+        &lattice(&["generate", "--model", d, "--prompt", "hi", "--top-p", "1.5"]),
+        &["top_p"],
+    );
+    assert_fails_with(
+        &lattice(&[
+            "generate",
+            "--model",
+            "/nonexistent/model",
+            "--prompt",
+            "hi",
+        ]),
+        &["cannot load model", "/nonexistent/model"],
+    );
+    // A model without a chat template.
+    let llama = fixture("tiny-llama");
+    assert_fails_with(
+        &lattice(&[
+            "generate",
+            "--model",
+            llama.to_str().unwrap(),
+            "--prompt",
+            "hi",
+            "--chat",
+        ]),
+        &["no chat template"],
+    );
+    // A truncated GGUF file and a file that is not GGUF at all.
+    let tmp = tempfile::tempdir().unwrap();
+    let trunc = tmp.path().join("trunc.gguf");
+    let mut bytes = b"GGUF".to_vec();
+    bytes.extend_from_slice(&3u32.to_le_bytes());
+    bytes.extend_from_slice(&1000u64.to_le_bytes()); // tensors
+    bytes.extend_from_slice(&5u64.to_le_bytes()); // metadata entries, then nothing
+    std::fs::write(&trunc, &bytes).unwrap();
+    assert_fails_with(
+        &lattice(&[
+            "generate",
+            "--model",
+            trunc.to_str().unwrap(),
+            "--prompt",
+            "hi",
+        ]),
+        &["trunc.gguf"],
+    );
+    let junk = tmp.path().join("junk.gguf");
+    std::fs::write(&junk, b"this is not a model").unwrap();
+    assert_fails_with(
+        &lattice(&[
+            "generate",
+            "--model",
+            junk.to_str().unwrap(),
+            "--prompt",
+            "hi",
+        ]),
+        &["junk.gguf"],
+    );
+}

@@ -1,0 +1,251 @@
+//! One generation request, start to finish.
+
+use std::time::Instant;
+
+use crate::model::decoder::Outputs;
+use crate::sample::{top_logprobs, Sampler, SamplingParams, StopMatcher, StopResult};
+use crate::state::KvCache;
+use crate::{Error, Result};
+
+use super::TextModel;
+
+/// Prompt tokens per prefill pass: bounds the activations of very long prompts.
+const PREFILL_CHUNK: usize = 512;
+
+/// What to generate.
+#[derive(Debug, Clone)]
+pub struct GenerateRequest {
+    /// The prompt, already tokenized (see [`TextModel::encode_prompt`] / `encode_chat`).
+    pub prompt_ids: Vec<u32>,
+    /// Most tokens to generate.
+    pub max_tokens: usize,
+    /// Sampling parameters (temperature 0 = greedy).
+    pub sampling: SamplingParams,
+    /// Strings that end generation; they are not part of the returned text.
+    pub stop: Vec<String>,
+    /// When set, record each token's log-probability and the `n` most likely alternatives.
+    pub logprobs: Option<usize>,
+    /// Keep generating through end-of-sequence tokens (benchmarks, tests).
+    pub ignore_eos: bool,
+}
+
+impl GenerateRequest {
+    /// A request with default sampling and no stop strings.
+    pub fn new(prompt_ids: Vec<u32>, max_tokens: usize, sampling: SamplingParams) -> Self {
+        Self {
+            prompt_ids,
+            max_tokens,
+            sampling,
+            stop: Vec::new(),
+            logprobs: None,
+            ignore_eos: false,
+        }
+    }
+}
+
+/// Why generation ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FinishReason {
+    /// An end-of-sequence token or a stop string.
+    Stop,
+    /// `max_tokens` or the end of the context.
+    Length,
+    /// The caller's callback asked to stop (e.g. the client went away).
+    Cancelled,
+}
+
+impl FinishReason {
+    /// The OpenAI spelling (`stop`, `length`; cancelled reads as `stop`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FinishReason::Stop | FinishReason::Cancelled => "stop",
+            FinishReason::Length => "length",
+        }
+    }
+}
+
+/// Log-probability of one generated token (of the model's raw distribution).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TokenLogprob {
+    /// The token.
+    pub token: u32,
+    /// Its log-probability.
+    pub logprob: f32,
+    /// The most likely tokens at that step with theirs, best first.
+    pub top: Vec<(u32, f32)>,
+}
+
+/// The result of a request.
+#[derive(Debug, Clone)]
+pub struct Generation {
+    /// Generated text (special tokens and stop strings left out).
+    pub text: String,
+    /// Every generated token id, a final end-of-sequence token included.
+    pub token_ids: Vec<u32>,
+    /// Prompt length in tokens.
+    pub prompt_tokens: usize,
+    /// Prompt tokens whose keys and values were reused from the session's cache (not run).
+    pub cached_prompt_tokens: usize,
+    /// Why it ended.
+    pub finish_reason: FinishReason,
+    /// Per-token log-probabilities, when requested.
+    pub logprobs: Vec<TokenLogprob>,
+    /// Seconds spent on the prompt (prefill, up to the first token's logits).
+    pub prefill_secs: f64,
+    /// Seconds spent on the decode steps after the first token.
+    pub decode_secs: f64,
+}
+
+/// A sequence kept across requests (a chat): its KV cache and the tokens in it. A new request
+/// whose prompt starts with tokens already in the cache only runs the rest.
+#[derive(Debug)]
+pub struct Session {
+    cache: KvCache,
+    ids: Vec<u32>,
+}
+
+impl Session {
+    /// An empty session for `model`, holding up to `max_len` tokens (capped at its context).
+    pub fn new(model: &TextModel, max_len: usize) -> Self {
+        Self {
+            cache: model.decoder.new_cache(max_len),
+            ids: Vec::new(),
+        }
+    }
+
+    /// Tokens currently in the cache.
+    pub fn len(&self) -> usize {
+        self.ids.len()
+    }
+
+    /// Whether the cache is empty.
+    pub fn is_empty(&self) -> bool {
+        self.ids.is_empty()
+    }
+}
+
+/// Runs `req` on `model` in a fresh sequence, calling `on_text` with each piece of text as soon
+/// as it is final (no broken UTF-8, nothing that may still turn into a stop string). `on_text`
+/// returns `false` to cancel.
+pub fn generate(
+    model: &TextModel,
+    req: &GenerateRequest,
+    on_text: &mut dyn FnMut(&str) -> bool,
+) -> Result<Generation> {
+    let mut session = Session::new(model, req.prompt_ids.len().saturating_add(req.max_tokens));
+    generate_in(model, req, &mut session, on_text)
+}
+
+/// [`generate`] continuing `session`: the longest common prefix of the session's tokens and
+/// the prompt is reused from its cache; afterwards the session holds the prompt and the
+/// generated tokens.
+pub fn generate_in(
+    model: &TextModel,
+    req: &GenerateRequest,
+    session: &mut Session,
+    on_text: &mut dyn FnMut(&str) -> bool,
+) -> Result<Generation> {
+    req.sampling.validate()?;
+    let decoder = model.decoder.as_ref();
+    let n_prompt = req.prompt_ids.len();
+    let capacity = session.cache.max_len();
+    if n_prompt == 0 {
+        return Err(Error::InvalidInput("the prompt has no tokens".into()));
+    }
+    if n_prompt >= capacity {
+        return Err(Error::InvalidInput(format!(
+            "the prompt has {n_prompt} tokens; the context holds {capacity} (prompt plus at least one generated token)"
+        )));
+    }
+    // Reuse the cached prefix, but always run at least the prompt's last token (its logits).
+    let reuse = session
+        .ids
+        .iter()
+        .zip(&req.prompt_ids)
+        .take_while(|(a, b)| a == b)
+        .count()
+        .min(n_prompt - 1);
+    session.cache.truncate(reuse);
+    session.ids.truncate(reuse);
+    let cache = &mut session.cache;
+    let mut sampler = Sampler::new(req.sampling.clone());
+    let mut stream = model.tokenizer.decode_stream(true);
+    let mut stops = StopMatcher::new(req.stop.clone());
+    let mut history = req.prompt_ids.clone();
+    let mut out = Generation {
+        text: String::new(),
+        token_ids: Vec::new(),
+        prompt_tokens: n_prompt,
+        cached_prompt_tokens: reuse,
+        finish_reason: FinishReason::Length,
+        logprobs: Vec::new(),
+        prefill_secs: 0.0,
+        decode_secs: 0.0,
+    };
+
+    let t0 = Instant::now();
+    let mut logits = Vec::new();
+    for chunk in req.prompt_ids[reuse..].chunks(PREFILL_CHUNK) {
+        logits = decoder.forward(
+            chunk,
+            &[chunk.len()],
+            &mut [&mut *cache],
+            Outputs::LastLogits,
+        )?;
+    }
+    out.prefill_secs = t0.elapsed().as_secs_f64();
+    let t1 = Instant::now();
+
+    let mut emit = |text: &str, out: &mut Generation| -> bool {
+        out.text.push_str(text);
+        text.is_empty() || on_text(text)
+    };
+    while out.token_ids.len() < req.max_tokens {
+        let picked = sampler.sample(&logits, &history);
+        if let Some(n) = req.logprobs {
+            out.logprobs.push(TokenLogprob {
+                token: picked.token,
+                logprob: picked.logprob,
+                top: top_logprobs(&logits, n),
+            });
+        }
+        out.token_ids.push(picked.token);
+        history.push(picked.token);
+        if !req.ignore_eos && model.stop_token_ids.contains(&picked.token) {
+            out.finish_reason = FinishReason::Stop;
+            break;
+        }
+        if let Some(piece) = stream.step(picked.token) {
+            match stops.push(&piece) {
+                StopResult::Continue(text) => {
+                    if !emit(&text, &mut out) {
+                        out.finish_reason = FinishReason::Cancelled;
+                        break;
+                    }
+                }
+                StopResult::Stop(text) => {
+                    emit(&text, &mut out);
+                    out.finish_reason = FinishReason::Stop;
+                    break;
+                }
+            }
+        }
+        if out.token_ids.len() == req.max_tokens || cache.len() + 1 > cache.max_len() {
+            break;
+        }
+        logits = decoder.forward(
+            &[picked.token],
+            &[1],
+            &mut [&mut *cache],
+            Outputs::LastLogits,
+        )?;
+    }
+    let in_cache = cache.len();
+    session.ids = history[..in_cache].to_vec();
+    if out.finish_reason == FinishReason::Length {
+        let rest = stops.finish();
+        emit(&rest, &mut out);
+    }
+    out.decode_secs = t1.elapsed().as_secs_f64();
+    Ok(out)
+}

@@ -1,0 +1,156 @@
+//! [`TextModel`]: what generating text from a model folder or a GGUF file needs, loaded once.
+
+use std::path::Path;
+
+use serde_json::Value;
+
+use crate::chat::{ChatMessage, ChatTemplate, RenderOptions};
+use crate::io::gguf::GgufFile;
+use crate::model::decoder::{load_decoder, Decoder};
+use crate::model::source::WeightMode;
+use crate::tokenizer::Tokenizer;
+use crate::{Error, Result};
+
+/// A decoder with its tokenizer, chat template and generation-ending tokens.
+pub struct TextModel {
+    /// The network.
+    pub decoder: Box<dyn Decoder>,
+    /// Its tokenizer.
+    pub tokenizer: Tokenizer,
+    /// The chat template, when the model ships one.
+    pub chat_template: Option<ChatTemplate>,
+    /// Tokens that end generation (EOS, end-of-turn).
+    pub stop_token_ids: Vec<u32>,
+    /// A token to put before every prompt (GGUF files whose `tokenizer.ggml.add_bos_token` is
+    /// set); tokenizer.json files add their own through their post-processor.
+    pub bos_prefix: Option<u32>,
+}
+
+impl std::fmt::Debug for TextModel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TextModel")
+            .field("config", &self.decoder.info().config)
+            .field("stop_token_ids", &self.stop_token_ids)
+            .finish()
+    }
+}
+
+fn read_json(path: &Path) -> Result<Option<Value>> {
+    if !path.is_file() {
+        return Ok(None);
+    }
+    let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+    serde_json::from_str(&text)
+        .map(Some)
+        .map_err(|e| Error::InvalidConfig {
+            path: path.to_path_buf(),
+            reason: e.to_string(),
+        })
+}
+
+fn ids_of(v: Option<&Value>) -> Vec<u32> {
+    match v {
+        Some(Value::Number(n)) => n.as_u64().map(|x| vec![x as u32]).unwrap_or_default(),
+        Some(Value::Array(a)) => a
+            .iter()
+            .filter_map(Value::as_u64)
+            .map(|x| x as u32)
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+impl TextModel {
+    /// Loads a model folder (config.json, safetensors, tokenizer files, optional
+    /// generation_config.json) or a `.gguf` file. `mode` applies to GGUF weights.
+    pub fn load(path: &Path, mode: WeightMode) -> Result<Self> {
+        let decoder = load_decoder(path, mode)?;
+        let mut stop_token_ids = decoder.info().config.eos_token_ids.clone();
+        let (tokenizer, chat_template, bos_prefix) = if path.is_dir() {
+            let tokenizer = Tokenizer::from_dir(path)?;
+            let chat_template =
+                ChatTemplate::from_tokenizer_config(&path.join("tokenizer_config.json"))?;
+            if let Some(g) = read_json(&path.join("generation_config.json"))? {
+                stop_token_ids.extend(ids_of(g.get("eos_token_id")));
+            }
+            if let Some(eos) = chat_template.as_ref().and_then(|t| t.eos_token()) {
+                stop_token_ids.extend(tokenizer.token_to_id(eos));
+            }
+            (tokenizer, chat_template, None)
+        } else {
+            let header = GgufFile::open(path)?;
+            let tokenizer = Tokenizer::from_gguf(&header)?;
+            let token = |key: &str| {
+                header
+                    .metadata(key)
+                    .and_then(|v| v.as_u32())
+                    .and_then(|id| tokenizer.id_to_token(id).map(|t| (id, t.to_string())))
+            };
+            let bos = token("tokenizer.ggml.bos_token_id");
+            let eos = token("tokenizer.ggml.eos_token_id");
+            stop_token_ids.extend(eos.iter().map(|e| e.0));
+            stop_token_ids.extend(token("tokenizer.ggml.eot_token_id").map(|e| e.0));
+            let chat_template = header
+                .metadata("tokenizer.chat_template")
+                .and_then(|v| v.as_str())
+                .map(|src| {
+                    ChatTemplate::new(
+                        src,
+                        bos.as_ref().map(|b| b.1.clone()),
+                        eos.as_ref().map(|e| e.1.clone()),
+                    )
+                })
+                .transpose()?;
+            // llama.cpp's default: SentencePiece vocabularies add BOS, BPE ones do not.
+            let spm = header
+                .metadata("tokenizer.ggml.model")
+                .and_then(|v| v.as_str())
+                == Some("llama");
+            let add_bos = header
+                .metadata("tokenizer.ggml.add_bos_token")
+                .and_then(|v| v.as_bool())
+                .unwrap_or(spm);
+            (
+                tokenizer,
+                chat_template,
+                bos.filter(|_| add_bos).map(|b| b.0),
+            )
+        };
+        stop_token_ids.sort_unstable();
+        stop_token_ids.dedup();
+        Ok(Self {
+            decoder,
+            tokenizer,
+            chat_template,
+            stop_token_ids,
+            bos_prefix,
+        })
+    }
+
+    /// Token ids of a raw prompt, with the model's special tokens (BOS) when `add_special`.
+    pub fn encode_prompt(&self, text: &str, add_special: bool) -> Result<Vec<u32>> {
+        let enc = self.tokenizer.encode(text, add_special);
+        let mut ids = Vec::with_capacity(enc.ids.len() + 1);
+        if add_special {
+            if let Some(b) = self.bos_prefix {
+                if enc.ids.first() != Some(&b) {
+                    ids.push(b);
+                }
+            }
+        }
+        ids.extend_from_slice(&enc.ids);
+        Ok(ids)
+    }
+
+    /// Renders `messages` with the chat template (ending with the assistant header) and
+    /// tokenizes the result; special tokens in the rendered text are recognized as such.
+    pub fn encode_chat(&self, messages: &[ChatMessage], opts: &RenderOptions) -> Result<Vec<u32>> {
+        let template = self.chat_template.as_ref().ok_or_else(|| {
+            Error::InvalidInput("this model has no chat template; use a raw prompt".into())
+        })?;
+        let text = template.render(messages, opts)?;
+        // The template writes BOS itself where the model wants it.
+        let enc = self.tokenizer.encode(&text, false);
+        Ok(enc.ids)
+    }
+}

@@ -1,0 +1,463 @@
+//! What every decoder (causal language model) shares: its validated configuration
+//! ([`DecoderConfig`], read from a transformers `config.json` or from GGUF metadata), the
+//! [`Decoder`] trait the generation loop drives, and [`load_decoder`], which picks the
+//! architecture from a model directory or a `.gguf` file.
+
+use std::path::Path;
+
+use serde_json::Value;
+
+use crate::io::gguf::GgufFile;
+use crate::ops::{RopeConfig, RopeScaling};
+use crate::state::KvCache;
+use crate::{Error, Result};
+
+use super::source::{TensorSource, WeightMode};
+
+/// Decoder architectures that share the Llama block structure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DecoderArch {
+    /// Llama (also Mistral and SmolLM): optional biases everywhere via `attention_bias`.
+    Llama,
+    /// Qwen2: biases on the Q, K, V projections.
+    Qwen2,
+    /// Qwen3: RMSNorm on each query and key head before RoPE.
+    Qwen3,
+}
+
+/// A decoder's hyper-parameters, checked for consistency.
+#[derive(Debug, Clone)]
+pub struct DecoderConfig {
+    /// Architecture family.
+    pub arch: DecoderArch,
+    /// `model_type` (config.json) or `general.architecture` (GGUF).
+    pub model_type: String,
+    /// Rows of the embedding table and of the output head.
+    pub vocab_size: usize,
+    /// Width of the residual stream.
+    pub hidden_size: usize,
+    /// Width of the SwiGLU layer.
+    pub intermediate_size: usize,
+    /// Transformer blocks.
+    pub n_layers: usize,
+    /// Query heads.
+    pub n_heads: usize,
+    /// Key/value heads (grouped-query attention when fewer than `n_heads`).
+    pub n_kv_heads: usize,
+    /// Features per head (`n_heads * head_dim` may differ from `hidden_size`).
+    pub head_dim: usize,
+    /// RMSNorm epsilon.
+    pub rms_norm_eps: f32,
+    /// Rotary embedding.
+    pub rope: RopeConfig,
+    /// Longest context the model supports.
+    pub max_positions: usize,
+    /// Whether the output head reuses the embedding table.
+    pub tie_word_embeddings: bool,
+    /// Biases on the Q, K, V projections.
+    pub qkv_bias: bool,
+    /// Bias on the attention output projection.
+    pub o_bias: bool,
+    /// Biases on the MLP projections.
+    pub mlp_bias: bool,
+    /// Per-head RMSNorm of queries and keys (Qwen3).
+    pub qk_norm: bool,
+    /// Sliding attention window, when the model uses one.
+    pub sliding_window: Option<usize>,
+    /// Beginning-of-sequence token, if any.
+    pub bos_token_id: Option<u32>,
+    /// Tokens that end generation.
+    pub eos_token_ids: Vec<u32>,
+}
+
+impl DecoderConfig {
+    /// Width of a layer's key (or value) rows.
+    pub fn kv_dim(&self) -> usize {
+        self.n_kv_heads * self.head_dim
+    }
+
+    /// Width of a layer's query rows.
+    pub fn q_dim(&self) -> usize {
+        self.n_heads * self.head_dim
+    }
+
+    /// Parses a transformers `config.json` (`path` only names the file in errors).
+    pub fn from_hf_json(v: &Value, path: &Path) -> Result<Self> {
+        let bad = |reason: String| Error::InvalidConfig {
+            path: path.to_path_buf(),
+            reason,
+        };
+        let model_type = v
+            .get("model_type")
+            .and_then(Value::as_str)
+            .ok_or_else(|| bad("missing `model_type`".into()))?
+            .to_string();
+        let arch = match model_type.as_str() {
+            "llama" | "mistral" => DecoderArch::Llama,
+            "qwen2" => DecoderArch::Qwen2,
+            "qwen3" => DecoderArch::Qwen3,
+            other => {
+                return Err(Error::UnsupportedModel(format!(
+                    "{}: model_type `{other}` is not a supported decoder (llama, mistral, qwen2, qwen3)",
+                    path.display()
+                )))
+            }
+        };
+        let usize_of = |key: &str| -> Result<Option<usize>> {
+            match v.get(key) {
+                None | Some(Value::Null) => Ok(None),
+                Some(x) => x
+                    .as_u64()
+                    .map(|n| Some(n as usize))
+                    .ok_or_else(|| bad(format!("`{key}` must be a non-negative integer"))),
+            }
+        };
+        let need = |key: &str| -> Result<usize> {
+            usize_of(key)?.ok_or_else(|| bad(format!("missing `{key}`")))
+        };
+        let f32_of = |obj: &Value, key: &str| -> Result<Option<f32>> {
+            match obj.get(key) {
+                None | Some(Value::Null) => Ok(None),
+                Some(x) => x
+                    .as_f64()
+                    .map(|f| Some(f as f32))
+                    .ok_or_else(|| bad(format!("`{key}` must be a number"))),
+            }
+        };
+        let bool_of = |key: &str, default: bool| -> bool {
+            v.get(key).and_then(Value::as_bool).unwrap_or(default)
+        };
+        if let Some(act) = v.get("hidden_act").and_then(Value::as_str) {
+            if act != "silu" {
+                return Err(bad(format!(
+                    "hidden_act `{act}` is not supported (decoders use `silu`)"
+                )));
+            }
+        }
+        let hidden_size = need("hidden_size")?;
+        let n_heads = need("num_attention_heads")?;
+        let n_kv_heads = usize_of("num_key_value_heads")?.unwrap_or(n_heads);
+        let head_dim = match usize_of("head_dim")? {
+            Some(d) => d,
+            None => hidden_size.checked_div(n_heads).unwrap_or(0),
+        };
+        // transformers 5 writes `rope_parameters` (theta inside); older files `rope_theta` and
+        // `rope_scaling`.
+        let rope_params = v
+            .get("rope_parameters")
+            .filter(|x| x.is_object())
+            .or_else(|| v.get("rope_scaling").filter(|x| x.is_object()));
+        let theta = rope_params
+            .map(|p| f32_of(p, "rope_theta"))
+            .transpose()?
+            .flatten()
+            .or(f32_of(v, "rope_theta")?)
+            .unwrap_or(10000.0);
+        let partial = rope_params
+            .map(|p| f32_of(p, "partial_rotary_factor"))
+            .transpose()?
+            .flatten()
+            .or(f32_of(v, "partial_rotary_factor")?)
+            .unwrap_or(1.0);
+        let max_positions = need("max_position_embeddings")?;
+        let scaling = match rope_params {
+            None => RopeScaling::None,
+            Some(p) => rope_scaling_from_json(p, max_positions).map_err(bad)?,
+        };
+        let sliding_window = match arch {
+            DecoderArch::Llama => usize_of("sliding_window")?,
+            _ if bool_of("use_sliding_window", false) => usize_of("sliding_window")?,
+            _ => None,
+        };
+        let attention_bias = bool_of("attention_bias", false);
+        let ids = |key: &str| -> Vec<u32> {
+            match v.get(key) {
+                Some(Value::Number(n)) => n.as_u64().map(|x| vec![x as u32]).unwrap_or_default(),
+                Some(Value::Array(a)) => a
+                    .iter()
+                    .filter_map(Value::as_u64)
+                    .map(|x| x as u32)
+                    .collect(),
+                _ => Vec::new(),
+            }
+        };
+        let cfg = Self {
+            arch,
+            model_type,
+            vocab_size: need("vocab_size")?,
+            hidden_size,
+            intermediate_size: need("intermediate_size")?,
+            n_layers: need("num_hidden_layers")?,
+            n_heads,
+            n_kv_heads,
+            head_dim,
+            rms_norm_eps: f32_of(v, "rms_norm_eps")?.unwrap_or(1e-6),
+            rope: RopeConfig {
+                theta,
+                rotary_dim: ((head_dim as f32 * partial) as usize) & !1,
+                scaling,
+            },
+            max_positions,
+            tie_word_embeddings: bool_of("tie_word_embeddings", false),
+            qkv_bias: arch == DecoderArch::Qwen2 || attention_bias,
+            o_bias: arch != DecoderArch::Qwen2 && attention_bias,
+            mlp_bias: arch == DecoderArch::Llama && bool_of("mlp_bias", false),
+            qk_norm: arch == DecoderArch::Qwen3,
+            sliding_window,
+            bos_token_id: ids("bos_token_id").first().copied(),
+            eos_token_ids: ids("eos_token_id"),
+        };
+        cfg.validate().map_err(bad)?;
+        Ok(cfg)
+    }
+
+    /// Reads the hyper-parameters from GGUF metadata (`{arch}.block_count`, ...).
+    pub fn from_gguf(file: &GgufFile) -> Result<Self> {
+        let path = file.path();
+        let bad = |reason: String| Error::InvalidConfig {
+            path: path.to_path_buf(),
+            reason,
+        };
+        let model_type = file
+            .metadata("general.architecture")
+            .and_then(|v| v.as_str())
+            .ok_or_else(|| bad("missing `general.architecture`".into()))?
+            .to_string();
+        let arch = match model_type.as_str() {
+            "llama" => DecoderArch::Llama,
+            "qwen2" => DecoderArch::Qwen2,
+            "qwen3" => DecoderArch::Qwen3,
+            other => {
+                return Err(Error::UnsupportedModel(format!(
+                "{}: GGUF architecture `{other}` is not a supported decoder (llama, qwen2, qwen3)",
+                path.display()
+            )))
+            }
+        };
+        let key = |k: &str| format!("{model_type}.{k}");
+        let get = |k: &str| -> Option<u64> { file.metadata(&key(k)).and_then(|v| v.as_u64()) };
+        let need = |k: &str| -> Result<usize> {
+            get(k)
+                .map(|x| x as usize)
+                .ok_or_else(|| bad(format!("missing `{}`", key(k))))
+        };
+        let float = |k: &str| file.metadata(&key(k)).and_then(|v| v.as_f64());
+        let hidden_size = need("embedding_length")?;
+        let n_heads = need("attention.head_count")?;
+        let n_kv_heads = get("attention.head_count_kv").map_or(n_heads, |x| x as usize);
+        let head_dim = get("attention.key_length")
+            .map(|x| x as usize)
+            .unwrap_or(hidden_size.checked_div(n_heads).unwrap_or(0));
+        let rotary_dim = get("rope.dimension_count").map_or(head_dim, |x| x as usize);
+        let vocab_size = match get("vocab_size") {
+            Some(n) => n as usize,
+            None => file
+                .metadata("tokenizer.ggml.tokens")
+                .and_then(|v| v.as_array())
+                .map(|a| a.len())
+                .ok_or_else(|| bad("no vocabulary size in the metadata".into()))?,
+        };
+        let scaling = match file
+            .metadata(&key("rope.scaling.type"))
+            .and_then(|v| v.as_str())
+        {
+            None | Some("none") => RopeScaling::None,
+            Some("linear") => RopeScaling::Linear {
+                factor: float("rope.scaling.factor").unwrap_or(1.0) as f32,
+            },
+            Some("yarn") => RopeScaling::Yarn {
+                factor: float("rope.scaling.factor").unwrap_or(1.0) as f32,
+                original_max_position_embeddings: need("rope.scaling.original_context_length")?,
+                beta_fast: 32.0,
+                beta_slow: 1.0,
+                attention_factor: None,
+                mscale: None,
+                mscale_all_dim: None,
+                truncate: true,
+            },
+            Some(other) => {
+                return Err(bad(format!("rope scaling type `{other}` is not supported")));
+            }
+        };
+        let id = |k: &str| file.metadata(k).and_then(|v| v.as_u64()).map(|x| x as u32);
+        let cfg = Self {
+            arch,
+            model_type: model_type.clone(),
+            vocab_size,
+            hidden_size,
+            intermediate_size: need("feed_forward_length")?,
+            n_layers: need("block_count")?,
+            n_heads,
+            n_kv_heads,
+            head_dim,
+            rms_norm_eps: float("attention.layer_norm_rms_epsilon").unwrap_or(1e-6) as f32,
+            rope: RopeConfig {
+                theta: float("rope.freq_base").unwrap_or(10000.0) as f32,
+                rotary_dim,
+                scaling,
+            },
+            max_positions: need("context_length")?,
+            tie_word_embeddings: false, // decided by the presence of `output.weight`
+            qkv_bias: false,            // decided by the presence of the bias tensors
+            o_bias: false,
+            mlp_bias: false,
+            qk_norm: arch == DecoderArch::Qwen3,
+            sliding_window: None,
+            bos_token_id: id("tokenizer.ggml.bos_token_id"),
+            eos_token_ids: id("tokenizer.ggml.eos_token_id").into_iter().collect(),
+        };
+        cfg.validate().map_err(bad)?;
+        Ok(cfg)
+    }
+
+    fn validate(&self) -> std::result::Result<(), String> {
+        let positive = [
+            ("vocab_size", self.vocab_size),
+            ("hidden_size", self.hidden_size),
+            ("intermediate_size", self.intermediate_size),
+            ("num_hidden_layers", self.n_layers),
+            ("num_attention_heads", self.n_heads),
+            ("num_key_value_heads", self.n_kv_heads),
+            ("head_dim", self.head_dim),
+            ("max_position_embeddings", self.max_positions),
+        ];
+        for (name, v) in positive {
+            if v == 0 {
+                return Err(format!("`{name}` must be positive"));
+            }
+        }
+        // Dimensions this large are corrupt files, not models (and would overflow sizes).
+        for (name, v, limit) in [
+            ("vocab_size", self.vocab_size, 1 << 24),
+            ("hidden_size", self.hidden_size, 1 << 17),
+            ("intermediate_size", self.intermediate_size, 1 << 19),
+            ("num_hidden_layers", self.n_layers, 1 << 10),
+            ("num_attention_heads", self.n_heads, 1 << 10),
+            ("head_dim", self.head_dim, 1 << 12),
+        ] {
+            if v > limit {
+                return Err(format!(
+                    "`{name}` = {v} is implausibly large (limit {limit})"
+                ));
+            }
+        }
+        if !self.n_heads.is_multiple_of(self.n_kv_heads) {
+            return Err(format!(
+                "num_attention_heads {} is not a multiple of num_key_value_heads {}",
+                self.n_heads, self.n_kv_heads
+            ));
+        }
+        if self.rope.rotary_dim == 0 || self.rope.rotary_dim > self.head_dim {
+            return Err(format!(
+                "rotary dimension {} must be in 1..={}",
+                self.rope.rotary_dim, self.head_dim
+            ));
+        }
+        if !(self.rms_norm_eps.is_finite() && self.rms_norm_eps >= 0.0) {
+            return Err(format!("rms_norm_eps {} is invalid", self.rms_norm_eps));
+        }
+        Ok(())
+    }
+}
+
+fn rope_scaling_from_json(
+    p: &Value,
+    max_positions: usize,
+) -> std::result::Result<RopeScaling, String> {
+    let kind = p
+        .get("rope_type")
+        .or_else(|| p.get("type"))
+        .and_then(Value::as_str)
+        .unwrap_or("default");
+    let num = |k: &str| p.get(k).and_then(Value::as_f64).map(|f| f as f32);
+    let factor = || num("factor").ok_or_else(|| format!("rope type `{kind}` needs `factor`"));
+    let original = p
+        .get("original_max_position_embeddings")
+        .and_then(Value::as_u64)
+        .map_or(max_positions, |x| x as usize);
+    Ok(match kind {
+        "default" => RopeScaling::None,
+        "linear" => RopeScaling::Linear { factor: factor()? },
+        "llama3" => RopeScaling::Llama3 {
+            factor: factor()?,
+            low_freq_factor: num("low_freq_factor").ok_or("llama3 rope needs `low_freq_factor`")?,
+            high_freq_factor: num("high_freq_factor")
+                .ok_or("llama3 rope needs `high_freq_factor`")?,
+            original_max_position_embeddings: original,
+        },
+        "yarn" => RopeScaling::Yarn {
+            factor: factor()?,
+            original_max_position_embeddings: original,
+            beta_fast: num("beta_fast").filter(|&b| b != 0.0).unwrap_or(32.0),
+            beta_slow: num("beta_slow").filter(|&b| b != 0.0).unwrap_or(1.0),
+            attention_factor: num("attention_factor"),
+            mscale: num("mscale"),
+            mscale_all_dim: num("mscale_all_dim"),
+            truncate: p.get("truncate").and_then(Value::as_bool).unwrap_or(true),
+        },
+        other => {
+            return Err(format!(
+                "rope type `{other}` is not supported (default, linear, llama3, yarn)"
+            ))
+        }
+    })
+}
+
+/// Which outputs a forward pass computes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outputs {
+    /// Logits of the last new token of each sequence: f32 [n_seqs, vocab].
+    LastLogits,
+    /// Logits of every new token: f32 [n_tokens, vocab].
+    AllLogits,
+    /// Final-norm hidden states of every new token: f32 [n_tokens, hidden] (for embeddings).
+    AllHidden,
+}
+
+/// Shape facts about a loaded decoder.
+#[derive(Debug, Clone)]
+pub struct DecoderInfo {
+    /// The configuration it was built from.
+    pub config: DecoderConfig,
+    /// How the weights are held (f32, or quantized blocks).
+    pub weight_mode: WeightMode,
+    /// Bytes of weights a single decode step reads (every matrix once).
+    pub weight_bytes: usize,
+}
+
+/// A causal language model over per-sequence KV caches.
+pub trait Decoder: Send + Sync {
+    /// Shape facts.
+    fn info(&self) -> &DecoderInfo;
+
+    /// An empty per-sequence state holding up to `max_len` tokens (capped at the model's context).
+    fn new_cache(&self, max_len: usize) -> KvCache;
+
+    /// Runs a batch: sequence `i` contributes `lens[i]` new tokens (taken from `ids` in order)
+    /// after the tokens already in `caches[i]`, which it extends. Returns `outputs`.
+    fn forward(
+        &self,
+        ids: &[u32],
+        lens: &[usize],
+        caches: &mut [&mut KvCache],
+        outputs: Outputs,
+    ) -> Result<Vec<f32>>;
+}
+
+/// Loads a decoder from a model directory (`config.json` + safetensors) or a `.gguf` file.
+///
+/// `mode` picks how GGUF weights are held: [`WeightMode::Quantized`] multiplies with the blocks
+/// directly; [`WeightMode::F32`] dequantizes everything at load (the reference path).
+/// Safetensors weights are always f32.
+pub fn load_decoder(path: &Path, mode: WeightMode) -> Result<Box<dyn Decoder>> {
+    let source = TensorSource::open(path)?;
+    let config = source.decoder_config()?;
+    // Safetensors weights are f32 whatever was asked.
+    let mode = match source {
+        TensorSource::Safetensors { .. } => WeightMode::F32,
+        TensorSource::Gguf(_) => mode,
+    };
+    Ok(Box::new(super::llama::LlamaModel::load(
+        config, &source, mode, true,
+    )?))
+}

@@ -1,0 +1,314 @@
+//! The Llama block structure, shared by Llama / Mistral / SmolLM, Qwen2 and Qwen3 (also the
+//! Qwen3-Embedding encoder): pre-norm RMSNorm blocks, grouped-query causal attention with RoPE
+//! (Qwen2: Q/K/V biases; Qwen3: per-head Q/K RMSNorm before RoPE), a SwiGLU MLP, a final RMSNorm
+//! and an output head that may reuse the embedding table.
+//!
+//! Written as calls to `ops` and `attention`; the weights come from a [`TensorSource`] by their
+//! transformers names, so safetensors checkpoints and GGUF files load through the same code.
+
+use crate::attention::{causal_attention, CausalShape};
+use crate::ops::{silu_mul, Linear, RmsNorm, Rope};
+use crate::state::KvCache;
+use crate::{Error, Result};
+
+use super::decoder::{Decoder, DecoderConfig, DecoderInfo, Outputs};
+use super::source::{EmbeddingTable, TensorSource, WeightMode};
+use super::{Encoder, EncoderInfo, PackedBatch};
+
+/// One transformer block.
+#[derive(Debug)]
+struct Block {
+    attn_norm: RmsNorm,
+    qkv: Linear, // [q_dim + 2 kv_dim, hidden]
+    q_norm: Option<RmsNorm>,
+    k_norm: Option<RmsNorm>,
+    o_proj: Linear,
+    mlp_norm: RmsNorm,
+    gate_up: Linear, // [2 intermediate, hidden]
+    down: Linear,
+}
+
+/// A Llama-family decoder.
+#[derive(Debug)]
+pub struct LlamaModel {
+    info: DecoderInfo,
+    embed: EmbeddingTable,
+    blocks: Vec<Block>,
+    norm: RmsNorm,
+    lm_head: Option<Linear>, // None when loaded as an encoder
+    rope: Rope,
+    encoder_info: EncoderInfo,
+}
+
+impl LlamaModel {
+    /// Loads the weights described by `cfg` from `src`; without `with_head` the output head is
+    /// left out (the model then only serves hidden states, e.g. as an embedding encoder).
+    pub fn load(
+        cfg: DecoderConfig,
+        src: &TensorSource,
+        mode: WeightMode,
+        with_head: bool,
+    ) -> Result<Self> {
+        let (h, hd) = (cfg.hidden_size, cfg.head_dim);
+        let (q_dim, kv_dim, inter) = (cfg.q_dim(), cfg.kv_dim(), cfg.intermediate_size);
+        let embed = src.embedding("model.embed_tokens", cfg.vocab_size, h, mode)?;
+        let mut blocks = Vec::with_capacity(cfg.n_layers);
+        for i in 0..cfg.n_layers {
+            let p = format!("model.layers.{i}");
+            let attn = format!("{p}.self_attn");
+            let (q, k, v, o) = (
+                format!("{attn}.q_proj"),
+                format!("{attn}.k_proj"),
+                format!("{attn}.v_proj"),
+                format!("{attn}.o_proj"),
+            );
+            let head_norm = |name: &str| -> Result<Option<RmsNorm>> {
+                cfg.qk_norm
+                    .then(|| {
+                        Ok(RmsNorm::new(
+                            src.f32(&format!("{attn}.{name}"), "weight", &[hd])?,
+                            cfg.rms_norm_eps,
+                        ))
+                    })
+                    .transpose()
+            };
+            let norm = |name: &str| -> Result<RmsNorm> {
+                Ok(RmsNorm::new(
+                    src.f32(&format!("{p}.{name}"), "weight", &[h])?,
+                    cfg.rms_norm_eps,
+                ))
+            };
+            let mlp = format!("{p}.mlp");
+            blocks.push(Block {
+                attn_norm: norm("input_layernorm")?,
+                qkv: src.linear(
+                    &[&q, &k, &v],
+                    &[q_dim, kv_dim, kv_dim],
+                    h,
+                    cfg.qkv_bias,
+                    mode,
+                    &[Some(cfg.n_heads), Some(cfg.n_kv_heads), None],
+                )?,
+                q_norm: head_norm("q_norm")?,
+                k_norm: head_norm("k_norm")?,
+                o_proj: src.linear(&[&o], &[h], q_dim, cfg.o_bias, mode, &[])?,
+                mlp_norm: norm("post_attention_layernorm")?,
+                gate_up: src.linear(
+                    &[&format!("{mlp}.gate_proj"), &format!("{mlp}.up_proj")],
+                    &[inter, inter],
+                    h,
+                    cfg.mlp_bias,
+                    mode,
+                    &[],
+                )?,
+                down: src.linear(
+                    &[&format!("{mlp}.down_proj")],
+                    &[h],
+                    inter,
+                    cfg.mlp_bias,
+                    mode,
+                    &[],
+                )?,
+            });
+        }
+        let norm = RmsNorm::new(src.f32("model.norm", "weight", &[h])?, cfg.rms_norm_eps);
+        let lm_head = if !with_head {
+            None
+        } else if cfg.tie_word_embeddings && !src.contains("lm_head", "weight") {
+            Some(embed.to_linear()?)
+        } else {
+            Some(src.linear(&["lm_head"], &[cfg.vocab_size], h, false, mode, &[])?)
+        };
+        let rope = Rope::new(&cfg.rope, hd)?;
+        let weight_bytes = blocks
+            .iter()
+            .map(|b| {
+                b.qkv.weight_bytes()
+                    + b.o_proj.weight_bytes()
+                    + b.gate_up.weight_bytes()
+                    + b.down.weight_bytes()
+            })
+            .sum::<usize>()
+            + lm_head.as_ref().map_or(0, Linear::weight_bytes);
+        let encoder_info = EncoderInfo {
+            model_type: cfg.model_type.clone(),
+            hidden_size: cfg.hidden_size,
+            max_positions: cfg.max_positions,
+            n_layers: cfg.n_layers,
+            intermediate_size: cfg.intermediate_size,
+        };
+        Ok(Self {
+            info: DecoderInfo {
+                config: cfg,
+                weight_mode: mode,
+                weight_bytes,
+            },
+            embed,
+            blocks,
+            norm,
+            lm_head,
+            rope,
+            encoder_info,
+        })
+    }
+
+    fn config(&self) -> &DecoderConfig {
+        &self.info.config
+    }
+
+    /// One block over the packed new tokens of every sequence.
+    fn block(
+        &self,
+        layer: usize,
+        x: Vec<f32>,
+        lens: &[usize],
+        positions: &[usize],
+        caches: &mut [&mut KvCache],
+    ) -> Result<Vec<f32>> {
+        let cfg = self.config();
+        let b = &self.blocks[layer];
+        let (q_dim, kv_dim) = (cfg.q_dim(), cfg.kv_dim());
+        let n = positions.len();
+
+        let mut hn = x.clone();
+        b.attn_norm.forward_inplace(&mut hn);
+        let qkv = b.qkv.forward(&hn);
+        let width = q_dim + 2 * kv_dim;
+        let mut q = Vec::with_capacity(n * q_dim);
+        let mut k = Vec::with_capacity(n * kv_dim);
+        let mut v = Vec::with_capacity(n * kv_dim);
+        for row in qkv.chunks_exact(width) {
+            q.extend_from_slice(&row[..q_dim]);
+            k.extend_from_slice(&row[q_dim..q_dim + kv_dim]);
+            v.extend_from_slice(&row[q_dim + kv_dim..]);
+        }
+        if let (Some(qn), Some(kn)) = (&b.q_norm, &b.k_norm) {
+            qn.forward_inplace(&mut q);
+            kn.forward_inplace(&mut k);
+        }
+        self.rope.apply(&mut q, cfg.n_heads, positions);
+        self.rope.apply(&mut k, cfg.n_kv_heads, positions);
+
+        let shape = CausalShape {
+            n_heads: cfg.n_heads,
+            n_kv_heads: cfg.n_kv_heads,
+            head_dim: cfg.head_dim,
+            sliding_window: cfg.sliding_window,
+        };
+        let scale = 1.0 / (cfg.head_dim as f32).sqrt();
+        let mut ctx = Vec::with_capacity(n * q_dim);
+        let mut row0 = 0;
+        for (&len, cache) in lens.iter().zip(caches.iter_mut()) {
+            let rows = row0..row0 + len;
+            cache.append(
+                layer,
+                &k[rows.start * kv_dim..rows.end * kv_dim],
+                &v[rows.start * kv_dim..rows.end * kv_dim],
+            );
+            ctx.extend(causal_attention(
+                &q[rows.start * q_dim..rows.end * q_dim],
+                cache.keys(layer),
+                cache.values(layer),
+                &shape,
+                scale,
+            )?);
+            row0 += len;
+        }
+        let x = b.o_proj.forward_residual(&ctx, &x);
+
+        let mut hn = x.clone();
+        b.mlp_norm.forward_inplace(&mut hn);
+        let act = silu_mul(&b.gate_up.forward(&hn), cfg.intermediate_size);
+        Ok(b.down.forward_residual(&act, &x))
+    }
+}
+
+impl Decoder for LlamaModel {
+    fn info(&self) -> &DecoderInfo {
+        &self.info
+    }
+
+    fn new_cache(&self, max_len: usize) -> KvCache {
+        let cfg = self.config();
+        KvCache::new(cfg.n_layers, cfg.kv_dim(), max_len.min(cfg.max_positions))
+    }
+
+    fn forward(
+        &self,
+        ids: &[u32],
+        lens: &[usize],
+        caches: &mut [&mut KvCache],
+        outputs: Outputs,
+    ) -> Result<Vec<f32>> {
+        let cfg = self.config();
+        if lens.len() != caches.len() || lens.iter().sum::<usize>() != ids.len() {
+            return Err(Error::InvalidInput(format!(
+                "{} token ids for sequences of lengths {lens:?} with {} caches",
+                ids.len(),
+                caches.len()
+            )));
+        }
+        if lens.contains(&0) {
+            return Err(Error::InvalidInput(
+                "a sequence in the batch has no new tokens".into(),
+            ));
+        }
+        let mut positions = Vec::with_capacity(ids.len());
+        for (&len, cache) in lens.iter().zip(caches.iter()) {
+            if cache.kv_dim() != cfg.kv_dim() {
+                return Err(Error::InvalidInput(
+                    "the cache belongs to another model".into(),
+                ));
+            }
+            cache.check_room(len)?;
+            positions.extend(cache.len()..cache.len() + len);
+        }
+        let h = cfg.hidden_size;
+        let mut x = vec![0.0f32; ids.len() * h];
+        for (&id, row) in ids.iter().zip(x.chunks_exact_mut(h)) {
+            self.embed.lookup(id, row)?;
+        }
+        for layer in 0..self.blocks.len() {
+            x = self.block(layer, x, lens, &positions, caches)?;
+        }
+        for (&len, cache) in lens.iter().zip(caches.iter_mut()) {
+            cache.commit(len);
+        }
+        let mut hidden = match outputs {
+            Outputs::LastLogits => {
+                let mut last = Vec::with_capacity(lens.len() * h);
+                let mut end = 0;
+                for &len in lens {
+                    end += len;
+                    last.extend_from_slice(&x[(end - 1) * h..end * h]);
+                }
+                last
+            }
+            Outputs::AllLogits | Outputs::AllHidden => x,
+        };
+        self.norm.forward_inplace(&mut hidden);
+        match (outputs, &self.lm_head) {
+            (Outputs::AllHidden, _) => Ok(hidden),
+            (_, Some(head)) => Ok(head.forward(&hidden)),
+            (_, None) => Err(Error::InvalidInput(
+                "this model was loaded without its output head (as an encoder)".into(),
+            )),
+        }
+    }
+}
+
+/// As an embedding encoder (Qwen3-Embedding): causal attention within each sequence, the
+/// final-norm hidden state of every token.
+impl Encoder for LlamaModel {
+    fn info(&self) -> &EncoderInfo {
+        &self.encoder_info
+    }
+
+    fn forward(&self, batch: &PackedBatch) -> Result<Vec<f32>> {
+        batch.validate(self.config().max_positions)?;
+        let lens: Vec<usize> = batch.cu_seqlens.windows(2).map(|w| w[1] - w[0]).collect();
+        let mut caches: Vec<KvCache> = lens.iter().map(|&l| self.new_cache(l)).collect();
+        let mut refs: Vec<&mut KvCache> = caches.iter_mut().collect();
+        Decoder::forward(self, &batch.ids, &lens, &mut refs, Outputs::AllHidden)
+    }
+}

@@ -1,0 +1,405 @@
+//! Where a decoder's weights come from: a transformers checkpoint (config.json + safetensors)
+//! or a GGUF file. Model code asks for tensors by their transformers names
+//! (`model.layers.3.self_attn.q_proj`); the GGUF side translates them to llama.cpp's names
+//! (`blk.3.attn_q`) and undoes the row permutation llama.cpp's converter applies to Llama's
+//! query and key projections, so one model file serves both.
+
+use std::path::Path;
+
+use crate::io::gguf_tensors::{GgufTensors, RawTensor};
+use crate::io::store::{Weight, WeightStore};
+use crate::ops::Linear;
+use crate::quant::QuantMatrix;
+use crate::{Error, Result};
+
+use super::decoder::DecoderConfig;
+
+/// How weights are held in memory once loaded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WeightMode {
+    /// Everything f32 (GGUF blocks dequantized at load): the reference path.
+    F32,
+    /// GGUF quantized blocks kept as they are and multiplied directly.
+    Quantized,
+}
+
+impl WeightMode {
+    /// Short name for logs (`"f32"`, `"quantized"`).
+    pub fn name(self) -> &'static str {
+        match self {
+            WeightMode::F32 => "f32",
+            WeightMode::Quantized => "quantized",
+        }
+    }
+}
+
+/// An opened weights file or folder.
+#[derive(Debug)]
+pub enum TensorSource {
+    /// A transformers checkpoint folder.
+    Safetensors {
+        /// The tensors.
+        store: WeightStore,
+        /// Whether the checkpoint is a bare base model (`layers.0...`, no `model.` prefix, no
+        /// head), as Qwen3-Embedding and other `AutoModel` saves are.
+        bare: bool,
+        /// The parsed `config.json`.
+        config: serde_json::Value,
+        /// Its path.
+        config_path: std::path::PathBuf,
+    },
+    /// A GGUF file.
+    Gguf(GgufTensors),
+}
+
+/// An embedding table, also usable as a tied output head.
+#[derive(Debug)]
+pub enum EmbeddingTable {
+    /// f32 rows.
+    F32(Weight),
+    /// Quantized rows, dequantized on lookup.
+    Quant(QuantMatrix),
+}
+
+impl EmbeddingTable {
+    /// Rows of the table.
+    pub fn n_rows(&self) -> usize {
+        match self {
+            EmbeddingTable::F32(w) => w.shape()[0],
+            EmbeddingTable::Quant(q) => q.n_rows(),
+        }
+    }
+
+    /// Writes row `id` into `out` (the table's width); fails for ids outside the table.
+    pub fn lookup(&self, id: u32, out: &mut [f32]) -> Result<()> {
+        let id = id as usize;
+        if id >= self.n_rows() {
+            return Err(Error::InvalidInput(format!(
+                "token id {id} is outside the vocabulary of {} tokens",
+                self.n_rows()
+            )));
+        }
+        match self {
+            EmbeddingTable::F32(w) => {
+                let d = out.len();
+                out.copy_from_slice(&w.as_slice()[id * d..(id + 1) * d]);
+            }
+            EmbeddingTable::Quant(q) => q.dequantize_row_into(id, out),
+        }
+        Ok(())
+    }
+
+    /// The table as an output head (`logits = h · Eᵀ`).
+    pub fn to_linear(&self) -> Result<Linear> {
+        match self {
+            EmbeddingTable::F32(w) => {
+                Linear::from_f32(w.as_slice(), w.shape()[0], w.shape()[1], None)
+            }
+            EmbeddingTable::Quant(q) => Linear::from_quant(vec![q.clone()], None),
+        }
+    }
+}
+
+/// Translates a transformers tensor prefix to llama.cpp's GGUF name.
+fn gguf_name(hf: &str) -> Option<String> {
+    let fixed = match hf {
+        "model.embed_tokens" => Some("token_embd"),
+        "model.norm" => Some("output_norm"),
+        "lm_head" => Some("output"),
+        _ => None,
+    };
+    if let Some(f) = fixed {
+        return Some(f.to_string());
+    }
+    let rest = hf.strip_prefix("model.layers.")?;
+    let (layer, part) = rest.split_once('.')?;
+    let part = match part {
+        "input_layernorm" => "attn_norm",
+        "self_attn.q_proj" => "attn_q",
+        "self_attn.k_proj" => "attn_k",
+        "self_attn.v_proj" => "attn_v",
+        "self_attn.o_proj" => "attn_output",
+        "self_attn.q_norm" => "attn_q_norm",
+        "self_attn.k_norm" => "attn_k_norm",
+        "post_attention_layernorm" => "ffn_norm",
+        "mlp.gate_proj" => "ffn_gate",
+        "mlp.up_proj" => "ffn_up",
+        "mlp.down_proj" => "ffn_down",
+        _ => return None,
+    };
+    Some(format!("blk.{layer}.{part}"))
+}
+
+impl TensorSource {
+    /// Opens a model folder (config.json + safetensors) or a `.gguf` file.
+    pub fn open(path: &Path) -> Result<Self> {
+        if path.is_dir() {
+            let store = WeightStore::open_dir(path)?;
+            let config_path = path.join("config.json");
+            let text =
+                std::fs::read_to_string(&config_path).map_err(|e| Error::io(&config_path, e))?;
+            let config = serde_json::from_str(&text).map_err(|e| Error::InvalidConfig {
+                path: config_path.clone(),
+                reason: e.to_string(),
+            })?;
+            let bare = !store.contains("model.embed_tokens.weight")
+                && store.contains("embed_tokens.weight");
+            Ok(Self::Safetensors {
+                store,
+                bare,
+                config,
+                config_path,
+            })
+        } else if path.is_file() {
+            Ok(Self::Gguf(GgufTensors::open(path)?))
+        } else {
+            Err(Error::io(
+                path,
+                std::io::Error::new(
+                    std::io::ErrorKind::NotFound,
+                    "no such model folder or .gguf file",
+                ),
+            ))
+        }
+    }
+
+    /// The decoder configuration, with GGUF's implicit choices (tied head, biases) resolved from
+    /// the tensors present.
+    pub fn decoder_config(&self) -> Result<DecoderConfig> {
+        match self {
+            Self::Safetensors {
+                config,
+                config_path,
+                ..
+            } => DecoderConfig::from_hf_json(config, config_path),
+            Self::Gguf(g) => {
+                let mut c = DecoderConfig::from_gguf(g.header())?;
+                c.tie_word_embeddings = !g.contains("output.weight");
+                c.qkv_bias = g.contains("blk.0.attn_q.bias");
+                c.o_bias = g.contains("blk.0.attn_output.bias");
+                c.mlp_bias = g.contains("blk.0.ffn_up.bias");
+                if g.contains("rope_freqs.weight") {
+                    return Err(Error::UnsupportedModel(format!(
+                        "{}: per-frequency RoPE factors (rope_freqs.weight) are not supported yet",
+                        g.header().path().display()
+                    )));
+                }
+                Ok(c)
+            }
+        }
+    }
+
+    /// The checkpoint's name for `prefix.suffix` (transformers naming).
+    fn st_name(bare: bool, prefix: &str, suffix: &str) -> String {
+        let prefix = match prefix.strip_prefix("model.") {
+            Some(rest) if bare => rest,
+            _ => prefix,
+        };
+        format!("{prefix}.{suffix}")
+    }
+
+    /// Whether tensor `prefix.suffix` exists (transformers naming).
+    pub fn contains(&self, prefix: &str, suffix: &str) -> bool {
+        match self {
+            Self::Safetensors { store, bare, .. } => {
+                store.contains(&Self::st_name(*bare, prefix, suffix))
+            }
+            Self::Gguf(g) => {
+                gguf_name(prefix).is_some_and(|n| g.contains(&format!("{n}.{suffix}")))
+            }
+        }
+    }
+
+    fn gguf_full(g: &GgufTensors, prefix: &str, suffix: &str) -> Result<String> {
+        gguf_name(prefix)
+            .map(|n| format!("{n}.{suffix}"))
+            .ok_or_else(|| Error::MissingTensor {
+                name: format!("{prefix}.{suffix}"),
+                location: g.header().path().display().to_string(),
+            })
+    }
+
+    /// Tensor `prefix.suffix` as f32 with `shape`.
+    pub fn f32(&self, prefix: &str, suffix: &str, shape: &[usize]) -> Result<Weight> {
+        match self {
+            Self::Safetensors { store, bare, .. } => {
+                store.get(&Self::st_name(*bare, prefix, suffix), shape)
+            }
+            Self::Gguf(g) => g.f32(&Self::gguf_full(g, prefix, suffix)?, shape),
+        }
+    }
+
+    /// The embedding table `prefix.weight` [rows, dim].
+    pub fn embedding(
+        &self,
+        prefix: &str,
+        rows: usize,
+        dim: usize,
+        mode: WeightMode,
+    ) -> Result<EmbeddingTable> {
+        match self {
+            Self::Gguf(g) if mode == WeightMode::Quantized => {
+                let t = g.raw_with_shape(&Self::gguf_full(g, prefix, "weight")?, &[rows, dim])?;
+                Ok(EmbeddingTable::Quant(QuantMatrix::new(
+                    t.qtype, rows, dim, t.bytes,
+                )?))
+            }
+            _ => Ok(EmbeddingTable::F32(self.f32(
+                prefix,
+                "weight",
+                &[rows, dim],
+            )?)),
+        }
+    }
+
+    /// A linear layer stacking the projections `prefixes` (each `[out_dims[i], in_dim]`, with
+    /// `.bias` when `bias`) along the output dimension.
+    ///
+    /// `rope_heads[i]`, when set, is the head count of a Llama query/key projection stored in
+    /// llama.cpp's interleaved row order; its rows are put back in transformers' order.
+    pub fn linear(
+        &self,
+        prefixes: &[&str],
+        out_dims: &[usize],
+        in_dim: usize,
+        bias: bool,
+        mode: WeightMode,
+        rope_heads: &[Option<usize>],
+    ) -> Result<Linear> {
+        let mut bias_values = bias.then(Vec::new);
+        if let Some(b) = bias_values.as_mut() {
+            for ((p, &n), heads) in prefixes
+                .iter()
+                .zip(out_dims)
+                .zip(rope_heads.iter().chain(std::iter::repeat(&None)))
+            {
+                let w = self.f32(p, "bias", &[n])?;
+                match heads {
+                    Some(h) if self.is_permuted_llama() => {
+                        b.extend(unpermute_rows(w.as_slice(), *h, n / h, 1))
+                    }
+                    _ => b.extend_from_slice(w.as_slice()),
+                }
+            }
+        }
+        let out_dim: usize = out_dims.iter().sum();
+        match self {
+            Self::Gguf(g) => {
+                // Consecutive parts of one block type are concatenated into one matrix (rows
+                // of GGUF blocks are independent), so their input is quantized once and the
+                // product is one threaded pass.
+                let mut groups: Vec<(crate::quant::QuantType, usize, Vec<u8>)> = Vec::new();
+                for (i, (p, &n)) in prefixes.iter().zip(out_dims).enumerate() {
+                    let name = Self::gguf_full(g, p, "weight")?;
+                    let t: RawTensor<'_> = g.raw_with_shape(&name, &[n, in_dim])?;
+                    let heads = rope_heads.get(i).copied().flatten();
+                    let row_bytes = t.bytes.len() / n.max(1);
+                    let bytes = match heads {
+                        Some(h) if self.is_permuted_llama() => {
+                            unpermute_rows(t.bytes, h, n / h, row_bytes)
+                        }
+                        _ => t.bytes.to_vec(),
+                    };
+                    match groups.last_mut() {
+                        Some((qt, rows, data)) if *qt == t.qtype => {
+                            *rows += n;
+                            data.extend_from_slice(&bytes);
+                        }
+                        _ => groups.push((t.qtype, n, bytes)),
+                    }
+                }
+                let parts = groups
+                    .into_iter()
+                    .map(|(qt, rows, data)| QuantMatrix::new(qt, rows, in_dim, &data))
+                    .collect::<Result<Vec<_>>>()?;
+                match mode {
+                    WeightMode::Quantized => Linear::from_quant(parts, bias_values),
+                    WeightMode::F32 => {
+                        let rows: Vec<f32> =
+                            parts.iter().flat_map(QuantMatrix::dequantize).collect();
+                        Linear::from_f32(&rows, out_dim, in_dim, bias_values)
+                    }
+                }
+            }
+            Self::Safetensors { store, bare, .. } => {
+                let mut rows: Vec<f32> = Vec::with_capacity(out_dim * in_dim);
+                for (p, &n) in prefixes.iter().zip(out_dims) {
+                    let name = Self::st_name(*bare, p, "weight");
+                    rows.extend_from_slice(store.get(&name, &[n, in_dim])?.as_slice());
+                }
+                Linear::from_f32(&rows, out_dim, in_dim, bias_values)
+            }
+        }
+    }
+
+    /// Whether this is a GGUF Llama file, whose Q/K rows llama.cpp's converter interleaved.
+    fn is_permuted_llama(&self) -> bool {
+        match self {
+            Self::Gguf(g) => {
+                g.header()
+                    .metadata("general.architecture")
+                    .and_then(|v| v.as_str())
+                    == Some("llama")
+            }
+            Self::Safetensors { .. } => false,
+        }
+    }
+}
+
+/// Undoes llama.cpp's Q/K permutation: within each head of `head_dim` rows, GGUF row
+/// `2j + t` holds transformers row `t · head_dim/2 + j`. Rows are `row_len` elements long.
+fn unpermute_rows<T: Copy + Default>(
+    data: &[T],
+    n_heads: usize,
+    head_dim: usize,
+    row_len: usize,
+) -> Vec<T> {
+    let half = head_dim / 2;
+    let mut out = vec![T::default(); data.len()];
+    for h in 0..n_heads {
+        for t in 0..2 {
+            for j in 0..half {
+                let dst = (h * head_dim + t * half + j) * row_len;
+                let src = (h * head_dim + 2 * j + t) * row_len;
+                out[dst..dst + row_len].copy_from_slice(&data[src..src + row_len]);
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gguf_names() {
+        assert_eq!(
+            gguf_name("model.layers.12.self_attn.k_proj").unwrap(),
+            "blk.12.attn_k"
+        );
+        assert_eq!(
+            gguf_name("model.layers.0.mlp.down_proj").unwrap(),
+            "blk.0.ffn_down"
+        );
+        assert_eq!(gguf_name("lm_head").unwrap(), "output");
+        assert!(gguf_name("model.layers.0.unknown").is_none());
+    }
+
+    #[test]
+    fn unpermute_inverts_llama_cpp_permutation() {
+        // llama.cpp: reshape(n_head, 2, hd/2, ...).swapaxes(1, 2): GGUF row h·hd + 2j + t
+        // comes from transformers row h·hd + t·hd/2 + j.
+        let (heads, hd) = (2, 6);
+        let hf: Vec<u8> = (0..(heads * hd) as u8).collect();
+        let mut gguf = vec![0u8; hf.len()];
+        for h in 0..heads {
+            for j in 0..hd / 2 {
+                for t in 0..2 {
+                    gguf[h * hd + 2 * j + t] = hf[h * hd + t * hd / 2 + j];
+                }
+            }
+        }
+        assert_eq!(unpermute_rows(&gguf, heads, hd, 1), hf);
+    }
+}

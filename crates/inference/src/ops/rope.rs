@@ -1,0 +1,298 @@
+//! Rotary position embeddings (RoPE) in the "rotate half" layout transformers uses: the first
+//! `rotary_dim / 2` features of a head pair with the next `rotary_dim / 2`, features past
+//! `rotary_dim` (partial rotary) pass through.
+//!
+//! The inverse frequencies follow transformers' `modeling_rope_utils` for the scaling types
+//! decoders ship with (default, linear, llama3, yarn), computed in f32 in the same order, so
+//! positions far into the context rotate by the same angles as the reference.
+
+use crate::{Error, Result};
+
+/// How the base frequencies are rescaled for longer contexts.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RopeScaling {
+    /// Plain RoPE.
+    None,
+    /// Every frequency divided by `factor` (position interpolation).
+    Linear {
+        /// Interpolation factor.
+        factor: f32,
+    },
+    /// Llama 3.1's piecewise scaling of low and medium frequencies.
+    Llama3 {
+        /// Interpolation factor for the low frequencies.
+        factor: f32,
+        /// Wavelength boundary (as a fraction of the original context) of the low band.
+        low_freq_factor: f32,
+        /// Wavelength boundary of the high band.
+        high_freq_factor: f32,
+        /// Context length the model was pretrained with.
+        original_max_position_embeddings: usize,
+    },
+    /// YaRN: a ramp between interpolated and extrapolated frequencies plus an attention factor.
+    Yarn {
+        /// Context extension factor.
+        factor: f32,
+        /// Context length the model was pretrained with.
+        original_max_position_embeddings: usize,
+        /// Rotations at which extrapolation ends (default 32).
+        beta_fast: f32,
+        /// Rotations at which interpolation begins (default 1).
+        beta_slow: f32,
+        /// Scale of cos/sin; derived from `factor` (and `mscale`s) when absent.
+        attention_factor: Option<f32>,
+        /// Optional numerator scale of the derived attention factor.
+        mscale: Option<f32>,
+        /// Optional denominator scale of the derived attention factor.
+        mscale_all_dim: Option<f32>,
+        /// Whether the correction range is rounded to whole dimensions (default true).
+        truncate: bool,
+    },
+}
+
+/// The parameters of a model's rotary embedding.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RopeConfig {
+    /// Base of the frequencies (`rope_theta`).
+    pub theta: f32,
+    /// Features of each head that rotate (`head_dim * partial_rotary_factor`), even.
+    pub rotary_dim: usize,
+    /// Frequency scaling.
+    pub scaling: RopeScaling,
+}
+
+/// Precomputed inverse frequencies and the cos/sin scale.
+#[derive(Debug, Clone)]
+pub struct Rope {
+    inv_freq: Vec<f32>, // [rotary_dim / 2]
+    attention_scaling: f32,
+    head_dim: usize,
+}
+
+impl Rope {
+    /// Builds the frequencies for heads of `head_dim` features.
+    pub fn new(cfg: &RopeConfig, head_dim: usize) -> Result<Self> {
+        let dim = cfg.rotary_dim;
+        if dim == 0 || !dim.is_multiple_of(2) || dim > head_dim {
+            return Err(Error::InvalidInput(format!(
+                "rotary dimension {dim} must be even, positive and at most head_dim {head_dim}"
+            )));
+        }
+        if !(cfg.theta.is_finite() && cfg.theta > 1.0) {
+            return Err(Error::InvalidInput(format!(
+                "rope_theta {} must be a finite number above 1",
+                cfg.theta
+            )));
+        }
+        // transformers: 1 / base ** (arange(0, dim, 2).float() / dim), all in f32.
+        let base = cfg.theta;
+        let pos_freqs: Vec<f32> = (0..dim / 2)
+            .map(|i| base.powf((2 * i) as f32 / dim as f32))
+            .collect();
+        let default: Vec<f32> = pos_freqs.iter().map(|p| 1.0 / p).collect();
+        let check_factor = |factor: f32| {
+            if factor.is_finite() && factor > 0.0 {
+                Ok(())
+            } else {
+                Err(Error::InvalidInput(format!(
+                    "rope scaling factor {factor} must be positive"
+                )))
+            }
+        };
+        let (inv_freq, attention_scaling) = match &cfg.scaling {
+            RopeScaling::None => (default, 1.0),
+            RopeScaling::Linear { factor } => {
+                check_factor(*factor)?;
+                (default.iter().map(|f| f / factor).collect(), 1.0)
+            }
+            RopeScaling::Llama3 {
+                factor,
+                low_freq_factor,
+                high_freq_factor,
+                original_max_position_embeddings,
+            } => {
+                check_factor(*factor)?;
+                if high_freq_factor <= low_freq_factor {
+                    return Err(Error::InvalidInput(format!(
+                        "llama3 rope: high_freq_factor {high_freq_factor} must exceed low_freq_factor {low_freq_factor}"
+                    )));
+                }
+                let old = *original_max_position_embeddings as f32;
+                let low_wavelen = old / low_freq_factor;
+                let high_wavelen = old / high_freq_factor;
+                let f = default
+                    .iter()
+                    .map(|&inv| {
+                        let wavelen = 2.0 * std::f32::consts::PI / inv;
+                        let scaled = if wavelen > low_wavelen {
+                            inv / factor
+                        } else {
+                            inv
+                        };
+                        // NaN-free here: wavelengths of positive finite frequencies.
+                        let medium = wavelen >= high_wavelen && wavelen <= low_wavelen;
+                        if medium {
+                            let smooth = (old / wavelen - low_freq_factor)
+                                / (high_freq_factor - low_freq_factor);
+                            (1.0 - smooth) * scaled / factor + smooth * scaled
+                        } else {
+                            scaled
+                        }
+                    })
+                    .collect();
+                (f, 1.0)
+            }
+            RopeScaling::Yarn {
+                factor,
+                original_max_position_embeddings,
+                beta_fast,
+                beta_slow,
+                attention_factor,
+                mscale,
+                mscale_all_dim,
+                truncate,
+            } => {
+                check_factor(*factor)?;
+                let get_mscale = |scale: f64, m: f64| {
+                    if scale <= 1.0 {
+                        1.0
+                    } else {
+                        0.1 * m * scale.ln() + 1.0
+                    }
+                };
+                let factor64 = *factor as f64;
+                let attn = match (attention_factor, mscale, mscale_all_dim) {
+                    (Some(a), _, _) => *a,
+                    (None, Some(m), Some(ma)) if *m != 0.0 && *ma != 0.0 => {
+                        (get_mscale(factor64, *m as f64) / get_mscale(factor64, *ma as f64)) as f32
+                    }
+                    _ => get_mscale(factor64, 1.0) as f32,
+                };
+                // Correction range in f64, as transformers computes it with Python floats.
+                let base64 = base as f64;
+                let max_pos = *original_max_position_embeddings as f64;
+                let correction_dim = |rotations: f64| {
+                    (dim as f64 * (max_pos / (rotations * 2.0 * std::f64::consts::PI)).ln())
+                        / (2.0 * base64.ln())
+                };
+                let (mut low, mut high) = (
+                    correction_dim(*beta_fast as f64),
+                    correction_dim(*beta_slow as f64),
+                );
+                if *truncate {
+                    low = low.floor();
+                    high = high.ceil();
+                }
+                let low = low.max(0.0);
+                let mut high = high.min((dim - 1) as f64);
+                if low == high {
+                    high += 0.001;
+                }
+                let f = pos_freqs
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &p)| {
+                        let ramp =
+                            ((i as f32 - low as f32) / (high as f32 - low as f32)).clamp(0.0, 1.0);
+                        let extrapolation_factor = 1.0 - ramp;
+                        let extrapolation = 1.0 / p;
+                        let interpolation = 1.0 / (factor * p);
+                        interpolation * (1.0 - extrapolation_factor)
+                            + extrapolation * extrapolation_factor
+                    })
+                    .collect();
+                (f, attn)
+            }
+        };
+        Ok(Self {
+            inv_freq,
+            attention_scaling,
+            head_dim,
+        })
+    }
+
+    /// The inverse frequencies, one per rotated pair.
+    pub fn inv_freq(&self) -> &[f32] {
+        &self.inv_freq
+    }
+
+    /// The factor applied to cos and sin (1 except for YaRN).
+    pub fn attention_scaling(&self) -> f32 {
+        self.attention_scaling
+    }
+
+    /// Rotates every head of every row of `x` f32 [positions.len(), n_heads * head_dim] in place;
+    /// row `i` is at position `positions[i]`.
+    pub fn apply(&self, x: &mut [f32], n_heads: usize, positions: &[usize]) {
+        let hd = self.head_dim;
+        let half = self.inv_freq.len();
+        debug_assert_eq!(x.len(), positions.len() * n_heads * hd);
+        let mut cos = vec![0.0f32; half];
+        let mut sin = vec![0.0f32; half];
+        for (row, &pos) in x.chunks_exact_mut(n_heads * hd).zip(positions) {
+            for ((c, s), &f) in cos.iter_mut().zip(sin.iter_mut()).zip(&self.inv_freq) {
+                let angle = pos as f32 * f;
+                *c = angle.cos() * self.attention_scaling;
+                *s = angle.sin() * self.attention_scaling;
+            }
+            for head in row.chunks_exact_mut(hd) {
+                let (x1, rest) = head.split_at_mut(half);
+                let x2 = &mut rest[..half];
+                for i in 0..half {
+                    let (a, b) = (x1[i], x2[i]);
+                    x1[i] = a * cos[i] - b * sin[i];
+                    x2[i] = b * cos[i] + a * sin[i];
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(scaling: RopeScaling) -> RopeConfig {
+        RopeConfig {
+            theta: 10000.0,
+            rotary_dim: 8,
+            scaling,
+        }
+    }
+
+    #[test]
+    fn rotation_preserves_norm_and_position_zero_is_identity() {
+        let rope = Rope::new(&cfg(RopeScaling::None), 8).unwrap();
+        let mut x: Vec<f32> = (0..16).map(|i| i as f32 * 0.3 - 2.0).collect();
+        let orig = x.clone();
+        rope.apply(&mut x, 1, &[0, 5]);
+        assert_eq!(&x[..8], &orig[..8]);
+        let n = |v: &[f32]| v.iter().map(|a| a * a).sum::<f32>();
+        assert!((n(&x[8..]) - n(&orig[8..])).abs() < 1e-4);
+    }
+
+    #[test]
+    fn relative_property_of_dot_products() {
+        // <R(p)q, R(p+d)k> depends only on d.
+        let rope = Rope::new(&cfg(RopeScaling::None), 8).unwrap();
+        let q: Vec<f32> = (0..8).map(|i| (i as f32).sin()).collect();
+        let k: Vec<f32> = (0..8).map(|i| (i as f32 * 0.7).cos()).collect();
+        let dot_at = |p: usize, d: usize| {
+            let (mut a, mut b) = (q.clone(), k.clone());
+            rope.apply(&mut a, 1, &[p]);
+            rope.apply(&mut b, 1, &[p + d]);
+            a.iter().zip(&b).map(|(x, y)| x * y).sum::<f32>()
+        };
+        assert!((dot_at(3, 4) - dot_at(40, 4)).abs() < 1e-4);
+    }
+
+    #[test]
+    fn rejects_bad_parameters() {
+        assert!(Rope::new(&cfg(RopeScaling::None), 6).is_err());
+        let mut c = cfg(RopeScaling::Linear { factor: 0.0 });
+        assert!(Rope::new(&c, 8).is_err());
+        c.scaling = RopeScaling::None;
+        c.rotary_dim = 7;
+        assert!(Rope::new(&c, 8).is_err());
+    }
+}

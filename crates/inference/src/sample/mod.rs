@@ -1,0 +1,262 @@
+//! Token sampling: from one position's logits to the next token id, plus stop strings.
+//!
+//! This module owns the sampling parameters, the logit processor chain, the seeded draw, the
+//! top-logprobs report and the stop-string matcher ([`StopMatcher`]). It does not own the model,
+//! the generation loop or detokenization.
+//!
+//! [`Sampler::sample`] runs, in this order:
+//! 1. **Sanitize.** NaN logits count as `-inf` (never drawn). If any logit is `+inf`, those
+//!    tokens share all the probability equally and every other token is removed. If every logit
+//!    is `-inf`/NaN (or the vector is empty) the result is token 0 with logprob `-inf`.
+//! 2. **Raw logprob.** [`Sampled::logprob`] is the log-softmax of these sanitized raw logits at
+//!    the chosen token: before penalties, temperature and filters.
+//! 3. **Penalties** over `history` (prompt + generated ids): repetition (Hugging Face: a seen
+//!    token's logit is divided by the penalty if positive, multiplied if not, once per distinct
+//!    id), then presence and frequency (OpenAI: `logit -= presence + frequency * count` for every
+//!    seen id).
+//! 4. **Greedy** when `temperature == 0` or `top_k == 1`: argmax of the penalized logits, ties to
+//!    the lowest id; the RNG is not used, so the result does not depend on temperature, top-p,
+//!    min-p or the seed.
+//! 5. **Temperature**: probabilities `∝ exp((logit - max) / temperature)` (the same distribution
+//!    as `softmax(logit / temperature)`, without overflow for tiny temperatures).
+//! 6. **Top-k**: keep the k highest logits (ties to the lower id).
+//! 7. **Top-p**: keep the smallest best-first prefix whose probability (renormalized after top-k)
+//!    reaches `top_p`; at least one token.
+//! 8. **Min-p**: drop tokens whose probability is below `min_p` × the top token's probability.
+//! 9. **Draw** one token in proportion to what is left, with a xoshiro256** stream seeded by
+//!    `seed` (or OS entropy). All arithmetic is fixed-order and libm-free (see
+//!    [`processors::exp_neg`]), so a seed reproduces the same tokens on every run and machine.
+
+pub mod processors;
+pub mod rng;
+pub mod stop;
+
+pub use stop::{StopMatcher, StopResult};
+
+use crate::{Error, Result};
+use processors::LogNorm;
+
+/// How to pick the next token. The defaults sample from the model's plain distribution
+/// (temperature 1, every filter and penalty off); missing fields deserialize to them.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
+pub struct SamplingParams {
+    /// Softmax temperature; 0 means greedy (argmax).
+    pub temperature: f32,
+    /// Keep only the k most likely tokens; 0 turns it off, 1 is greedy.
+    pub top_k: usize,
+    /// Nucleus sampling mass in (0, 1]; 1 turns it off.
+    pub top_p: f32,
+    /// Drop tokens below `min_p` × the top probability, in [0, 1]; 0 turns it off.
+    pub min_p: f32,
+    /// Hugging Face repetition penalty (> 0); 1 turns it off.
+    pub repetition_penalty: f32,
+    /// OpenAI presence penalty, subtracted once from every seen token's logit.
+    pub presence_penalty: f32,
+    /// OpenAI frequency penalty, subtracted once per occurrence of a seen token.
+    pub frequency_penalty: f32,
+    /// Seed of the random stream; `None` seeds from OS entropy (see [`Sampler::seed`]).
+    pub seed: Option<u64>,
+}
+
+impl Default for SamplingParams {
+    fn default() -> Self {
+        SamplingParams {
+            temperature: 1.0,
+            top_k: 0,
+            top_p: 1.0,
+            min_p: 0.0,
+            repetition_penalty: 1.0,
+            presence_penalty: 0.0,
+            frequency_penalty: 0.0,
+            seed: None,
+        }
+    }
+}
+
+impl SamplingParams {
+    /// Greedy decoding: temperature 0, everything else off.
+    pub fn greedy() -> Self {
+        SamplingParams {
+            temperature: 0.0,
+            ..Self::default()
+        }
+    }
+
+    /// True when these parameters select the argmax (temperature 0 or top-k 1).
+    pub fn is_greedy(&self) -> bool {
+        self.temperature == 0.0 || self.top_k == 1
+    }
+
+    /// Checks every field's range; the error names the first bad field and its value.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |field: &str, want: &str, got: f32| {
+            Err(Error::InvalidInput(format!(
+                "sampling parameter `{field}` must be {want}, got {got}"
+            )))
+        };
+        if !(self.temperature.is_finite() && self.temperature >= 0.0) {
+            return bad("temperature", "a finite number >= 0", self.temperature);
+        }
+        if !(self.top_p > 0.0 && self.top_p <= 1.0) {
+            return bad("top_p", "in (0, 1]", self.top_p);
+        }
+        if !(self.min_p >= 0.0 && self.min_p <= 1.0) {
+            return bad("min_p", "in [0, 1]", self.min_p);
+        }
+        if !(self.repetition_penalty.is_finite() && self.repetition_penalty > 0.0) {
+            return bad(
+                "repetition_penalty",
+                "a finite number > 0",
+                self.repetition_penalty,
+            );
+        }
+        if !self.presence_penalty.is_finite() {
+            return bad("presence_penalty", "finite", self.presence_penalty);
+        }
+        if !self.frequency_penalty.is_finite() {
+            return bad("frequency_penalty", "finite", self.frequency_penalty);
+        }
+        Ok(())
+    }
+}
+
+/// One sampled token.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Sampled {
+    /// The token id.
+    pub token: u32,
+    /// Log-softmax of the raw logits (before penalties and temperature) at `token`.
+    pub logprob: f32,
+}
+
+/// Picks tokens from logits with fixed parameters and its own random stream; one per sequence.
+///
+/// Parameters that [`SamplingParams::validate`] would reject never panic: a NaN or negative
+/// temperature acts as greedy, a `top_p` outside (0, 1) or a `min_p` outside (0, 1] turns that
+/// filter off (`top_p <= 0` keeps one token), a repetition penalty that is not finite and > 0
+/// is ignored, and a non-finite presence/frequency penalty counts as 0.
+#[derive(Clone, Debug)]
+pub struct Sampler {
+    params: SamplingParams,
+    seed: u64,
+    rng: rng::Rng,
+    /// f32 [vocab]: sanitized, penalized logits of the current step.
+    work: Vec<f32>,
+    /// u32 [vocab]: occurrence counts of the history (all zero between steps).
+    counts: Vec<u32>,
+    /// Distinct ids seen in the history of the current step.
+    seen: Vec<u32>,
+    /// Candidate ids still in play.
+    cand: Vec<u32>,
+    /// Unnormalized probabilities of `cand`, same order.
+    weights: Vec<f32>,
+}
+
+impl Sampler {
+    /// A sampler with `params`; `seed: None` draws a seed from OS entropy and the clock.
+    pub fn new(params: SamplingParams) -> Self {
+        let seed = params.seed.unwrap_or_else(rng::entropy_seed);
+        Sampler {
+            params,
+            seed,
+            rng: rng::Rng::from_seed(seed),
+            work: Vec::new(),
+            counts: Vec::new(),
+            seen: Vec::new(),
+            cand: Vec::new(),
+            weights: Vec::new(),
+        }
+    }
+
+    /// The parameters this sampler was built with.
+    pub fn params(&self) -> &SamplingParams {
+        &self.params
+    }
+
+    /// The seed in use (the given one, or the one drawn from entropy), for reproducing a run.
+    pub fn seed(&self) -> u64 {
+        self.seed
+    }
+
+    /// Picks the next token from one position's `logits` (`f32 [vocab]`); `history` holds the
+    /// prompt and generated ids so far (for the penalties). See the module doc for the steps.
+    pub fn sample(&mut self, logits: &[f32], history: &[u32]) -> Sampled {
+        let norm = LogNorm::new(logits);
+        let finish = |token: u32| Sampled {
+            token,
+            logprob: logits
+                .get(token as usize)
+                .map_or(f32::NEG_INFINITY, |&x| norm.logprob(x)),
+        };
+        processors::sanitize_into(logits, norm.inf_mode(), &mut self.work);
+        processors::apply_penalties(
+            &mut self.work,
+            history,
+            &self.params,
+            &mut self.counts,
+            &mut self.seen,
+        );
+        let t = self.params.temperature;
+        if self.params.top_k == 1 || t.is_nan() || t <= 0.0 {
+            return finish(processors::argmax(&self.work) as u32);
+        }
+        let work = &self.work;
+        self.cand.clear();
+        self.cand.extend(
+            work.iter()
+                .enumerate()
+                .filter(|(_, &x)| x > f32::NEG_INFINITY)
+                .map(|(i, _)| i as u32),
+        );
+        if self.cand.is_empty() {
+            return finish(processors::argmax(work) as u32);
+        }
+        processors::top_k(work, &mut self.cand, self.params.top_k);
+        let max = if self.cand.len() == work.len() {
+            processors::max_lanes(work)
+        } else {
+            self.cand
+                .iter()
+                .map(|&id| work[id as usize])
+                .fold(f32::NEG_INFINITY, f32::max)
+        };
+        processors::weights_into(work, &self.cand, max, t, &mut self.weights);
+        let p = self.params.top_p;
+        if p < 1.0 {
+            processors::top_p(work, &mut self.cand, &mut self.weights, p.max(0.0));
+        }
+        let m = self.params.min_p;
+        if m > 0.0 && m <= 1.0 {
+            processors::min_p(&mut self.cand, &mut self.weights, m);
+        }
+        let u = self.rng.next_f64();
+        finish(processors::draw(&self.cand, &self.weights, u))
+    }
+}
+
+/// The `n` most likely tokens by raw log-softmax (NaN as `-inf`), best first, ties to the lower
+/// id; fewer when the vocabulary is smaller than `n`.
+pub fn top_logprobs(logits: &[f32], n: usize) -> Vec<(u32, f32)> {
+    let norm = LogNorm::new(logits);
+    let mut clean = Vec::new();
+    processors::sanitize_into(logits, norm.inf_mode(), &mut clean);
+    let n = n.min(logits.len());
+    let ids: Vec<u32> = if n <= processors::SMALL_K {
+        processors::best_k(&clean, n)
+            .into_iter()
+            .map(|(_, id)| id)
+            .collect()
+    } else {
+        let mut ids: Vec<u32> = (0..logits.len() as u32).collect();
+        if n < ids.len() {
+            ids.select_nth_unstable_by(n - 1, |&a, &b| processors::better(&clean, a, b));
+            ids.truncate(n);
+        }
+        ids.sort_unstable_by(|&a, &b| processors::better(&clean, a, b));
+        ids
+    };
+    ids.into_iter()
+        .map(|id| (id, norm.logprob(logits[id as usize])))
+        .collect()
+}
