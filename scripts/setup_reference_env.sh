@@ -27,7 +27,12 @@ fi
   "onnxruntime==1.32.0" \
   "onnx==1.23.2" \
   "scipy==1.17.1" \
-  "numpy==2.4.6"
+  "numpy==2.4.6" \
+  "gguf==0.19.0" \
+  "jinja2==3.1.6"
+# transformers loads GGUF files (gguf_file=) through accelerate, which needs psutil.
+"$venv/bin/python" -m pip install -q --disable-pip-version-check --no-deps \
+  "accelerate==1.12.0" "psutil==7.2.2"
 "$venv/bin/python" -c "import torch, transformers, sentence_transformers, tokenizers, onnxruntime; \
 print('venv-ref ok: torch', torch.__version__, 'transformers', transformers.__version__, \
 'sentence-transformers', sentence_transformers.__version__, 'onnxruntime', onnxruntime.__version__)"

@@ -245,3 +245,41 @@ fn bad_input_gives_clear_errors() {
         &["junk.gguf"],
     );
 }
+
+#[test]
+fn embed_with_a_qwen3_embedding_model_and_matryoshka_dimensions() {
+    let dir = fixture("tiny-qwen3-embedding");
+    let d = dir.to_str().unwrap();
+    let o = lattice(&[
+        "embed",
+        "--model",
+        d,
+        "--query",
+        "--dimensions",
+        "32",
+        "What is the capital of France?",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let e: Vec<f64> = v["embedding"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap())
+        .collect();
+    assert_eq!(e.len(), 32);
+    let r = reference("tiny-qwen3-embedding");
+    let want: Vec<f64> = r["queries_dim32"][0]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap())
+        .collect();
+    let dot: f64 = e.iter().zip(&want).map(|(a, b)| a * b).sum();
+    let norm = |x: &[f64]| x.iter().map(|a| a * a).sum::<f64>().sqrt();
+    assert!(1.0 - dot / (norm(&e) * norm(&want)) < 1e-6);
+    assert_fails_with(
+        &lattice(&["embed", "--model", d, "--dimensions", "65", "x"]),
+        &["dimensions 65"],
+    );
+}

@@ -16,6 +16,7 @@
 //! cargo bench -p lattice-inference --bench quant -- --quick      # fewer types
 //! cargo bench -p lattice-inference --bench quant -- --threads 1 --isa avx2
 //! cargo bench -p lattice-inference --bench quant -- --prompt-only  # only the m = 512 products
+//! cargo bench -p lattice-inference --bench quant -- --type q6_K     # one type
 //! ```
 
 use std::hint::black_box;
@@ -31,6 +32,8 @@ struct Args {
     prompt_only: bool,
     isa: Option<Isa>,
     threads: Option<usize>,
+    /// Only this type (`--type q6_K`).
+    only: Option<QuantType>,
 }
 
 fn parse_args() -> Args {
@@ -39,6 +42,7 @@ fn parse_args() -> Args {
         prompt_only: false,
         isa: None,
         threads: None,
+        only: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(s) = it.next() {
@@ -51,6 +55,11 @@ fn parse_args() -> Args {
                     .and_then(|n| Isa::ALL.into_iter().find(|i| i.name() == n))
             }
             "--threads" => a.threads = it.next().and_then(|t| t.parse().ok()),
+            "--type" => {
+                a.only = it
+                    .next()
+                    .and_then(|n| QuantType::ALL.into_iter().find(|t| t.name() == n))
+            }
             _ => {}
         }
     }
@@ -209,7 +218,7 @@ fn bench(args: &Args, threads: usize) {
     );
     println!("       (GOP/s; in parentheses: per on-CPU second of each thread)");
     println!("       (K-quants: the transposed shapes, k 4864 → n 896 and k 1536 → n 576)");
-    for &t in types {
+    for &t in types.iter().filter(|t| args.only.is_none_or(|o| o == **t)) {
         // K-quants need k to be a multiple of 256: use the FFN down projections for them.
         let kq = t.block_len() == 256;
         // Decode: a stack of FFN matrices of ~256 MB in total (8× the L3), one product each

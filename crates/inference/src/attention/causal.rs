@@ -13,6 +13,9 @@ use crate::{Error, Result};
 /// Query rows per block: bounds the score buffer and the work wasted above the diagonal.
 const BLOCK: usize = 64;
 
+/// Below this many multiply-adds per product the heads run on the calling thread.
+const SERIAL_WORK: usize = 1 << 16;
+
 /// Head layout of a causal attention layer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CausalShape {
@@ -83,8 +86,15 @@ pub fn causal_attention(
         // One token: the query heads of a group are contiguous rows sharing the same keys.
         let p = past;
         let (k0, len) = (lo(p), p + 1 - lo(p));
+        // Short contexts: one task (spreading a few microseconds of work costs more than it saves).
+        let min_len = if len * q_dim < SERIAL_WORK {
+            n_kv_heads
+        } else {
+            1
+        };
         let results: Vec<Vec<f32>> = (0..n_kv_heads)
             .into_par_iter()
+            .with_min_len(min_len)
             .map(|g| {
                 let mut s = vec![0.0f32; group * len];
                 cpu::gemm_bt(
@@ -125,8 +135,14 @@ pub fn causal_attention(
         return Ok(out);
     }
 
+    let min_len = if n * total * q_dim < SERIAL_WORK {
+        n_heads
+    } else {
+        1
+    };
     let results: Vec<Vec<f32>> = (0..n_heads)
         .into_par_iter()
+        .with_min_len(min_len)
         .map(|h| {
             let g = h / group;
             let mut o = vec![0.0f32; n * hd];

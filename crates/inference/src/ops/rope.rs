@@ -192,8 +192,10 @@ impl Rope {
                     .iter()
                     .enumerate()
                     .map(|(i, &p)| {
+                        // As torch: the tensor in f32, the Python-float bounds (and their
+                        // difference) each rounded to f32.
                         let ramp =
-                            ((i as f32 - low as f32) / (high as f32 - low as f32)).clamp(0.0, 1.0);
+                            ((i as f32 - low as f32) / ((high - low) as f32)).clamp(0.0, 1.0);
                         let extrapolation_factor = 1.0 - ramp;
                         let extrapolation = 1.0 / p;
                         let interpolation = 1.0 / (factor * p);

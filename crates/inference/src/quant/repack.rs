@@ -15,8 +15,10 @@
 //! | Q5_0 | as Q4_0; then 64 B high bits: lane R byte i bit j = bit of value `4j+i`, bit `4+j` = value `16+4j+i` | `d[16]` (352 B) |
 //! | Q8_0 | vec j<8: `qs[4j+i] ^ 0x80` | `d[16]` (544 B) |
 //! | Q4_K | vec v<32: `qs[4v+i]` (chunk `v%8` of sub-blocks `2(v/8)`, `2(v/8)+1`) | `sc[8][16]` u8, `m[4][16][2]` u8, `d[16]`, `dmin[16]` (2368 B) |
-//! | Q6_K | vec v<32: `ql[4v+i]`; vec u<16 at 2048: `qh[4u+i]` | `sc[16][16]` i8, `d[16]` (3360 B) |
+//! | Q6_K | 16 chunks `c = 8h + 4s + j` (h, s < 2, j < 4) of 192 B: `ql[4v+i]`, `ql[4v+32+i]`, `qh[4u+i]` with `v = 16h + 4s + j`, `u = 8h + 4s + j` | `sc[16][16]` i8, `d[16]` (3360 B) |
 //!
+//! Within a record the kernels read the bytes in order (the hardware prefetchers follow a
+//! forward stream; Q6_K's chunks put together the three vectors one step uses).
 //! The layout is exactly invertible ([`unrepack_block`]), so nothing else is stored. A trailing
 //! partial group is padded with zero rows (zero scales).
 
@@ -37,6 +39,13 @@ pub fn record_bytes(t: QuantType) -> usize {
         QuantType::Q6_K => 3360,
         QuantType::F32 | QuantType::F16 | QuantType::BF16 => 0,
     }
+}
+
+/// The `ql` vector `v` (the next one is `v + 8`) and `qh` vector `u` of Q6_K chunk `c`.
+#[inline(always)]
+pub(crate) fn q6k_chunk(c: usize) -> (usize, usize) {
+    let (h, jp) = (c / 8, c % 8);
+    (16 * h + jp, 8 * h + jp)
 }
 
 /// Writes row `r` (0..16) of block `raw` (GGUF bytes) into the group record `rec`.
@@ -86,8 +95,12 @@ pub(crate) fn repack_block(t: QuantType, raw: &[u8], r: usize, rec: &mut [u8]) {
             rec[2336 + 2 * r..2338 + 2 * r].copy_from_slice(&raw[2..4]);
         }
         QuantType::Q6_K => {
-            lanes(rec, 0, 32, &raw[0..128], 0);
-            lanes(rec, 2048, 16, &raw[128..192], 0);
+            for c in 0..16 {
+                let (v, u) = q6k_chunk(c);
+                lanes(rec, 192 * c, 1, &raw[4 * v..], 0);
+                lanes(rec, 192 * c + 64, 1, &raw[4 * v + 32..], 0);
+                lanes(rec, 192 * c + 128, 1, &raw[128 + 4 * u..], 0);
+            }
             for b in 0..16 {
                 rec[3072 + 16 * b + r] = raw[192 + b];
             }
@@ -147,8 +160,12 @@ pub(crate) fn unrepack_block(t: QuantType, rec: &[u8], r: usize, raw: &mut [u8])
             raw[2..4].copy_from_slice(&rec[2336 + 2 * r..2338 + 2 * r]);
         }
         QuantType::Q6_K => {
-            lanes(&mut raw[0..128], 0, 32, 0);
-            lanes(&mut raw[128..192], 2048, 16, 0);
+            for c in 0..16 {
+                let (v, u) = q6k_chunk(c);
+                lanes(&mut raw[4 * v..], 192 * c, 1, 0);
+                lanes(&mut raw[4 * v + 32..], 192 * c + 64, 1, 0);
+                lanes(&mut raw[128 + 4 * u..], 192 * c + 128, 1, 0);
+            }
             for b in 0..16 {
                 raw[192 + b] = rec[3072 + 16 * b + r];
             }

@@ -31,8 +31,9 @@ unsafe fn y4(p: *const i8) -> i32 {
     unsafe { (p as *const i32).read_unaligned() }
 }
 
-/// Matrix-vector tiles (`MR == 1`) stream their weights from memory: prefetch the record
-/// this many records ahead, one hint per cache line.
+/// Matrix-vector tiles (`MR == 1`) of the blocks of 32 stream small records from memory:
+/// prefetch the record this many records ahead, one hint per cache line. (The K-quant
+/// records, 37 and 53 lines, are read in order and left to the hardware prefetchers.)
 const PREFETCH_RECORDS: usize = 2;
 
 /// Prefetch hints for the record `PREFETCH_RECORDS` after `blk` (of `rec` bytes), first half
@@ -192,9 +193,6 @@ pub(crate) unsafe fn tile_q4_k<S: QSimd, const MR: usize>(
             let mut acc = [s.zero_f(); MR];
             for b in 0..nb {
                 let blk = w.add(b * 2368);
-                if MR == 1 {
-                    prefetch_ahead(s, blk, 2368, h);
-                }
                 let mut isum = [s.zero(); MR];
                 for p in 0..4 {
                     let mut tl = [s.zero(); MR];
@@ -265,9 +263,6 @@ pub(crate) unsafe fn tile_q6_k<S: QSimd, const MR: usize>(
             let mut acc = [s.zero_f(); MR];
             for b in 0..nb {
                 let blk = w.add(b * 3360);
-                if MR == 1 {
-                    prefetch_ahead(s, blk, 3360, h);
-                }
                 let mut isum = [s.zero(); MR];
                 for half in 0..2 {
                     for sg in 0..2 {
@@ -281,9 +276,11 @@ pub(crate) unsafe fn tile_q6_k<S: QSimd, const MR: usize>(
                         }
                         for jj in 0..4 {
                             let jp = 4 * sg + jj;
-                            let qa = s.load(blk.add(64 * (16 * half + jp) + lane));
-                            let qb = s.load(blk.add(64 * (16 * half + jp + 8) + lane));
-                            let qh = s.load(blk.add(2048 + 64 * (8 * half + jp) + lane));
+                            // Chunk 8·half + jp: ql vectors jp and jp + 8, qh vector jp.
+                            let ch = blk.add(192 * (8 * half + jp) + lane);
+                            let qa = s.load(ch);
+                            let qb = s.load(ch.add(64));
+                            let qh = s.load(ch.add(128));
                             let c = [
                                 s.or(s.and(qa, m4), s.and(s.sll16::<4>(qh), m30)),
                                 s.or(s.and(qb, m4), s.and(s.sll16::<2>(qh), m30)),
