@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes crates/inference/tests/fixtures/tokenizer/unigram/: one `tokenizer.json` per SentencePiece
+"""Writes crates/inference/tests/fixtures/tokenizer/unigram/: one `tokenizer.json.gz` per SentencePiece
 Unigram test model plus `reference_<NAME>.jsonl.gz` with HF `tokenizers` (0.23.3) ids and decodes.
 
 The tokenizer.json files are built the way HF's SentencePiece converters build them, through the
@@ -143,11 +143,13 @@ def main():
         tok = build(name, dump(MODELS[0] if name == BYTES else name))
         tok_dir = os.path.join(OUT, name)
         os.makedirs(tok_dir, exist_ok=True)
-        # HF's compact serialization (`to_str()`), to keep the committed files small.
-        with open(os.path.join(tok_dir, "tokenizer.json"), "w", encoding="utf-8") as f:
-            f.write(tok.to_str())
-        # Reload from the file so the reference is what the file says.
-        tok = Tokenizer.from_file(os.path.join(tok_dir, "tokenizer.json"))
+        # HF's compact serialization (`to_str()`), gzipped (mtime 0), to keep the committed
+        # files small; the tests gunzip it.
+        text = tok.to_str()
+        with gzip.GzipFile(os.path.join(tok_dir, "tokenizer.json.gz"), "wb", compresslevel=9, mtime=0) as f:
+            f.write(text.encode("utf-8"))
+        # Reload from that text so the reference is what the file says.
+        tok = Tokenizer.from_str(text)
         # The ids the post-processor puts around a single sequence.
         probe = tok.encode("a", add_special_tokens=True)
         mask = probe.special_tokens_mask

@@ -32,6 +32,9 @@ enum Command {
     Generate(cmd::generate::Args),
     /// Chat interactively with a decoder, using its chat template.
     Chat(cmd::chat::Args),
+    /// Fetch a model from the Hugging Face hub into the shared cache; prints its folder.
+    #[cfg(feature = "download")]
+    Download(cmd::download::Args),
 }
 
 fn main() {
@@ -44,6 +47,8 @@ fn main() {
         Command::Bench(a) => cmd::bench::run(a),
         Command::Generate(a) => cmd::generate::run(a),
         Command::Chat(a) => cmd::chat::run(a),
+        #[cfg(feature = "download")]
+        Command::Download(a) => cmd::download::run(a),
     };
     if let Err(e) = result {
         eprintln!("error: {e:#}");

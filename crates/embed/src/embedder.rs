@@ -66,20 +66,20 @@ impl std::fmt::Debug for Embedder {
     }
 }
 
-/// Resolves a model argument to a directory: an existing directory as is. Catalog names are
-/// recognized so the error can say how to obtain them.
+/// Resolves a model argument to a directory: an existing directory as is; a catalog name
+/// (`all-MiniLM-L6-v2`) as its hub id; a hub id (`ORG/NAME[@REVISION]`) through the Hugging
+/// Face cache, downloaded there when missing (feature `download`, unless `HF_HUB_OFFLINE`).
 pub fn resolve_model_dir(model: &str) -> Result<PathBuf> {
     let p = Path::new(model);
     if p.is_dir() {
         return Ok(p.to_path_buf());
     }
-    if let Some(m) = EmbeddingModel::from_name(model) {
-        return Err(Error::InvalidInput(format!(
-            "`{model}` is the catalog model {} but no local directory of that name exists; pass the model's directory",
-            m.spec().hub_id
-        )));
+    let id = EmbeddingModel::from_name(model).map_or(model, |m| m.spec().hub_id);
+    match lattice_hub::resolve_model(id) {
+        Ok(dir) => Ok(dir),
+        Err(lattice_hub::Error::InvalidModelId(_)) => Err(Error::UnknownModel(model.to_string())),
+        Err(e) => Err(Error::InvalidInput(format!("model `{model}`: {e}"))),
     }
-    Err(Error::UnknownModel(model.to_string()))
 }
 
 impl Embedder {
@@ -101,10 +101,15 @@ impl Embedder {
             });
         }
         let st = StConfig::read(dir)?;
+        // The catalog entry: by folder name, or by hub id for a Hugging Face cache snapshot
+        // (`models--ORG--NAME/snapshots/REV`).
         let catalog = dir
             .file_name()
             .and_then(|n| n.to_str())
             .and_then(EmbeddingModel::from_name)
+            .or_else(|| {
+                lattice_hub::cache::repo_id_of(dir).and_then(|id| EmbeddingModel::from_name(&id))
+            })
             .map(EmbeddingModel::spec);
         let tokenizer = Tokenizer::from_dir(dir)?;
         let encoder = load_encoder(dir)?;

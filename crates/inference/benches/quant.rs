@@ -267,13 +267,17 @@ fn bench(args: &Args, threads: usize) {
             });
             gops.push(rates(2.0 * (m * n * k) as f64, dt));
         }
+        let decode = if args.prompt_only {
+            format!("{:>17} {:>17}", "-", "-")
+        } else {
+            format!(
+                "{:>9.1} ({:>5.1}) {:>9.1} ({:>5.1})",
+                dram.0, dram.1, cached.0, cached.1
+            )
+        };
         println!(
-            "{:<6} {:>9.1} ({:>5.1}) {:>9.1} ({:>5.1}) {:>9.0} ({:>4.0}) {:>9.0} ({:>4.0})",
+            "{:<6} {decode} {:>9.0} ({:>4.0}) {:>9.0} ({:>4.0})",
             t.name(),
-            dram.0,
-            dram.1,
-            cached.0,
-            cached.1,
             gops[0].0,
             gops[0].1,
             gops[1].0,

@@ -5,33 +5,11 @@
 
 mod common;
 
-use common::{f32s, fixture, read_json, u32s};
+use common::{argmax, f32s, fixture, read_json, rel_err, u32s};
 use lattice_inference::model::decoder::{load_decoder, Decoder, Outputs};
 use lattice_inference::model::source::WeightMode;
 
 const MODELS: [&str; 3] = ["tiny-qwen3", "tiny-llama", "tiny-qwen2"];
-
-/// `max |a - b| / max |b|`.
-fn rel_err(a: &[f32], b: &[f32]) -> f64 {
-    assert_eq!(a.len(), b.len());
-    let num = a
-        .iter()
-        .zip(b)
-        .map(|(x, y)| (x - y).abs() as f64)
-        .fold(0.0, f64::max);
-    let den = b.iter().map(|y| y.abs() as f64).fold(0.0, f64::max);
-    num / den
-}
-
-fn argmax(x: &[f32]) -> u32 {
-    let mut best = 0;
-    for (i, &v) in x.iter().enumerate() {
-        if v > x[best] {
-            best = i;
-        }
-    }
-    best as u32
-}
 
 fn greedy(model: &dyn Decoder, prompt: &[u32], steps: usize) -> (Vec<f32>, Vec<u32>) {
     let mut cache = model.new_cache(4096);

@@ -9,7 +9,7 @@
 
 mod common;
 
-use common::{f32s, fixture, read_gz, real_gguf, u32s};
+use common::{argmax, f32s, fixture, read_gz, real_gguf, u32s};
 use lattice_inference::chat::{ChatMessage, RenderOptions};
 use lattice_inference::engine::TextModel;
 use lattice_inference::model::decoder::Outputs;
@@ -30,16 +30,6 @@ const MODELS: [(&str, &str); 2] = [
 fn reference(stem: &str, kind: &str) -> Value {
     let path = fixture("gguf").join(format!("{stem}.{kind}.json.gz"));
     serde_json::from_str(&read_gz(&path)).unwrap()
-}
-
-fn argmax(x: &[f32]) -> u32 {
-    let mut best = 0;
-    for (i, &v) in x.iter().enumerate() {
-        if v > x[best] {
-            best = i;
-        }
-    }
-    best as u32
 }
 
 fn top2_gap(x: &[f32]) -> f32 {

@@ -253,6 +253,32 @@ fn every_isa_matches_portable_and_reference() {
     }
 }
 
+/// The kernels on the real GGUF rows of the fixture (real scale and min distributions).
+#[test]
+fn kernels_on_real_rows() {
+    let mut rng = Rng(2026);
+    let mut n_types = 0;
+    for r in records().iter().filter(|r| r.kind == 0 && !r.t.is_float()) {
+        let qm = QuantMatrix::new(r.t, r.rows, r.k, &r.bytes).unwrap();
+        let m = 5;
+        let x = random_acts(m, r.k, &mut rng);
+        let mut port = vec![0f32; m * r.rows];
+        qm.matmul_with(Isa::Scalar, &x, m, &mut port).unwrap();
+        let mut best = vec![0f32; m * r.rows];
+        qm.matmul(&x, m, &mut best);
+        assert!(
+            best.iter()
+                .zip(&port)
+                .all(|(a, b)| a.to_bits() == b.to_bits()),
+            "{:?}",
+            r.t
+        );
+        assert_close_to_reference(r.t, &qm, &r.bytes, &x, m, &port, "real rows");
+        n_types += 1;
+    }
+    assert!(n_types >= 6);
+}
+
 /// Many activation rows with a deep `k`: the driver takes the rows in several blocks (about
 /// 512 KiB of codes each) and several workers; every instruction set must still match the
 /// portable kernels bit for bit, and the reference within rounding.
@@ -330,6 +356,44 @@ fn matmul_error_within_activation_quantization_bound() {
         let med = rel[rel.len() / 2];
         eprintln!("{t:?}: median |err| / Σ|w·x| = {med:.2e}");
         assert!(med < 5e-3, "{t:?}: median relative error {med}");
+    }
+}
+
+/// `matmul_strided` writes exactly the `m × n` block at row stride `ldy`, adding with
+/// `accumulate`, and equals `matmul` there.
+#[test]
+fn strided_and_accumulating_products() {
+    let mut rng = Rng(99);
+    let (m, n, k, ldy) = (9, 21, 256, 30);
+    for t in [QuantType::Q4_0, QuantType::Q6_K, QuantType::F16] {
+        let w = if t == QuantType::F16 {
+            let v: Vec<f32> = (0..n * k).map(|_| rng.f32()).collect();
+            let mut raw = vec![0u8; t.row_bytes(n * k).unwrap()];
+            quantize_row(t, &v, &mut raw).unwrap();
+            raw
+        } else {
+            random_weights(t, n, k, &mut rng)
+        };
+        let x = random_acts(m, k, &mut rng);
+        let qm = QuantMatrix::new(t, n, k, &w).unwrap();
+        let mut plain = vec![0f32; m * n];
+        qm.matmul(&x, m, &mut plain);
+        for accumulate in [false, true] {
+            let mut y = vec![1.5f32; (m - 1) * ldy + n + 4];
+            qm.matmul_strided(&x, m, &mut y, ldy, accumulate);
+            for (p, v) in y.iter().enumerate() {
+                let (i, j) = (p / ldy, p % ldy);
+                let want = if i < m && j < n {
+                    plain[i * n + j] + if accumulate { 1.5 } else { 0.0 }
+                } else {
+                    1.5
+                };
+                assert!(
+                    (v - want).abs() <= 1e-5 * want.abs().max(1.0),
+                    "{t:?} {accumulate} at {p}: {v} vs {want}"
+                );
+            }
+        }
     }
 }
 
@@ -421,5 +485,7 @@ fn type_table_matches_ggml() {
         assert_eq!(QuantType::from_ggml(id), None, "{id}");
     }
     assert_eq!(QuantType::Q4_K.name(), "q4_K");
+    fn send_sync<T: Send + Sync>() {}
+    send_sync::<QuantMatrix>();
     assert_eq!(QuantType::Q4_0.row_bytes(4096), Some(128 * 18));
 }

@@ -33,7 +33,8 @@ fn dir() -> PathBuf {
 }
 
 fn load(name: &str) -> Tokenizer {
-    Tokenizer::from_file(dir().join(name).join("tokenizer.json")).expect("fixture loads")
+    let path = dir().join(name).join("tokenizer.json.gz");
+    Tokenizer::from_json_bytes(common::read_gz(&path).as_bytes(), &path).expect("fixture loads")
 }
 
 /// The shared SentencePiece corpus (`tests/fixtures/sentencepiece/corpus.jsonl.gz`, one JSON
@@ -125,8 +126,10 @@ fn offsets_match_hf() {
     let texts = corpus();
     for model in MODELS {
         let tok = load(model);
-        let hf = tokenizers::Tokenizer::from_file(dir().join(model).join("tokenizer.json"))
-            .expect("HF loads");
+        let hf = tokenizers::Tokenizer::from_bytes(common::read_gz(
+            &dir().join(model).join("tokenizer.json.gz"),
+        ))
+        .expect("HF loads");
         let mut failures = Vec::new();
         let mut n = 0;
         for text in &texts {

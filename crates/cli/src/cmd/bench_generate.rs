@@ -1,7 +1,7 @@
 //! `lattice bench generate`: prompt processing and generation speed of a decoder, measured the
 //! way llama.cpp's `llama-bench` does (scripts/bench_generate.sh runs both side by side):
 //! `pp N` = one forward pass over N prompt tokens from an empty cache; `tg M` = M one-token
-//! decode steps from an empty cache. Token ids are pseudo-random (speed does not depend on
+//! decode steps from an empty cache (or after `--context` tokens, prefilled untimed). Token ids are pseudo-random (speed does not depend on
 //! them). One untimed warm-up of each, then `--runs` timed runs; medians are reported, and the
 //! generation rate is also given as weight bytes streamed per second.
 
@@ -23,6 +23,10 @@ pub struct Args {
     /// Tokens generated one at a time.
     #[arg(long, default_value_t = 128)]
     gen_tokens: usize,
+    /// Tokens already in the context before the generation test (prefilled untimed), to
+    /// measure decode speed at long context.
+    #[arg(long, default_value_t = 0)]
+    context: usize,
     /// Timed runs of each test.
     #[arg(long, default_value_t = 3)]
     runs: usize,
@@ -53,8 +57,17 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         decoder.forward(ids, &[ids.len()], &mut [&mut cache], Outputs::LastLogits)?;
         Ok(t.elapsed().as_secs_f64())
     };
+    let context: Vec<u32> = (0..args.context).map(|_| next_id()).collect();
     let tg = |ids: &[u32]| -> anyhow::Result<f64> {
-        let mut cache = decoder.new_cache(ids.len());
+        let mut cache = decoder.new_cache(context.len() + ids.len());
+        for chunk in context.chunks(512) {
+            decoder.forward(
+                chunk,
+                &[chunk.len()],
+                &mut [&mut cache],
+                Outputs::LastLogits,
+            )?;
+        }
         let t = Instant::now();
         for &id in ids {
             decoder.forward(&[id], &[1], &mut [&mut cache], Outputs::LastLogits)?;
@@ -91,6 +104,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             "threads": rayon::current_num_threads(),
             "prompt_tokens": prompt.len(),
             "gen_tokens": gen_ids.len(),
+            "context": context.len(),
             "runs": runs,
             "prompt_tokens_per_s": pp_med,
             "gen_tokens_per_s": tg_med,
@@ -101,8 +115,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         println!("| test | tokens/s (median of {runs}) |");
         println!("|---|---|");
         println!("| pp{} | {pp_med:.1} |", prompt.len());
+        let at = if context.is_empty() {
+            String::new()
+        } else {
+            format!(" @ {} context", context.len())
+        };
         println!(
-            "| tg{} | {tg_med:.1} ({gb_s:.1} GB/s of weights) |",
+            "| tg{}{at} | {tg_med:.1} ({gb_s:.1} GB/s of weights) |",
             gen_ids.len()
         );
     }

@@ -59,12 +59,17 @@ impl SamplingArgs {
 /// Model flags shared by `generate`, `chat` and `bench generate`.
 #[derive(clap::Args, Clone, Debug)]
 pub struct ModelArgs {
-    /// Model folder (config.json + safetensors + tokenizer) or `.gguf` file.
+    /// Model folder (config.json + safetensors + tokenizer), `.gguf` file, or hub id
+    /// (`ORG/NAME[@REVISION]`, looked up in the Hugging Face cache, else downloaded).
     #[arg(long)]
     pub model: PathBuf,
     /// Dequantize GGUF weights to f32 at load (slower; the reference path).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "q8")]
     pub f32: bool,
+    /// Quantize the matrices of a safetensors model to Q8_0 at load (about 3.8x fewer bytes
+    /// per token than f32).
+    #[arg(long)]
+    pub q8: bool,
     /// Worker threads (default: all cores).
     #[arg(long)]
     pub threads: Option<usize>,
@@ -81,11 +86,14 @@ impl ModelArgs {
         }
         let mode = if self.f32 {
             WeightMode::F32
+        } else if self.q8 {
+            WeightMode::Q8
         } else {
             WeightMode::Quantized
         };
+        let path = super::resolve_model(&self.model)?;
         let t0 = std::time::Instant::now();
-        let model = TextModel::load(&self.model, mode)
+        let model = TextModel::load(&path, mode)
             .with_context(|| format!("cannot load model `{}`", self.model.display()))?;
         let c = &model.decoder.info().config;
         eprintln!(

@@ -3,6 +3,8 @@
 pub mod bench;
 pub mod bench_generate;
 pub mod chat;
+#[cfg(feature = "download")]
+pub mod download;
 pub mod embed;
 pub mod eval;
 pub mod generate;
@@ -22,4 +24,16 @@ pub fn print_jsonl<T: serde::Serialize>(items: impl IntoIterator<Item = T>) -> a
     }
     out.flush()?;
     Ok(())
+}
+
+/// A `--model` argument as a local path: an existing file or folder as is, else a hub id
+/// (`ORG/NAME[@REV]`) through the Hugging Face cache, downloaded when missing.
+pub fn resolve_model(model: &std::path::Path) -> anyhow::Result<std::path::PathBuf> {
+    use anyhow::Context;
+    match model.to_str() {
+        Some(name) if !model.exists() => {
+            lattice_hub::resolve_model(name).with_context(|| format!("cannot load model `{name}`"))
+        }
+        _ => Ok(model.to_path_buf()),
+    }
 }

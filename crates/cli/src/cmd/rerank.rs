@@ -34,7 +34,7 @@ struct Line {
 /// Runs the subcommand.
 pub fn run(args: Args) -> anyhow::Result<()> {
     let passages = super::input::read_texts(args.input.as_deref(), &args.passages)?;
-    let reranker = Reranker::load_dir(&args.model)
+    let reranker = Reranker::load_dir(&super::resolve_model(&args.model)?)
         .with_context(|| format!("cannot load cross-encoder {}", args.model.display()))?;
     let refs: Vec<&str> = passages.iter().map(String::as_str).collect();
     let scores = if args.raw {

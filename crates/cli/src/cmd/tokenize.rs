@@ -31,7 +31,7 @@ struct Line<'a> {
 /// Runs the subcommand.
 pub fn run(args: Args) -> anyhow::Result<()> {
     let texts = super::input::read_texts(args.input.as_deref(), &args.texts)?;
-    let tokenizer = load(&args.model)?;
+    let tokenizer = load(&super::resolve_model(&args.model)?)?;
     let mut encodings = Vec::with_capacity(texts.len());
     for t in &texts {
         encodings.push(tokenizer.encode(t, !args.no_special));

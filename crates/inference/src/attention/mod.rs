@@ -1,12 +1,14 @@
 //! Scaled dot-product attention. Bidirectional (encoder) attention over a packed
 //! variable-length batch lives here: the tokens of all sequences lie back to back (`cu_seqlens`
 //! marks the boundaries), and each sequence attends only to itself, so no FLOP is spent on
-//! padding. Causal (decoder) attention over a KV cache is in [`causal`].
+//! padding. Causal (decoder) attention over a KV cache is in [`causal`]; the gated delta rule of
+//! linear-attention (Gated DeltaNet) layers in [`gdn`].
 //!
 //! One task per (sequence, head) runs on the worker pool: `S = Q·Kᵀ · scale (+ bias)`, a row
 //! softmax, then `O = S·V`, all reading Q, K, V in place through strides.
 
 mod causal;
+pub mod gdn;
 
 pub use causal::{causal_attention, CausalShape};
 

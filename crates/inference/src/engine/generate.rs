@@ -4,7 +4,7 @@ use std::time::Instant;
 
 use crate::model::decoder::Outputs;
 use crate::sample::{top_logprobs, Sampler, SamplingParams, StopMatcher, StopResult};
-use crate::state::KvCache;
+use crate::state::SeqState;
 use crate::{Error, Result};
 
 use super::TextModel;
@@ -100,8 +100,12 @@ pub struct Generation {
 /// whose prompt starts with tokens already in the cache only runs the rest.
 #[derive(Debug)]
 pub struct Session {
-    cache: KvCache,
+    cache: SeqState,
     ids: Vec<u32>,
+    /// For states that cannot be rewound (recurrent layers): a snapshot taken at the end of the
+    /// last prompt, before generation, and how many tokens it holds. The next turn's prompt
+    /// usually extends that prompt, so it restarts from here instead of from nothing.
+    checkpoint: Option<(usize, SeqState)>,
 }
 
 impl Session {
@@ -110,6 +114,7 @@ impl Session {
         Self {
             cache: model.decoder.new_cache(max_len),
             ids: Vec::new(),
+            checkpoint: None,
         }
     }
 
@@ -165,6 +170,22 @@ pub fn generate_in(
         .take_while(|(a, b)| a == b)
         .count()
         .min(n_prompt - 1);
+    // A recurrent state cannot be rewound: go back to the checkpoint when the prompt still
+    // starts with it, else start over.
+    let reuse = if session.cache.can_truncate_to(reuse) {
+        reuse
+    } else {
+        match session.checkpoint.take() {
+            Some((len, state)) if len <= reuse => {
+                session.cache = state;
+                len
+            }
+            _ => {
+                session.cache.clear();
+                0
+            }
+        }
+    };
     session.cache.truncate(reuse);
     session.ids.truncate(reuse);
     let cache = &mut session.cache;
@@ -194,6 +215,10 @@ pub fn generate_in(
         )?;
     }
     out.prefill_secs = t0.elapsed().as_secs_f64();
+    if !cache.can_truncate_to(0) {
+        // Keep the state at the end of the prompt for the next turn (see `Session`).
+        session.checkpoint = Some((n_prompt, cache.clone()));
+    }
     let t1 = Instant::now();
 
     let mut emit = |text: &str, out: &mut Generation| -> bool {

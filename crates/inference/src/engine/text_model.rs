@@ -68,8 +68,12 @@ impl TextModel {
         let mut stop_token_ids = decoder.info().config.eos_token_ids.clone();
         let (tokenizer, chat_template, bos_prefix) = if path.is_dir() {
             let tokenizer = Tokenizer::from_dir(path)?;
-            let chat_template =
-                ChatTemplate::from_tokenizer_config(&path.join("tokenizer_config.json"))?;
+            let config = path.join("tokenizer_config.json");
+            let chat_template = if config.is_file() || path.join("chat_template.jinja").is_file() {
+                ChatTemplate::from_tokenizer_config(&config)?
+            } else {
+                None
+            };
             if let Some(g) = read_json(&path.join("generation_config.json"))? {
                 stop_token_ids.extend(ids_of(g.get("eos_token_id")));
             }

@@ -8,11 +8,11 @@ use std::path::Path;
 use serde_json::Value;
 
 use crate::io::gguf::GgufFile;
-use crate::ops::{RopeConfig, RopeScaling};
-use crate::state::KvCache;
+use crate::ops::{Linear, RmsNorm, RopeConfig, RopeScaling};
+use crate::state::SeqState;
 use crate::{Error, Result};
 
-use super::source::{TensorSource, WeightMode};
+use super::source::{EmbeddingTable, TensorSource, WeightMode};
 
 /// Decoder architectures that share the Llama block structure.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -23,6 +23,8 @@ pub enum DecoderArch {
     Qwen2,
     /// Qwen3: RMSNorm on each query and key head before RoPE.
     Qwen3,
+    /// Qwen3.5: Gated DeltaNet layers between gated full-attention layers (`model::qwen35`).
+    Qwen35,
 }
 
 /// A decoder's hyper-parameters, checked for consistency.
@@ -81,12 +83,17 @@ impl DecoderConfig {
         self.n_heads * self.head_dim
     }
 
-    /// Parses a transformers `config.json` (`path` only names the file in errors).
-    pub fn from_hf_json(v: &Value, path: &Path) -> Result<Self> {
+    /// Parses a transformers `config.json` (`path` only names the file in errors). Multimodal
+    /// configs (Qwen3.5) are read from their `text_config`.
+    pub fn from_hf_json(top: &Value, path: &Path) -> Result<Self> {
         let bad = |reason: String| Error::InvalidConfig {
             path: path.to_path_buf(),
             reason,
         };
+        let v = top
+            .get("text_config")
+            .filter(|t| t.is_object())
+            .unwrap_or(top);
         let model_type = v
             .get("model_type")
             .and_then(Value::as_str)
@@ -96,9 +103,10 @@ impl DecoderConfig {
             "llama" | "mistral" => DecoderArch::Llama,
             "qwen2" => DecoderArch::Qwen2,
             "qwen3" => DecoderArch::Qwen3,
+            "qwen3_5" | "qwen3_5_text" => DecoderArch::Qwen35,
             other => {
                 return Err(Error::UnsupportedModel(format!(
-                    "{}: model_type `{other}` is not a supported decoder (llama, mistral, qwen2, qwen3)",
+                    "{}: model_type `{other}` is not a supported decoder (llama, mistral, qwen2, qwen3, qwen3_5)",
                     path.display()
                 )))
             }
@@ -198,11 +206,15 @@ impl DecoderConfig {
                 scaling,
             },
             max_positions,
-            tie_word_embeddings: bool_of("tie_word_embeddings", false),
+            tie_word_embeddings: v
+                .get("tie_word_embeddings")
+                .or_else(|| top.get("tie_word_embeddings"))
+                .and_then(Value::as_bool)
+                .unwrap_or(false),
             qkv_bias: arch == DecoderArch::Qwen2 || attention_bias,
             o_bias: arch != DecoderArch::Qwen2 && attention_bias,
             mlp_bias: arch == DecoderArch::Llama && bool_of("mlp_bias", false),
-            qk_norm: arch == DecoderArch::Qwen3,
+            qk_norm: matches!(arch, DecoderArch::Qwen3 | DecoderArch::Qwen35),
             sliding_window,
             bos_token_id: ids("bos_token_id").first().copied(),
             eos_token_ids: ids("eos_token_id"),
@@ -431,7 +443,7 @@ pub trait Decoder: Send + Sync {
     fn info(&self) -> &DecoderInfo;
 
     /// An empty per-sequence state holding up to `max_len` tokens (capped at the model's context).
-    fn new_cache(&self, max_len: usize) -> KvCache;
+    fn new_cache(&self, max_len: usize) -> SeqState;
 
     /// Runs a batch: sequence `i` contributes `lens[i]` new tokens (taken from `ids` in order)
     /// after the tokens already in `caches[i]`, which it extends. Returns `outputs`.
@@ -439,9 +451,99 @@ pub trait Decoder: Send + Sync {
         &self,
         ids: &[u32],
         lens: &[usize],
-        caches: &mut [&mut KvCache],
+        caches: &mut [&mut SeqState],
+        outputs: Outputs,
+    ) -> Result<Vec<f32>> {
+        crate::backend::cpu::on_pool(|| self.forward_on_pool(ids, lens, caches, outputs))
+    }
+
+    /// [`Decoder::forward`]'s body, run on a worker of the thread pool (see
+    /// [`crate::backend::cpu::on_pool`]); implementations provide this one.
+    fn forward_on_pool(
+        &self,
+        ids: &[u32],
+        lens: &[usize],
+        caches: &mut [&mut SeqState],
         outputs: Outputs,
     ) -> Result<Vec<f32>>;
+}
+
+/// Checks a batch for [`Decoder::forward`] (lengths add up, no empty sequence, room in every
+/// state, states of this model's width) and returns the position of every new token.
+pub(crate) fn batch_positions(
+    ids: &[u32],
+    lens: &[usize],
+    caches: &[&mut SeqState],
+    kv_dim: usize,
+) -> Result<Vec<usize>> {
+    if lens.len() != caches.len() || lens.iter().sum::<usize>() != ids.len() {
+        return Err(Error::InvalidInput(format!(
+            "{} token ids for sequences of lengths {lens:?} with {} states",
+            ids.len(),
+            caches.len()
+        )));
+    }
+    if lens.contains(&0) {
+        return Err(Error::InvalidInput(
+            "a sequence in the batch has no new tokens".into(),
+        ));
+    }
+    let mut positions = Vec::with_capacity(ids.len());
+    for (&len, cache) in lens.iter().zip(caches.iter()) {
+        if cache.kv_dim() != kv_dim {
+            return Err(Error::InvalidInput(
+                "the state belongs to another model".into(),
+            ));
+        }
+        cache.check_room(len)?;
+        positions.extend(cache.len()..cache.len() + len);
+    }
+    Ok(positions)
+}
+
+/// The embedding rows of `ids`: f32 [ids.len(), width].
+pub(crate) fn embed_tokens(table: &EmbeddingTable, ids: &[u32], width: usize) -> Result<Vec<f32>> {
+    let mut x = vec![0.0f32; ids.len() * width];
+    for (&id, row) in ids.iter().zip(x.chunks_exact_mut(width)) {
+        table.lookup(id, row)?;
+    }
+    Ok(x)
+}
+
+/// Ends a pass: commits the new tokens to every state, then applies the final norm and head
+/// to the rows `outputs` asks for (`x` f32 [n_tokens, width], the residual stream).
+pub(crate) fn finish_batch(
+    x: Vec<f32>,
+    lens: &[usize],
+    caches: &mut [&mut SeqState],
+    outputs: Outputs,
+    norm: &RmsNorm,
+    head: Option<&Linear>,
+) -> Result<Vec<f32>> {
+    for (&len, cache) in lens.iter().zip(caches.iter_mut()) {
+        cache.commit(len);
+    }
+    let width = norm.dim();
+    let mut hidden = match outputs {
+        Outputs::LastLogits => {
+            let mut last = Vec::with_capacity(lens.len() * width);
+            let mut end = 0;
+            for &len in lens {
+                end += len;
+                last.extend_from_slice(&x[(end - 1) * width..end * width]);
+            }
+            last
+        }
+        Outputs::AllLogits | Outputs::AllHidden => x,
+    };
+    norm.forward_inplace(&mut hidden);
+    match (outputs, head) {
+        (Outputs::AllHidden, _) => Ok(hidden),
+        (_, Some(head)) => Ok(head.forward(&hidden)),
+        (_, None) => Err(Error::InvalidInput(
+            "this model was loaded without its output head (as an encoder)".into(),
+        )),
+    }
 }
 
 /// Loads a decoder from a model directory (`config.json` + safetensors) or a `.gguf` file.
@@ -452,11 +554,18 @@ pub trait Decoder: Send + Sync {
 pub fn load_decoder(path: &Path, mode: WeightMode) -> Result<Box<dyn Decoder>> {
     let source = TensorSource::open(path)?;
     let config = source.decoder_config()?;
-    // Safetensors weights are f32 whatever was asked.
-    let mode = match source {
-        TensorSource::Safetensors { .. } => WeightMode::F32,
-        TensorSource::Gguf(_) => mode,
+    // Safetensors weights are f32 unless Q8 was asked; GGUF files keep their own types.
+    let mode = match (&source, mode) {
+        (TensorSource::Safetensors { .. }, WeightMode::Q8) => WeightMode::Q8,
+        (TensorSource::Safetensors { .. }, _) => WeightMode::F32,
+        (TensorSource::Gguf(_), WeightMode::F32) => WeightMode::F32,
+        (TensorSource::Gguf(_), _) => WeightMode::Quantized,
     };
+    if config.arch == DecoderArch::Qwen35 {
+        return Ok(Box::new(super::qwen35::Qwen35Model::load(
+            config, &source, mode,
+        )?));
+    }
     Ok(Box::new(super::llama::LlamaModel::load(
         config, &source, mode, true,
     )?))

@@ -8,10 +8,12 @@
 
 use crate::attention::{causal_attention, CausalShape};
 use crate::ops::{silu_mul, Linear, RmsNorm, Rope};
-use crate::state::KvCache;
-use crate::{Error, Result};
+use crate::state::SeqState;
+use crate::Result;
 
-use super::decoder::{Decoder, DecoderConfig, DecoderInfo, Outputs};
+use super::decoder::{
+    batch_positions, embed_tokens, finish_batch, Decoder, DecoderConfig, DecoderInfo, Outputs,
+};
 use super::source::{EmbeddingTable, TensorSource, WeightMode};
 use super::{Encoder, EncoderInfo, PackedBatch};
 
@@ -115,7 +117,7 @@ impl LlamaModel {
         let lm_head = if !with_head {
             None
         } else if cfg.tie_word_embeddings && !src.contains("lm_head", "weight") {
-            Some(embed.to_linear()?)
+            Some(embed.to_linear(mode)?)
         } else {
             Some(src.linear(&["lm_head"], &[cfg.vocab_size], h, false, mode, &[])?)
         };
@@ -163,7 +165,7 @@ impl LlamaModel {
         x: Vec<f32>,
         lens: &[usize],
         positions: &[usize],
-        caches: &mut [&mut KvCache],
+        caches: &mut [&mut SeqState],
     ) -> Result<Vec<f32>> {
         let cfg = self.config();
         let b = &self.blocks[layer];
@@ -228,72 +230,25 @@ impl Decoder for LlamaModel {
         &self.info
     }
 
-    fn new_cache(&self, max_len: usize) -> KvCache {
+    fn new_cache(&self, max_len: usize) -> SeqState {
         let cfg = self.config();
-        KvCache::new(cfg.n_layers, cfg.kv_dim(), max_len.min(cfg.max_positions))
+        SeqState::new(cfg.n_layers, cfg.kv_dim(), max_len.min(cfg.max_positions))
     }
 
-    fn forward(
+    fn forward_on_pool(
         &self,
         ids: &[u32],
         lens: &[usize],
-        caches: &mut [&mut KvCache],
+        caches: &mut [&mut SeqState],
         outputs: Outputs,
     ) -> Result<Vec<f32>> {
         let cfg = self.config();
-        if lens.len() != caches.len() || lens.iter().sum::<usize>() != ids.len() {
-            return Err(Error::InvalidInput(format!(
-                "{} token ids for sequences of lengths {lens:?} with {} caches",
-                ids.len(),
-                caches.len()
-            )));
-        }
-        if lens.contains(&0) {
-            return Err(Error::InvalidInput(
-                "a sequence in the batch has no new tokens".into(),
-            ));
-        }
-        let mut positions = Vec::with_capacity(ids.len());
-        for (&len, cache) in lens.iter().zip(caches.iter()) {
-            if cache.kv_dim() != cfg.kv_dim() {
-                return Err(Error::InvalidInput(
-                    "the cache belongs to another model".into(),
-                ));
-            }
-            cache.check_room(len)?;
-            positions.extend(cache.len()..cache.len() + len);
-        }
-        let h = cfg.hidden_size;
-        let mut x = vec![0.0f32; ids.len() * h];
-        for (&id, row) in ids.iter().zip(x.chunks_exact_mut(h)) {
-            self.embed.lookup(id, row)?;
-        }
+        let positions = batch_positions(ids, lens, caches, cfg.kv_dim())?;
+        let mut x = embed_tokens(&self.embed, ids, cfg.hidden_size)?;
         for layer in 0..self.blocks.len() {
             x = self.block(layer, x, lens, &positions, caches)?;
         }
-        for (&len, cache) in lens.iter().zip(caches.iter_mut()) {
-            cache.commit(len);
-        }
-        let mut hidden = match outputs {
-            Outputs::LastLogits => {
-                let mut last = Vec::with_capacity(lens.len() * h);
-                let mut end = 0;
-                for &len in lens {
-                    end += len;
-                    last.extend_from_slice(&x[(end - 1) * h..end * h]);
-                }
-                last
-            }
-            Outputs::AllLogits | Outputs::AllHidden => x,
-        };
-        self.norm.forward_inplace(&mut hidden);
-        match (outputs, &self.lm_head) {
-            (Outputs::AllHidden, _) => Ok(hidden),
-            (_, Some(head)) => Ok(head.forward(&hidden)),
-            (_, None) => Err(Error::InvalidInput(
-                "this model was loaded without its output head (as an encoder)".into(),
-            )),
-        }
+        finish_batch(x, lens, caches, outputs, &self.norm, self.lm_head.as_ref())
     }
 }
 
@@ -307,8 +262,8 @@ impl Encoder for LlamaModel {
     fn forward(&self, batch: &PackedBatch) -> Result<Vec<f32>> {
         batch.validate(self.config().max_positions)?;
         let lens: Vec<usize> = batch.cu_seqlens.windows(2).map(|w| w[1] - w[0]).collect();
-        let mut caches: Vec<KvCache> = lens.iter().map(|&l| self.new_cache(l)).collect();
-        let mut refs: Vec<&mut KvCache> = caches.iter_mut().collect();
+        let mut caches: Vec<SeqState> = lens.iter().map(|&l| self.new_cache(l)).collect();
+        let mut refs: Vec<&mut SeqState> = caches.iter_mut().collect();
         Decoder::forward(self, &batch.ids, &lens, &mut refs, Outputs::AllHidden)
     }
 }

@@ -15,6 +15,7 @@ pub mod heads;
 pub mod layers;
 pub mod llama;
 pub mod mpnet;
+pub mod qwen35;
 pub mod source;
 
 use std::path::{Path, PathBuf};

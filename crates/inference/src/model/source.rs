@@ -9,7 +9,7 @@ use std::path::Path;
 use crate::io::gguf_tensors::{GgufTensors, RawTensor};
 use crate::io::store::{Weight, WeightStore};
 use crate::ops::Linear;
-use crate::quant::QuantMatrix;
+use crate::quant::{quantize_row, QuantMatrix, QuantType};
 use crate::{Error, Result};
 
 use super::decoder::DecoderConfig;
@@ -19,8 +19,12 @@ use super::decoder::DecoderConfig;
 pub enum WeightMode {
     /// Everything f32 (GGUF blocks dequantized at load): the reference path.
     F32,
-    /// GGUF quantized blocks kept as they are and multiplied directly.
+    /// GGUF quantized blocks kept as they are and multiplied directly; safetensors weights
+    /// stay f32.
     Quantized,
+    /// Matrices quantized to Q8_0 at load (safetensors f32 / f16 / bf16 weights; GGUF files
+    /// keep their own block types).
+    Q8,
 }
 
 impl WeightMode {
@@ -29,6 +33,7 @@ impl WeightMode {
         match self {
             WeightMode::F32 => "f32",
             WeightMode::Quantized => "quantized",
+            WeightMode::Q8 => "q8_0",
         }
     }
 }
@@ -40,9 +45,10 @@ pub enum TensorSource {
     Safetensors {
         /// The tensors.
         store: WeightStore,
-        /// Whether the checkpoint is a bare base model (`layers.0...`, no `model.` prefix, no
-        /// head), as Qwen3-Embedding and other `AutoModel` saves are.
-        bare: bool,
+        /// What the checkpoint puts where transformers' causal-LM names say `model.`: `model.`
+        /// itself, nothing (a bare base model such as Qwen3-Embedding), or
+        /// `model.language_model.` (multimodal checkpoints such as Qwen3.5).
+        model_prefix: String,
         /// The parsed `config.json`.
         config: serde_json::Value,
         /// Its path.
@@ -89,11 +95,24 @@ impl EmbeddingTable {
         Ok(())
     }
 
-    /// The table as an output head (`logits = h · Eᵀ`).
-    pub fn to_linear(&self) -> Result<Linear> {
+    /// The table as an output head (`logits = h · Eᵀ`); f32 tables are quantized to Q8_0
+    /// when `mode` is [`WeightMode::Q8`].
+    pub fn to_linear(&self, mode: WeightMode) -> Result<Linear> {
         match self {
             EmbeddingTable::F32(w) => {
-                Linear::from_f32(w.as_slice(), w.shape()[0], w.shape()[1], None)
+                let (rows, cols) = (w.shape()[0], w.shape()[1]);
+                match QuantType::Q8_0.row_bytes(cols) {
+                    Some(rb) if mode == WeightMode::Q8 => {
+                        let mut bytes = vec![0u8; rows * rb];
+                        let src = w.as_slice().chunks_exact(cols);
+                        for (s, d) in src.zip(bytes.chunks_exact_mut(rb)) {
+                            quantize_row(QuantType::Q8_0, s, d)?;
+                        }
+                        let q = QuantMatrix::new(QuantType::Q8_0, rows, cols, &bytes)?;
+                        Linear::from_quant(vec![q], None)
+                    }
+                    _ => Linear::from_f32(w.as_slice(), rows, cols, None),
+                }
             }
             EmbeddingTable::Quant(q) => Linear::from_quant(vec![q.clone()], None),
         }
@@ -142,11 +161,14 @@ impl TensorSource {
                 path: config_path.clone(),
                 reason: e.to_string(),
             })?;
-            let bare = !store.contains("model.embed_tokens.weight")
-                && store.contains("embed_tokens.weight");
+            let model_prefix = ["model.", "model.language_model.", ""]
+                .into_iter()
+                .find(|p| store.contains(&format!("{p}embed_tokens.weight")))
+                .unwrap_or("model.")
+                .to_string();
             Ok(Self::Safetensors {
                 store,
-                bare,
+                model_prefix,
                 config,
                 config_path,
             })
@@ -189,21 +211,30 @@ impl TensorSource {
         }
     }
 
-    /// The checkpoint's name for `prefix.suffix` (transformers naming).
-    fn st_name(bare: bool, prefix: &str, suffix: &str) -> String {
-        let prefix = match prefix.strip_prefix("model.") {
-            Some(rest) if bare => rest,
-            _ => prefix,
-        };
-        format!("{prefix}.{suffix}")
+    /// The checkpoint's name for `prefix.suffix` (transformers causal-LM naming).
+    fn st_name(model_prefix: &str, prefix: &str, suffix: &str) -> String {
+        match prefix.strip_prefix("model.") {
+            Some(rest) => format!("{model_prefix}{rest}.{suffix}"),
+            None => format!("{prefix}.{suffix}"),
+        }
+    }
+
+    /// The parsed `config.json` (safetensors folders only).
+    pub fn hf_config(&self) -> Option<&serde_json::Value> {
+        match self {
+            Self::Safetensors { config, .. } => Some(config),
+            Self::Gguf(_) => None,
+        }
     }
 
     /// Whether tensor `prefix.suffix` exists (transformers naming).
     pub fn contains(&self, prefix: &str, suffix: &str) -> bool {
         match self {
-            Self::Safetensors { store, bare, .. } => {
-                store.contains(&Self::st_name(*bare, prefix, suffix))
-            }
+            Self::Safetensors {
+                store,
+                model_prefix,
+                ..
+            } => store.contains(&Self::st_name(model_prefix, prefix, suffix)),
             Self::Gguf(g) => {
                 gguf_name(prefix).is_some_and(|n| g.contains(&format!("{n}.{suffix}")))
             }
@@ -222,9 +253,11 @@ impl TensorSource {
     /// Tensor `prefix.suffix` as f32 with `shape`.
     pub fn f32(&self, prefix: &str, suffix: &str, shape: &[usize]) -> Result<Weight> {
         match self {
-            Self::Safetensors { store, bare, .. } => {
-                store.get(&Self::st_name(*bare, prefix, suffix), shape)
-            }
+            Self::Safetensors {
+                store,
+                model_prefix,
+                ..
+            } => store.get(&Self::st_name(model_prefix, prefix, suffix), shape),
             Self::Gguf(g) => g.f32(&Self::gguf_full(g, prefix, suffix)?, shape),
         }
     }
@@ -238,7 +271,7 @@ impl TensorSource {
         mode: WeightMode,
     ) -> Result<EmbeddingTable> {
         match self {
-            Self::Gguf(g) if mode == WeightMode::Quantized => {
+            Self::Gguf(g) if mode != WeightMode::F32 => {
                 let t = g.raw_with_shape(&Self::gguf_full(g, prefix, "weight")?, &[rows, dim])?;
                 Ok(EmbeddingTable::Quant(QuantMatrix::new(
                     t.qtype, rows, dim, t.bytes,
@@ -313,7 +346,9 @@ impl TensorSource {
                     .map(|(qt, rows, data)| QuantMatrix::new(qt, rows, in_dim, &data))
                     .collect::<Result<Vec<_>>>()?;
                 match mode {
-                    WeightMode::Quantized => Linear::from_quant(parts, bias_values),
+                    WeightMode::Quantized | WeightMode::Q8 => {
+                        Linear::from_quant(parts, bias_values)
+                    }
                     WeightMode::F32 => {
                         let rows: Vec<f32> =
                             parts.iter().flat_map(QuantMatrix::dequantize).collect();
@@ -321,13 +356,31 @@ impl TensorSource {
                     }
                 }
             }
-            Self::Safetensors { store, bare, .. } => {
+            Self::Safetensors {
+                store,
+                model_prefix,
+                ..
+            } => {
                 let mut rows: Vec<f32> = Vec::with_capacity(out_dim * in_dim);
                 for (p, &n) in prefixes.iter().zip(out_dims) {
-                    let name = Self::st_name(*bare, p, "weight");
+                    let name = Self::st_name(model_prefix, p, "weight");
                     rows.extend_from_slice(store.get(&name, &[n, in_dim])?.as_slice());
                 }
-                Linear::from_f32(&rows, out_dim, in_dim, bias_values)
+                match QuantType::Q8_0.row_bytes(in_dim) {
+                    Some(row_bytes) if mode == WeightMode::Q8 => {
+                        let mut bytes = vec![0u8; out_dim * row_bytes];
+                        for (src, dst) in rows
+                            .chunks_exact(in_dim)
+                            .zip(bytes.chunks_exact_mut(row_bytes))
+                        {
+                            quantize_row(QuantType::Q8_0, src, dst)?;
+                        }
+                        let q = QuantMatrix::new(QuantType::Q8_0, out_dim, in_dim, &bytes)?;
+                        Linear::from_quant(vec![q], bias_values)
+                    }
+                    // Widths that are not whole Q8_0 blocks stay f32.
+                    _ => Linear::from_f32(&rows, out_dim, in_dim, bias_values),
+                }
             }
         }
     }

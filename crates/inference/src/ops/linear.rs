@@ -144,45 +144,16 @@ impl Linear {
                 gelu,
             ),
             LinearWeight::Quant(parts) => {
-                let product = if let [single] = parts.as_slice() {
-                    let mut t = vec![0.0f32; m * self.out_dim];
-                    single.matmul(x, m, &mut t);
-                    t
-                } else {
-                    let mut t = vec![0.0f32; m * self.out_dim];
-                    let mut col = 0;
-                    for p in parts {
-                        let n = p.n_rows();
-                        let mut part = vec![0.0f32; m * n];
-                        p.matmul(x, m, &mut part);
-                        for (dst, src) in t.chunks_exact_mut(self.out_dim).zip(part.chunks_exact(n))
-                        {
-                            dst[col..col + n].copy_from_slice(src);
-                        }
-                        col += n;
-                    }
-                    t
-                };
-                for (row_y, row_t) in y
-                    .chunks_exact_mut(self.out_dim)
-                    .zip(product.chunks_exact(self.out_dim))
-                {
-                    match (accumulate, self.bias.as_deref()) {
-                        (false, None) => row_y.copy_from_slice(row_t),
-                        (false, Some(b)) => {
-                            for ((o, &t), &b) in row_y.iter_mut().zip(row_t).zip(b) {
-                                *o = t + b;
-                            }
-                        }
-                        (true, None) => {
-                            for (o, &t) in row_y.iter_mut().zip(row_t) {
-                                *o += t;
-                            }
-                        }
-                        (true, Some(b)) => {
-                            for ((o, &t), &b) in row_y.iter_mut().zip(row_t).zip(b) {
-                                *o += t + b;
-                            }
+                // Each part writes (or adds) its columns of `y` in place.
+                let mut col = 0;
+                for p in parts {
+                    p.matmul_strided(x, m, &mut y[col..], self.out_dim, accumulate);
+                    col += p.n_rows();
+                }
+                if let Some(b) = self.bias.as_deref() {
+                    for row in y.chunks_exact_mut(self.out_dim) {
+                        for (o, &b) in row.iter_mut().zip(b) {
+                            *o += b;
                         }
                     }
                 }

@@ -7,9 +7,10 @@
 //! `s = f16(d * Σq)`. Q8_K follows `quantize_row_q8_K_ref`: `iscale = -127 / x[argmax |x|]`,
 //! `q = min(127, round_half_even(iscale * x))`, `d = 1 / iscale` (f32), sums per 16.
 //!
-//! [`QActs`] is the kernel-facing form of `m` quantized rows: the codes plus, per block, the
-//! float scale and the integer offset correction that the repacked weight layout needs
-//! (weights are stored as unsigned codes `q + offset`, so `Σ (q_w) q_a = Σ code q_a - offset Σ q_a`).
+//! `QActs` (crate-internal) is the kernel-facing form of `m` quantized rows: the codes plus,
+//! per block, the float scale and the integer offset correction that the repacked weight
+//! layout needs (weights are stored as unsigned codes `q + offset`, so
+//! `Σ q_w q_a = Σ code · q_a − offset · Σ q_a`).
 
 use rayon::prelude::*;
 

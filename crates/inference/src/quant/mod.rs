@@ -4,15 +4,18 @@
 //! - [`dequantize_row`] / [`quantize_row`] (`blocks`): the scalar reference conversions,
 //!   bit-exact with ggml.
 //! - [`act`]: on-the-fly Q8 quantization of activation rows, as llama.cpp's CPU backend.
-//! - [`reference`]: the scalar dot products (ggml's `ggml_vec_dot_*`), the tests' oracle.
+//! - [`mod@reference`]: the scalar dot products (ggml's `ggml_vec_dot_*`), the tests' oracle.
 //! - `repack`: the kernel layout (rows interleaved in groups of 16).
 //! - [`QuantMatrix`]: a weight matrix owning its bytes, with a threaded SIMD `matmul` (kernels in
 //!   `backend::cpu::qdot`).
 //!
 //! Products follow llama.cpp: each activation row is quantized to Q8_0 (Q4_0, Q5_0, Q8_0
-//! weights), Q8_1 (Q4_1) or Q8_K (Q4_K, Q6_K), then integer block dot products are combined
-//! with the per-block float scales. F32 / F16 / BF16 matrices are converted to f32 once, at
-//! load, and multiplied with the f32 SGEMM (`backend::cpu::gemm_bt`).
+//! weights), Q8_1 (Q4_1) or Q8_K (Q4_K, Q6_K) as ggml's x86 code does, then exact integer
+//! block dot products are combined with the per-block float scales (`(d_w · d_a) · Σ`, f32).
+//! The float accumulation order is per output (block after block), not llama.cpp's SIMD lane
+//! order, so results agree with llama.cpp to f32 rounding, not bit for bit. F32 / F16 / BF16
+//! matrices are converted to f32 once, at load, and multiplied with the f32 SGEMM
+//! (`backend::cpu::gemm_bt`).
 
 pub mod act;
 mod blocks;
@@ -284,6 +287,27 @@ impl QuantMatrix {
     /// Panics if `x.len() != m · k` or `y.len() != m · n_rows` (a caller bug).
     pub fn matmul(&self, x: &[f32], m: usize, y: &mut [f32]) {
         self.check_shapes(x, m, y);
+        self.matmul_strided(x, m, y, self.n, false);
+    }
+
+    /// [`QuantMatrix::matmul`] into rows of `y` that are `ldy ≥ n_rows` apart, adding the
+    /// product to `y` with `accumulate`: writes `y[i·ldy + j]` for `i < m`, `j < n_rows` and
+    /// nothing else. Lets several matrices (e.g. Q/K/V parts of different types) fill the
+    /// columns of one output, or add into a residual, without a temporary.
+    ///
+    /// Panics if `x.len() != m · k`, `ldy < n_rows` or `y` is shorter than
+    /// `(m − 1) · ldy + n_rows` (a caller bug).
+    pub fn matmul_strided(&self, x: &[f32], m: usize, y: &mut [f32], ldy: usize, accumulate: bool) {
+        assert!(
+            x.len() == m * self.k && ldy >= self.n && (m == 0 || y.len() >= (m - 1) * ldy + self.n),
+            "QuantMatrix::matmul_strided: x is {} (want {}·{}), y is {} with ldy {} (n = {})",
+            x.len(),
+            m,
+            self.k,
+            y.len(),
+            ldy,
+            self.n
+        );
         match &self.data {
             Storage::F32(w) => {
                 let ld = self.k.max(1);
@@ -296,11 +320,22 @@ impl QuantMatrix {
                     w,
                     ld,
                     y,
-                    self.n.max(1),
-                    false,
+                    ldy.max(1),
+                    accumulate,
                 );
             }
-            Storage::Packed(p) => qmatmul(qtable(), self.t, self.n, self.k, p, x, m, y),
+            Storage::Packed(p) => qmatmul(
+                qtable(),
+                self.t,
+                self.n,
+                self.k,
+                p,
+                x,
+                m,
+                y,
+                ldy,
+                accumulate,
+            ),
         }
     }
 
@@ -332,7 +367,7 @@ impl QuantMatrix {
             }
             Storage::Packed(p) => {
                 let tab = qtable_for(isa).ok_or_else(unsupported)?;
-                qmatmul(tab, self.t, self.n, self.k, p, x, m, y);
+                qmatmul(tab, self.t, self.n, self.k, p, x, m, y, self.n, false);
             }
         }
         Ok(())

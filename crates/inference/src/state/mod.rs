@@ -1,7 +1,8 @@
-//! Per-sequence memory that outlives one forward pass: the keys and values of the tokens a
-//! decoder has already seen ([`KvCache`]). A sequence's state can be extended, truncated back
-//! to a shorter prefix, and cloned as a snapshot.
+//! Per-sequence memory that outlives one forward pass ([`SeqState`]): the keys and values of the
+//! tokens an attention layer has seen (a KV cache), and for recurrent layers (Gated DeltaNet)
+//! their convolution window and recurrent state. A sequence's state can be extended, cloned as a
+//! snapshot and restored; attention-only states can also be truncated back to a prefix.
 
-mod kv;
+mod seq;
 
-pub use kv::KvCache;
+pub use seq::{LayerKind, SeqState};

@@ -95,3 +95,26 @@ pub fn read_gz(path: &std::path::Path) -> String {
         .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     text
 }
+
+/// `max |a - b| / max |b|`: the relative error used for logits.
+pub fn rel_err(a: &[f32], b: &[f32]) -> f64 {
+    assert_eq!(a.len(), b.len());
+    let num = a
+        .iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs() as f64)
+        .fold(0.0, f64::max);
+    let den = b.iter().map(|y| y.abs() as f64).fold(0.0, f64::max);
+    num / den
+}
+
+/// Index of the largest value (the lowest index on ties): greedy decoding.
+pub fn argmax(x: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, &v) in x.iter().enumerate() {
+        if v > x[best] {
+            best = i;
+        }
+    }
+    best as u32
+}

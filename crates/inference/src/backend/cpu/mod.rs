@@ -43,6 +43,22 @@ pub use detect::Isa;
 pub use dispatch::{kernels, kernels_for, Kernels};
 pub use packed::PackedWeights;
 
+/// Runs `f` on a worker thread of the thread pool (directly when already on one).
+///
+/// Every parallel kernel called from outside the pool hands its work to the workers and sleeps
+/// on a condition variable until they finish; a decode step makes a hundred such calls, and the
+/// sleeps and wake-ups cost more than small kernels. Wrapping a whole forward pass pays that
+/// once: inside, parallel kernels split work by stealing, without sleeping.
+pub fn on_pool<R: Send>(f: impl FnOnce() -> R + Send) -> R {
+    if rayon::current_thread_index().is_some() {
+        f()
+    } else {
+        let mut out = None;
+        rayon::scope(|_| out = Some(f()));
+        out.expect("the scope ran the closure")
+    }
+}
+
 /// `c[m×n] (+)= a[m×k] · b[n×k]ᵀ`: activations times transposed weights (the `nn.Linear` layout).
 ///
 /// `a` rows are `lda` apart, `b` rows `ldb` apart, `c` rows `ldc` apart. With `accumulate` the

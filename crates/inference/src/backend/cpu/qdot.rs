@@ -1,7 +1,7 @@
 //! Products with quantized weight matrices (`quant::QuantMatrix`): the integer-SIMD vocabulary
-//! [`QSimd`], the per-instruction-set tables of tile kernels ([`QTable`], filled by the
-//! [`quant_table!`] macro from the generic tiles of `qkernels`), the portable implementation, and
-//! the threaded driver [`qmatmul`].
+//! `QSimd`, the per-instruction-set tables of tile kernels ([`QTable`], filled by the
+//! `quant_table!` macro from the generic tiles of `qkernels`), the portable implementation,
+//! and the threaded driver `qmatmul`.
 //!
 //! Driver: the activations are quantized once per call (`QActs`); output rows (weight rows)
 //! are split over rayon workers in whole groups of 16; each worker takes the activation rows
@@ -77,8 +77,6 @@ pub(crate) trait QSimd: Copy {
     fn fma_f(self, a: Self::F, b: Self::F, c: Self::F) -> Self::F;
     /// Stores `ROWS` floats.
     unsafe fn store_f(self, p: *mut f32, v: Self::F);
-    /// Hints that the cache line at `p` will be read soon (any address; never faults).
-    fn prefetch(self, p: *const u8);
 }
 
 /// A tile kernel: `(group records, activations, first activation row, rows, out)`, writing
@@ -327,8 +325,6 @@ impl QSimd for Portable16 {
         std::array::from_fn(|l| a[l].mul_add(b[l], c[l]))
     }
     #[inline(always)]
-    fn prefetch(self, _p: *const u8) {}
-    #[inline(always)]
     unsafe fn store_f(self, p: *mut f32, v: [f32; 16]) {
         // SAFETY: 16 writable floats at p (caller).
         unsafe { std::ptr::copy_nonoverlapping(v.as_ptr(), p, 16) }
@@ -412,8 +408,9 @@ const ACT_BLOCK_BYTES: usize = 512 << 10;
 /// Weight bytes above which a matrix-vector product is spread over the workers.
 const PAR_MIN_WEIGHT_BYTES: usize = 1 << 17;
 
-/// `y[m × n] = x[m × k] · Wᵀ` for `W` (`n × k`, type `t`, quantized) in the group layout
-/// `w` of `quant::repack`. Panics if the slices do not match the shapes (callers check).
+/// `y[m × n] (+)= x[m × k] · Wᵀ` for `W` (`n × k`, type `t`, quantized) in the group layout
+/// `w` of `quant::repack`; rows of `y` are `ldy` apart (`ldy ≥ n`), and with `accumulate` the
+/// product is added to `y`. Panics if the slices do not match the shapes (callers check).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn qmatmul(
     tab: &QTable,
@@ -424,16 +421,23 @@ pub(crate) fn qmatmul(
     x: &[f32],
     m: usize,
     y: &mut [f32],
+    ldy: usize,
+    accumulate: bool,
 ) {
     let nb = k / t.block_len();
     let rec = record_bytes(t);
     let groups = n.div_ceil(GROUP_ROWS);
-    assert!(w.len() == groups * nb * rec && x.len() >= m * k && y.len() >= m * n);
     if m == 0 || n == 0 {
         return;
     }
+    assert!(w.len() == groups * nb * rec && x.len() >= m * k && ldy >= n);
+    assert!(y.len() >= (m - 1) * ldy + n);
     if k == 0 {
-        y[..m * n].fill(0.0);
+        if !accumulate {
+            for row in 0..m {
+                y[row * ldy..row * ldy + n].fill(0.0);
+            }
+        }
         return;
     }
     let acts = QActs::new(t, x, m, k);
@@ -466,11 +470,17 @@ pub(crate) fn qmatmul(
                     unsafe { tile(wg.as_ptr(), &acts, r0, mr, buf.as_mut_ptr()) };
                     for r in 0..mr {
                         let src = &buf[GROUP_ROWS * r..GROUP_ROWS * r + cols];
-                        // SAFETY: row r0+r < m, columns g·16..g·16+cols < n: inside `y`
-                        // (checked above); no other worker writes these columns.
+                        // SAFETY: row r0+r < m, columns g·16..g·16+cols < n ≤ ldy: inside
+                        // `y` (checked above); no other worker touches these columns.
                         unsafe {
-                            let dst = yp.get().add((r0 + r) * n + g * GROUP_ROWS);
-                            std::ptr::copy_nonoverlapping(src.as_ptr(), dst, cols);
+                            let dst = yp.get().add((r0 + r) * ldy + g * GROUP_ROWS);
+                            if accumulate {
+                                for (c, v) in src.iter().enumerate() {
+                                    *dst.add(c) += v;
+                                }
+                            } else {
+                                std::ptr::copy_nonoverlapping(src.as_ptr(), dst, cols);
+                            }
                         }
                     }
                     r0 += mr;

@@ -1,9 +1,10 @@
 //! The quantized dot-product tiles, written once over the [`QSimd`] vocabulary and instantiated
-//! per instruction set (AVX-512 VNNI, AVX2, portable) by `qdot::qtable!`.
+//! per instruction set (AVX-512 VNNI, AVX2, portable) by `qdot::quant_table!`.
 //!
 //! A tile computes, for one group of 16 weight rows in the layout of `quant::repack` and `MR`
-//! (1..=6) consecutive activation rows of a [`QActs`], the 16 × `MR` dot products over the full
-//! depth. Each weight vector is loaded and unpacked once and used for the `MR` activation rows.
+//! (1..=6, see `qdot::tile_rows`) consecutive activation rows of a [`QActs`], the 16 × `MR`
+//! dot products over the full depth. Each weight vector is loaded and unpacked once and used
+//! for the `MR` activation rows.
 //! Integer sums per block (per sub-block for the K-quants, times the integer sub-block scale)
 //! are exact; per block, `acc += f32(isum) · (d_w · d_a)` with one rounding per operation and a
 //! fused multiply-add, identically in every instruction set, so all tables give bit-identical
@@ -29,23 +30,6 @@ pub(crate) const T_Q8_0: u8 = 3;
 unsafe fn y4(p: *const i8) -> i32 {
     // SAFETY: caller.
     unsafe { (p as *const i32).read_unaligned() }
-}
-
-/// Matrix-vector tiles (`MR == 1`) of the blocks of 32 stream small records from memory:
-/// prefetch the record this many records ahead, one hint per cache line. (The K-quant
-/// records, 37 and 53 lines, are read in order and left to the hardware prefetchers.)
-const PREFETCH_RECORDS: usize = 2;
-
-/// Prefetch hints for the record `PREFETCH_RECORDS` after `blk` (of `rec` bytes), first half
-/// `h` of `halves` only (the other halves read the same lines).
-#[inline(always)]
-fn prefetch_ahead<S: QSimd>(s: S, blk: *const u8, rec: usize, h: usize) {
-    if h == 0 {
-        let next = blk.wrapping_add(PREFETCH_RECORDS * rec);
-        for l in (0..rec).step_by(64) {
-            s.prefetch(next.wrapping_add(l));
-        }
-    }
 }
 
 /// `v << (4 - j)` per 16-bit lane, `j` in 0..4 (moves bit `j` of each byte to bit 4).
@@ -106,9 +90,6 @@ pub(crate) unsafe fn tile_legacy<S: QSimd, const T: u8, const MR: usize>(
             let mut acc = [s.zero_f(); MR];
             for b in 0..nb {
                 let blk = w.add(b * rec);
-                if MR == 1 {
-                    prefetch_ahead(s, blk, rec, h);
-                }
                 // Two accumulators per row (even / odd chunks) halve the dependency chains.
                 let mut isum = [s.zero(); MR];
                 let mut isum2 = [s.zero(); MR];

@@ -164,11 +164,6 @@ impl QSimd for Avx2Q {
         unsafe { _mm256_fmadd_ps(a, b, c) }
     }
     #[inline(always)]
-    fn prefetch(self, p: *const u8) {
-        // SAFETY: token; a prefetch never faults, whatever the address.
-        unsafe { _mm_prefetch::<_MM_HINT_T0>(p as *const i8) }
-    }
-    #[inline(always)]
     unsafe fn store_f(self, p: *mut f32, v: __m256) {
         // SAFETY: token; 8 writable floats (caller).
         unsafe { _mm256_storeu_ps(p, v) }

@@ -137,11 +137,6 @@ impl QSimd for Avx512Vnni {
         unsafe { _mm512_fmadd_ps(a, b, c) }
     }
     #[inline(always)]
-    fn prefetch(self, p: *const u8) {
-        // SAFETY: token; a prefetch never faults, whatever the address.
-        unsafe { _mm_prefetch::<_MM_HINT_T0>(p as *const i8) }
-    }
-    #[inline(always)]
     unsafe fn store_f(self, p: *mut f32, v: __m512) {
         // SAFETY: token; 16 writable floats (caller).
         unsafe { _mm512_storeu_ps(p, v) }
