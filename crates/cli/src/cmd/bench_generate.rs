@@ -7,7 +7,9 @@
 
 use std::time::Instant;
 
+use lattice_inference::engine::{BatchEngine, GenerateRequest};
 use lattice_inference::model::decoder::Outputs;
+use lattice_inference::sample::SamplingParams;
 
 use super::bench::median;
 use super::generate::ModelArgs;
@@ -30,6 +32,10 @@ pub struct Args {
     /// Timed runs of each test.
     #[arg(long, default_value_t = 3)]
     runs: usize,
+    /// Also measure aggregate generation with this many concurrent streams (continuous
+    /// batching: each step decodes every stream in one pass); 0 skips it.
+    #[arg(long, default_value_t = 0)]
+    streams: usize,
     /// Print one JSON object instead of a table.
     #[arg(long)]
     json: bool,
@@ -93,6 +99,27 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
     let pp_med = median(&mut pp_rates);
     let tg_med = median(&mut tg_rates);
+    // Aggregate decode rate of `streams` sequences batched together (16-token prompts).
+    let mut batch_rates = Vec::new();
+    for _ in 0..if args.streams > 0 { runs } else { 0 } {
+        let mut engine = BatchEngine::new(&model, args.streams);
+        for s in 0..args.streams {
+            let prompt: Vec<u32> = gen_ids.iter().cycle().skip(s).take(16).copied().collect();
+            let mut req = GenerateRequest::new(prompt, gen_ids.len(), SamplingParams::greedy());
+            req.ignore_eos = true;
+            engine.submit(req)?;
+        }
+        // Prefill all streams first, then time the decode steps only.
+        engine.step()?;
+        let t = Instant::now();
+        let done = engine.run_all()?;
+        let tokens: usize = done
+            .iter()
+            .map(|(_, g)| g.token_ids.len().saturating_sub(1))
+            .sum();
+        batch_rates.push(tokens as f64 / t.elapsed().as_secs_f64());
+    }
+    let batch_med = (!batch_rates.is_empty()).then(|| median(&mut batch_rates));
     let gb_s = tg_med * info.weight_bytes as f64 / 1e9;
     if args.json {
         let v = serde_json::json!({
@@ -109,6 +136,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             "prompt_tokens_per_s": pp_med,
             "gen_tokens_per_s": tg_med,
             "gen_weight_gb_per_s": gb_s,
+            "streams": args.streams,
+            "batched_gen_tokens_per_s": batch_med,
         });
         println!("{v}");
     } else {
@@ -124,6 +153,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             "| tg{}{at} | {tg_med:.1} ({gb_s:.1} GB/s of weights) |",
             gen_ids.len()
         );
+        if let Some(b) = batch_med {
+            println!(
+                "| tg{} x {} streams (aggregate) | {b:.1} ({:.2}x one stream) |",
+                gen_ids.len(),
+                args.streams,
+                b / tg_med
+            );
+        }
     }
     Ok(())
 }

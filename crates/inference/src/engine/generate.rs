@@ -3,14 +3,15 @@
 use std::time::Instant;
 
 use crate::model::decoder::Outputs;
-use crate::sample::{top_logprobs, Sampler, SamplingParams, StopMatcher, StopResult};
+use crate::sample::SamplingParams;
 use crate::state::SeqState;
 use crate::{Error, Result};
 
+use super::sequence::Sequence;
 use super::TextModel;
 
 /// Prompt tokens per prefill pass: bounds the activations of very long prompts.
-const PREFILL_CHUNK: usize = 512;
+pub(crate) const PREFILL_CHUNK: usize = 512;
 
 /// What to generate.
 #[derive(Debug, Clone)]
@@ -189,20 +190,7 @@ pub fn generate_in(
     session.cache.truncate(reuse);
     session.ids.truncate(reuse);
     let cache = &mut session.cache;
-    let mut sampler = Sampler::new(req.sampling.clone());
-    let mut stream = model.tokenizer.decode_stream(true);
-    let mut stops = StopMatcher::new(req.stop.clone());
-    let mut history = req.prompt_ids.clone();
-    let mut out = Generation {
-        text: String::new(),
-        token_ids: Vec::new(),
-        prompt_tokens: n_prompt,
-        cached_prompt_tokens: reuse,
-        finish_reason: FinishReason::Length,
-        logprobs: Vec::new(),
-        prefill_secs: 0.0,
-        decode_secs: 0.0,
-    };
+    let mut seq = Sequence::new(model, req.clone(), reuse);
 
     let t0 = Instant::now();
     let mut logits = Vec::new();
@@ -214,63 +202,20 @@ pub fn generate_in(
             Outputs::LastLogits,
         )?;
     }
-    out.prefill_secs = t0.elapsed().as_secs_f64();
+    let prefill_secs = t0.elapsed().as_secs_f64();
     if !cache.can_truncate_to(0) {
         // Keep the state at the end of the prompt for the next turn (see `Session`).
         session.checkpoint = Some((n_prompt, cache.clone()));
     }
     let t1 = Instant::now();
-
-    let mut emit = |text: &str, out: &mut Generation| -> bool {
-        out.text.push_str(text);
-        text.is_empty() || on_text(text)
-    };
-    while out.token_ids.len() < req.max_tokens {
-        let picked = sampler.sample(&logits, &history);
-        if let Some(n) = req.logprobs {
-            out.logprobs.push(TokenLogprob {
-                token: picked.token,
-                logprob: picked.logprob,
-                top: top_logprobs(&logits, n),
-            });
+    if req.max_tokens > 0 {
+        while let Some(token) = seq.accept(&logits, cache.len() < cache.max_len(), on_text) {
+            logits = decoder.forward(&[token], &[1], &mut [&mut *cache], Outputs::LastLogits)?;
         }
-        out.token_ids.push(picked.token);
-        history.push(picked.token);
-        if !req.ignore_eos && model.stop_token_ids.contains(&picked.token) {
-            out.finish_reason = FinishReason::Stop;
-            break;
-        }
-        if let Some(piece) = stream.step(picked.token) {
-            match stops.push(&piece) {
-                StopResult::Continue(text) => {
-                    if !emit(&text, &mut out) {
-                        out.finish_reason = FinishReason::Cancelled;
-                        break;
-                    }
-                }
-                StopResult::Stop(text) => {
-                    emit(&text, &mut out);
-                    out.finish_reason = FinishReason::Stop;
-                    break;
-                }
-            }
-        }
-        if out.token_ids.len() == req.max_tokens || cache.len() + 1 > cache.max_len() {
-            break;
-        }
-        logits = decoder.forward(
-            &[picked.token],
-            &[1],
-            &mut [&mut *cache],
-            Outputs::LastLogits,
-        )?;
     }
-    let in_cache = cache.len();
-    session.ids = history[..in_cache].to_vec();
-    if out.finish_reason == FinishReason::Length {
-        let rest = stops.finish();
-        emit(&rest, &mut out);
-    }
+    session.ids = seq.history()[..cache.len()].to_vec();
+    let mut out = seq.into_generation();
+    out.prefill_secs = prefill_secs;
     out.decode_secs = t1.elapsed().as_secs_f64();
     Ok(out)
 }

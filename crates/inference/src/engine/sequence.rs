@@ -1,0 +1,135 @@
+//! [`Sequence`]: what one request keeps between decode steps (sampler, streaming detokenizer,
+//! stop matcher, the tokens so far and the result being built), independent of how its logits
+//! are computed: alone ([`super::generate_in`]) or in a batch ([`super::BatchEngine`]).
+
+use crate::sample::{top_logprobs, Sampler, StopMatcher, StopResult};
+use crate::tokenizer::DecodeStream;
+
+use super::generate::{FinishReason, GenerateRequest, Generation, TokenLogprob};
+use super::TextModel;
+
+/// The decode-side state of one request.
+pub struct Sequence<'m> {
+    model: &'m TextModel,
+    req: GenerateRequest,
+    sampler: Sampler,
+    stream: DecodeStream<'m>,
+    stops: StopMatcher,
+    history: Vec<u32>,
+    out: Generation,
+    done: bool,
+}
+
+impl<'m> Sequence<'m> {
+    /// Starts a request whose first `cached` prompt tokens are already in its state.
+    pub fn new(model: &'m TextModel, req: GenerateRequest, cached: usize) -> Self {
+        let out = Generation {
+            text: String::new(),
+            token_ids: Vec::new(),
+            prompt_tokens: req.prompt_ids.len(),
+            cached_prompt_tokens: cached,
+            finish_reason: FinishReason::Length,
+            logprobs: Vec::new(),
+            prefill_secs: 0.0,
+            decode_secs: 0.0,
+        };
+        Self {
+            model,
+            sampler: Sampler::new(req.sampling.clone()),
+            stream: model.tokenizer.decode_stream(true),
+            stops: StopMatcher::new(req.stop.clone()),
+            history: req.prompt_ids.clone(),
+            req,
+            out,
+            done: false,
+        }
+    }
+
+    /// The request.
+    pub fn request(&self) -> &GenerateRequest {
+        &self.req
+    }
+
+    /// Prompt and generated tokens so far.
+    pub fn history(&self) -> &[u32] {
+        &self.history
+    }
+
+    /// Whether the sequence has ended.
+    pub fn is_done(&self) -> bool {
+        self.done
+    }
+
+    /// The result so far (complete once [`Sequence::is_done`]).
+    pub fn generation_mut(&mut self) -> &mut Generation {
+        &mut self.out
+    }
+
+    /// Consumes the logits of the sequence's last token: samples the next token, records it,
+    /// streams its text through `on_text` (which returns `false` to cancel) and checks the stop
+    /// conditions. Returns the token to run next, or `None` when the sequence has ended.
+    /// `room` says whether the state can take one more token.
+    pub fn accept(
+        &mut self,
+        logits: &[f32],
+        room: bool,
+        on_text: &mut dyn FnMut(&str) -> bool,
+    ) -> Option<u32> {
+        if self.done {
+            return None;
+        }
+        let picked = self.sampler.sample(logits, &self.history);
+        if let Some(n) = self.req.logprobs {
+            self.out.logprobs.push(TokenLogprob {
+                token: picked.token,
+                logprob: picked.logprob,
+                top: top_logprobs(logits, n),
+            });
+        }
+        self.out.token_ids.push(picked.token);
+        self.history.push(picked.token);
+        if !self.req.ignore_eos && self.model.stop_token_ids.contains(&picked.token) {
+            return self.end(FinishReason::Stop, on_text);
+        }
+        if let Some(piece) = self.stream.step(picked.token) {
+            match self.stops.push(&piece) {
+                StopResult::Continue(text) => {
+                    self.out.text.push_str(&text);
+                    if !text.is_empty() && !on_text(&text) {
+                        return self.end(FinishReason::Cancelled, on_text);
+                    }
+                }
+                StopResult::Stop(text) => {
+                    self.out.text.push_str(&text);
+                    if !text.is_empty() {
+                        on_text(&text);
+                    }
+                    return self.end(FinishReason::Stop, on_text);
+                }
+            }
+        }
+        if self.out.token_ids.len() >= self.req.max_tokens || !room {
+            return self.end(FinishReason::Length, on_text);
+        }
+        Some(picked.token)
+    }
+
+    /// Ends the sequence; at the length limit, text held back for stop strings is released.
+    fn end(&mut self, reason: FinishReason, on_text: &mut dyn FnMut(&str) -> bool) -> Option<u32> {
+        self.done = true;
+        self.out.finish_reason = reason;
+        if reason == FinishReason::Length {
+            let rest = self.stops.finish();
+            if !rest.is_empty() {
+                self.out.text.push_str(&rest);
+                on_text(&rest);
+            }
+        }
+        None
+    }
+
+    /// The finished result.
+    pub fn into_generation(self) -> Generation {
+        self.out
+    }
+}
