@@ -22,57 +22,21 @@ from __future__ import annotations
 
 import json
 import shutil
-import struct
+import sys
 from pathlib import Path
 
 import torch
 from safetensors.torch import save_file
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gen_decoder_fixtures import f32_list, greedy  # noqa: E402  (same greedy loop, 64 steps)
+from gen_random_qwen35 import qwen35_chat_template  # noqa: E402
+
 ROOT = Path(__file__).resolve().parent.parent
 FIX = ROOT / "crates" / "inference" / "tests" / "fixtures"
 OUT = FIX / "tiny-qwen35"
 SEED = int(__import__("os").environ.get("FIXTURE_SEED", "2"))
-GREEDY_STEPS = 64
 
-
-def qwen35_chat_template() -> str:
-    """The Qwen3.5 chat template llama.cpp ships (models/templates/Qwen3.5-4B.jinja in the
-    llama-cpp-python 0.3.36 sdist, fetched by scripts/fetch_models.sh)."""
-    import tarfile
-    sdist = ROOT / ".cache" / "pypi" / "llama_cpp_python-0.3.36.tar.gz"
-    with tarfile.open(sdist) as t:
-        member = "llama_cpp_python-0.3.36/vendor/llama.cpp/models/templates/Qwen3.5-4B.jinja"
-        return t.extractfile(member).read().decode()
-
-
-def f32_list(xs):
-    out = []
-    for x in xs:
-        f = struct.unpack("f", struct.pack("f", float(x)))[0]
-        for p in range(6, 12):
-            s = float(f"{f:.{p}g}")
-            if struct.unpack("f", struct.pack("f", s))[0] == f:
-                break
-        out.append(s)
-    return out
-
-
-def greedy(model, ids):
-    with torch.no_grad():
-        out = model(torch.tensor([ids]), use_cache=True)
-        last = out.logits[0, -1].clone()
-        cache = out.past_key_values
-        logits = last
-        gen, gaps = [], []
-        for _ in range(GREEDY_STEPS):
-            top = torch.topk(logits, 2)
-            gaps.append(float(top.values[0] - top.values[1]))
-            nxt = int(torch.argmax(logits))
-            gen.append(nxt)
-            out = model(torch.tensor([[nxt]]), past_key_values=cache, use_cache=True)
-            cache = out.past_key_values
-            logits = out.logits[0, -1]
-    return gen, min(gaps), last.tolist()
 
 
 def main():

@@ -60,11 +60,6 @@ impl<'m> Sequence<'m> {
         self.done
     }
 
-    /// The result so far (complete once [`Sequence::is_done`]).
-    pub fn generation_mut(&mut self) -> &mut Generation {
-        &mut self.out
-    }
-
     /// Consumes the logits of the sequence's last token: samples the next token, records it,
     /// streams its text through `on_text` (which returns `false` to cancel) and checks the stop
     /// conditions. Returns the token to run next, or `None` when the sequence has ended.

@@ -5,8 +5,8 @@ use std::path::Path;
 use serde_json::Value;
 
 use crate::chat::{ChatMessage, ChatTemplate, RenderOptions};
-use crate::io::gguf::GgufFile;
-use crate::model::decoder::{load_decoder, Decoder};
+use crate::model::decoder::{load_decoder_from, Decoder};
+use crate::model::source::TensorSource;
 use crate::model::source::WeightMode;
 use crate::tokenizer::Tokenizer;
 use crate::{Error, Result};
@@ -64,61 +64,66 @@ impl TextModel {
     /// Loads a model folder (config.json, safetensors, tokenizer files, optional
     /// generation_config.json) or a `.gguf` file. `mode` applies to GGUF weights.
     pub fn load(path: &Path, mode: WeightMode) -> Result<Self> {
-        let decoder = load_decoder(path, mode)?;
+        let source = TensorSource::open(path)?;
+        let decoder = load_decoder_from(&source, mode)?;
         let mut stop_token_ids = decoder.info().config.eos_token_ids.clone();
-        let (tokenizer, chat_template, bos_prefix) = if path.is_dir() {
-            let tokenizer = Tokenizer::from_dir(path)?;
-            let config = path.join("tokenizer_config.json");
-            let chat_template = if config.is_file() || path.join("chat_template.jinja").is_file() {
-                ChatTemplate::from_tokenizer_config(&config)?
-            } else {
-                None
-            };
-            if let Some(g) = read_json(&path.join("generation_config.json"))? {
-                stop_token_ids.extend(ids_of(g.get("eos_token_id")));
+        let (tokenizer, chat_template, bos_prefix) = match &source {
+            TensorSource::Safetensors { .. } => {
+                let tokenizer = Tokenizer::from_dir(path)?;
+                let config = path.join("tokenizer_config.json");
+                let chat_template =
+                    if config.is_file() || path.join("chat_template.jinja").is_file() {
+                        ChatTemplate::from_tokenizer_config(&config)?
+                    } else {
+                        None
+                    };
+                if let Some(g) = read_json(&path.join("generation_config.json"))? {
+                    stop_token_ids.extend(ids_of(g.get("eos_token_id")));
+                }
+                if let Some(eos) = chat_template.as_ref().and_then(|t| t.eos_token()) {
+                    stop_token_ids.extend(tokenizer.token_to_id(eos));
+                }
+                (tokenizer, chat_template, None)
             }
-            if let Some(eos) = chat_template.as_ref().and_then(|t| t.eos_token()) {
-                stop_token_ids.extend(tokenizer.token_to_id(eos));
+            TensorSource::Gguf(gguf) => {
+                let header = gguf.header();
+                let tokenizer = Tokenizer::from_gguf(header)?;
+                let token = |key: &str| {
+                    header
+                        .metadata(key)
+                        .and_then(|v| v.as_u32())
+                        .and_then(|id| tokenizer.id_to_token(id).map(|t| (id, t.to_string())))
+                };
+                let bos = token("tokenizer.ggml.bos_token_id");
+                let eos = token("tokenizer.ggml.eos_token_id");
+                stop_token_ids.extend(eos.iter().map(|e| e.0));
+                stop_token_ids.extend(token("tokenizer.ggml.eot_token_id").map(|e| e.0));
+                let chat_template = header
+                    .metadata("tokenizer.chat_template")
+                    .and_then(|v| v.as_str())
+                    .map(|src| {
+                        ChatTemplate::new(
+                            src,
+                            bos.as_ref().map(|b| b.1.clone()),
+                            eos.as_ref().map(|e| e.1.clone()),
+                        )
+                    })
+                    .transpose()?;
+                // llama.cpp's default: SentencePiece vocabularies add BOS, BPE ones do not.
+                let spm = header
+                    .metadata("tokenizer.ggml.model")
+                    .and_then(|v| v.as_str())
+                    == Some("llama");
+                let add_bos = header
+                    .metadata("tokenizer.ggml.add_bos_token")
+                    .and_then(|v| v.as_bool())
+                    .unwrap_or(spm);
+                (
+                    tokenizer,
+                    chat_template,
+                    bos.filter(|_| add_bos).map(|b| b.0),
+                )
             }
-            (tokenizer, chat_template, None)
-        } else {
-            let header = GgufFile::open(path)?;
-            let tokenizer = Tokenizer::from_gguf(&header)?;
-            let token = |key: &str| {
-                header
-                    .metadata(key)
-                    .and_then(|v| v.as_u32())
-                    .and_then(|id| tokenizer.id_to_token(id).map(|t| (id, t.to_string())))
-            };
-            let bos = token("tokenizer.ggml.bos_token_id");
-            let eos = token("tokenizer.ggml.eos_token_id");
-            stop_token_ids.extend(eos.iter().map(|e| e.0));
-            stop_token_ids.extend(token("tokenizer.ggml.eot_token_id").map(|e| e.0));
-            let chat_template = header
-                .metadata("tokenizer.chat_template")
-                .and_then(|v| v.as_str())
-                .map(|src| {
-                    ChatTemplate::new(
-                        src,
-                        bos.as_ref().map(|b| b.1.clone()),
-                        eos.as_ref().map(|e| e.1.clone()),
-                    )
-                })
-                .transpose()?;
-            // llama.cpp's default: SentencePiece vocabularies add BOS, BPE ones do not.
-            let spm = header
-                .metadata("tokenizer.ggml.model")
-                .and_then(|v| v.as_str())
-                == Some("llama");
-            let add_bos = header
-                .metadata("tokenizer.ggml.add_bos_token")
-                .and_then(|v| v.as_bool())
-                .unwrap_or(spm);
-            (
-                tokenizer,
-                chat_template,
-                bos.filter(|_| add_bos).map(|b| b.0),
-            )
         };
         stop_token_ids.sort_unstable();
         stop_token_ids.dedup();

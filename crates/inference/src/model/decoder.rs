@@ -552,10 +552,15 @@ pub(crate) fn finish_batch(
 /// directly; [`WeightMode::F32`] dequantizes everything at load (the reference path).
 /// Safetensors weights are always f32.
 pub fn load_decoder(path: &Path, mode: WeightMode) -> Result<Box<dyn Decoder>> {
-    let source = TensorSource::open(path)?;
+    load_decoder_from(&TensorSource::open(path)?, mode)
+}
+
+/// [`load_decoder`] from an already opened source (whose GGUF header the caller may also read,
+/// e.g. for the tokenizer).
+pub fn load_decoder_from(source: &TensorSource, mode: WeightMode) -> Result<Box<dyn Decoder>> {
     let config = source.decoder_config()?;
     // Safetensors weights are f32 unless Q8 was asked; GGUF files keep their own types.
-    let mode = match (&source, mode) {
+    let mode = match (source, mode) {
         (TensorSource::Safetensors { .. }, WeightMode::Q8) => WeightMode::Q8,
         (TensorSource::Safetensors { .. }, _) => WeightMode::F32,
         (TensorSource::Gguf(_), WeightMode::F32) => WeightMode::F32,
@@ -563,10 +568,10 @@ pub fn load_decoder(path: &Path, mode: WeightMode) -> Result<Box<dyn Decoder>> {
     };
     if config.arch == DecoderArch::Qwen35 {
         return Ok(Box::new(super::qwen35::Qwen35Model::load(
-            config, &source, mode,
+            config, source, mode,
         )?));
     }
     Ok(Box::new(super::llama::LlamaModel::load(
-        config, &source, mode, true,
+        config, source, mode, true,
     )?))
 }

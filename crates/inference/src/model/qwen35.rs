@@ -14,7 +14,9 @@ use rayon::prelude::*;
 use crate::attention::gdn::{delta_rule_chunked, delta_rule_sequential, HeadInputs};
 use crate::attention::{causal_attention, CausalShape};
 use crate::io::store::Weight;
-use crate::ops::{silu_mul, Linear, RmsNorm, Rope};
+use crate::ops::{
+    causal_conv1d, l2_normalize_rows, silu, silu_mul, softplus, Linear, RmsNorm, Rope,
+};
 use crate::state::{LayerKind, SeqState};
 use crate::{Error, Result};
 
@@ -165,30 +167,6 @@ fn offset_norm(src: &TensorSource, prefix: &str, dim: usize, eps: f32) -> Result
     let w = src.f32(prefix, "weight", &[dim])?;
     let shifted: Vec<f32> = w.as_slice().iter().map(|x| 1.0 + x).collect();
     Ok(RmsNorm::new(Weight::from_vec(shifted, vec![dim]), eps))
-}
-
-/// Exact SiLU in place.
-fn silu(x: &mut [f32]) {
-    for v in x.iter_mut() {
-        *v /= 1.0 + (-*v).exp();
-    }
-}
-
-/// `log(1 + exp(x))`, linear above 20 as torch's softplus.
-fn softplus(x: f32) -> f32 {
-    if x > 20.0 {
-        x
-    } else {
-        x.exp().ln_1p()
-    }
-}
-
-/// `x / sqrt(Σx² + 1e-6)` per row (the FLA / transformers l2norm).
-fn l2norm_rows(x: &mut [f32], d: usize) {
-    for row in x.chunks_exact_mut(d) {
-        let r = 1.0 / (row.iter().map(|v| v * v).sum::<f32>() + 1e-6).sqrt();
-        row.iter_mut().for_each(|v| *v *= r);
-    }
 }
 
 impl Qwen35Model {
@@ -344,23 +322,12 @@ impl Qwen35Model {
         let (conv_state, rec_state) = state.recurrent(layer);
 
         // Causal depthwise convolution over [window; new inputs], then SiLU.
-        let hist = kk - 1;
-        let mut inputs = Vec::with_capacity((hist + n) * conv_dim);
+        let mut inputs = Vec::with_capacity((kk - 1 + n) * conv_dim);
         inputs.extend_from_slice(conv_state);
         for row in proj.chunks_exact(width) {
             inputs.extend_from_slice(&row[..conv_dim]);
         }
-        let mut mixed = vec![0.0f32; n * conv_dim];
-        for (t, out) in mixed.chunks_exact_mut(conv_dim).enumerate() {
-            for (ch, o) in out.iter_mut().enumerate() {
-                let w = &g.conv[ch * kk..(ch + 1) * kk];
-                let mut acc = 0.0f32;
-                for (j, &wj) in w.iter().enumerate() {
-                    acc += wj * inputs[(t + j) * conv_dim + ch];
-                }
-                *o = acc;
-            }
-        }
+        let mut mixed = causal_conv1d(&inputs, &g.conv, conv_dim, kk);
         silu(&mut mixed);
         let new_conv = inputs[n * conv_dim..].to_vec();
 
@@ -374,8 +341,8 @@ impl Qwen35Model {
             k.extend_from_slice(&row[kd..2 * kd]);
             v.extend_from_slice(&row[2 * kd..]);
         }
-        l2norm_rows(&mut q, dk);
-        l2norm_rows(&mut k, dk);
+        l2_normalize_rows(&mut q, dk, 1e-6);
+        l2_normalize_rows(&mut k, dk, 1e-6);
         let scale = 1.0 / (dk as f32).sqrt();
         q.iter_mut().for_each(|x| *x *= scale);
         let mut beta = vec![0.0f32; n * nv];

@@ -3,11 +3,13 @@
 //! activations. Model files call these; they never call `backend` directly for anything these
 //! cover.
 
+mod conv;
 mod embed;
 mod linear;
 mod norm;
 mod rope;
 
+pub use conv::causal_conv1d;
 pub use embed::Embedding;
 pub use linear::Linear;
 pub use norm::{LayerNorm, RmsNorm};
@@ -18,6 +20,33 @@ use crate::backend::cpu;
 /// In-place tanh.
 pub fn tanh(x: &mut [f32]) {
     cpu::tanh(x)
+}
+
+/// Exact SiLU in place: `x / (1 + exp(-x))`.
+pub fn silu(x: &mut [f32]) {
+    let mut e: Vec<f32> = x.iter().map(|v| -v).collect();
+    cpu::exp(&mut e);
+    for (v, t) in x.iter_mut().zip(&e) {
+        *v /= 1.0 + t;
+    }
+}
+
+/// `log(1 + exp(x))`, and `x` itself above 20, as `torch.nn.functional.softplus`.
+pub fn softplus(x: f32) -> f32 {
+    if x > 20.0 {
+        x
+    } else {
+        x.exp().ln_1p()
+    }
+}
+
+/// Scales each row of `x` (rows of `dim`) by `1 / sqrt(Σx² + eps)` (the L2 normalization of
+/// linear-attention queries and keys).
+pub fn l2_normalize_rows(x: &mut [f32], dim: usize, eps: f32) {
+    for row in x.chunks_exact_mut(dim) {
+        let r = 1.0 / (cpu::sum_squares(row) + eps).sqrt();
+        cpu::scale(row, r);
+    }
 }
 
 /// SwiGLU: `gate_up` f32 [n, 2 * width] holds the gate and up projections side by side per row;
