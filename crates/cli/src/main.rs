@@ -32,6 +32,9 @@ enum Command {
     Generate(cmd::generate::Args),
     /// Chat interactively with a decoder, using its chat template.
     Chat(cmd::chat::Args),
+    /// Serve generation, embeddings and reranking over HTTP (OpenAI and text-embeddings-inference
+    /// routes) with continuous batching.
+    Serve(cmd::serve::Args),
     /// Fetch a model from the Hugging Face hub into the shared cache; prints its folder.
     #[cfg(feature = "download")]
     Download(cmd::download::Args),
@@ -47,6 +50,7 @@ fn main() {
         Command::Bench(a) => cmd::bench::run(a),
         Command::Generate(a) => cmd::generate::run(a),
         Command::Chat(a) => cmd::chat::run(a),
+        Command::Serve(a) => cmd::serve::run(a),
         #[cfg(feature = "download")]
         Command::Download(a) => cmd::download::run(a),
     };

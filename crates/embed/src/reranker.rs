@@ -99,6 +99,11 @@ impl Reranker {
         })
     }
 
+    /// The tokenizer (query and passage pairs).
+    pub fn tokenizer(&self) -> &Tokenizer {
+        &self.tokenizer
+    }
+
     /// The activation applied by [`Reranker::scores`].
     pub fn activation(&self) -> Activation {
         self.activation

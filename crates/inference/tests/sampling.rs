@@ -37,7 +37,7 @@ fn histogram(p: SamplingParams, logits: &[f32], n: usize) -> Vec<usize> {
     let mut s = Sampler::new(p);
     let mut h = vec![0usize; logits.len()];
     for _ in 0..n {
-        h[s.sample(logits, &[]).token as usize] += 1;
+        h[s.sample(logits, &[], 0).token as usize] += 1;
     }
     h
 }
@@ -250,7 +250,7 @@ fn filters_on_a_large_vocabulary_match_brute_force() {
             q.min_p = mp;
         }));
         for _ in 0..100 {
-            let tok = s.sample(&logits, &[]).token;
+            let tok = s.sample(&logits, &[], 0).token;
             assert!(cand.binary_search(&tok).is_ok(), "drew removed token {tok}");
         }
     }
@@ -266,7 +266,7 @@ fn penalties_hand_computed() {
         p.frequency_penalty = 0.25;
     });
     let (mut counts, mut seen) = (Vec::new(), Vec::new());
-    processors::apply_penalties(&mut logits, &history, &p, &mut counts, &mut seen);
+    processors::apply_penalties(&mut logits, &history, 0, &p, &mut counts, &mut seen);
     // id 0: 2.0 / 2 - 0.5 - 3 * 0.25 = -0.25; id 1: -1.0 * 2 - 0.5 - 2 * 0.25 = -3.0.
     assert_eq!(logits, vec![-0.25, -3.0, 0.5, 3.0, 1.0]);
     assert!(
@@ -277,7 +277,7 @@ fn penalties_hand_computed() {
     // Repetition only (HF): positive divided, negative multiplied, once per distinct id.
     let mut logits = vec![1.5f32, -0.5, 4.0];
     let p = params(|p| p.repetition_penalty = 1.5);
-    processors::apply_penalties(&mut logits, &[0, 0, 0, 1], &p, &mut counts, &mut seen);
+    processors::apply_penalties(&mut logits, &[0, 0, 0, 1], 0, &p, &mut counts, &mut seen);
     assert_eq!(logits, vec![1.0, -0.75, 4.0]);
 
     // Negative presence / frequency penalties encourage repeats (OpenAI allows -2..2).
@@ -286,16 +286,33 @@ fn penalties_hand_computed() {
         p.presence_penalty = -1.0;
         p.frequency_penalty = -0.5;
     });
-    processors::apply_penalties(&mut logits, &[1, 1], &p, &mut counts, &mut seen);
+    processors::apply_penalties(&mut logits, &[1, 1], 0, &p, &mut counts, &mut seen);
     assert_eq!(logits, vec![0.0, 2.0]);
+
+    // Presence / frequency count generated tokens only (OpenAI, vLLM); the repetition penalty
+    // also covers the prompt (HF). History [0, 0 | 0, 1]: two prompt ids, then 0 and 1 generated.
+    let mut logits = vec![2.0f32, 2.0, 2.0];
+    let p = params(|p| {
+        p.repetition_penalty = 2.0;
+        p.presence_penalty = 0.5;
+        p.frequency_penalty = 0.25;
+    });
+    processors::apply_penalties(&mut logits, &[0, 0, 0, 1], 2, &p, &mut counts, &mut seen);
+    // id 0: 2 / 2 - 0.5 - 1 * 0.25 = 0.25; id 1: the same; id 2 unseen.
+    assert_eq!(logits, vec![0.25, 0.25, 2.0]);
+    let mut logits = vec![2.0f32, 2.0];
+    processors::apply_penalties(&mut logits, &[0, 1], 2, &p, &mut counts, &mut seen);
+    // Prompt only: repetition applies, presence / frequency do not.
+    assert_eq!(logits, vec![1.0, 1.0]);
+    assert!(counts.iter().all(|&c| c == 0));
 
     // Penalties change greedy picks: 2.0 / 2 = 1.0 < 1.9.
     let mut s = Sampler::new(params(|p| {
         p.temperature = 0.0;
         p.repetition_penalty = 2.0;
     }));
-    assert_eq!(s.sample(&[2.0, 1.9], &[0]).token, 1);
-    assert_eq!(s.sample(&[2.0, 1.9], &[]).token, 0);
+    assert_eq!(s.sample(&[2.0, 1.9], &[0], 0).token, 1);
+    assert_eq!(s.sample(&[2.0, 1.9], &[], 0).token, 0);
 }
 
 #[test]
@@ -305,7 +322,7 @@ fn penalized_distribution_matches_softmax_of_penalized_logits() {
     let mut s = Sampler::new(p);
     let mut h = vec![0usize; 4];
     for _ in 0..20_000 {
-        h[s.sample(&logits, &[2, 2, 3]).token as usize] += 1;
+        h[s.sample(&logits, &[2, 2, 3], 0).token as usize] += 1;
     }
     assert_chi_square(&h, &softmax(&[1.0, 1.0, 0.0, 0.5], 1.0), CHI_CRIT[3]);
 }
@@ -322,7 +339,7 @@ fn same_seed_same_tokens() {
         let mut s = Sampler::new(p);
         let mut hist = Vec::new();
         for _ in 0..50 {
-            let t = s.sample(&logits, &hist).token;
+            let t = s.sample(&logits, &hist, 0).token;
             hist.push(t);
         }
         hist
@@ -380,11 +397,11 @@ fn greedy_is_argmax_with_ties_to_lowest_id_whatever_the_rest() {
     for v in variants {
         let mut s = Sampler::new(v.clone());
         for _ in 0..20 {
-            let got = s.sample(&logits, &[]);
+            let got = s.sample(&logits, &[], 0);
             assert_eq!(got.token, want.token, "{v:?}");
             assert_eq!(
                 got.logprob.to_bits(),
-                s.sample(&logits, &[]).logprob.to_bits()
+                s.sample(&logits, &[], 0).logprob.to_bits()
             );
             assert!((got.logprob - want.logprob).abs() < 1e-6);
         }
@@ -402,7 +419,7 @@ fn logprob_is_raw_log_softmax() {
         p.top_k = 4;
     }));
     for _ in 0..50 {
-        let got = s.sample(&logits, &[4, 5]);
+        let got = s.sample(&logits, &[4, 5], 0);
         let want = raw[got.token as usize].ln();
         assert!(
             (got.logprob as f64 - want).abs() < 1e-5,
@@ -417,7 +434,7 @@ fn non_finite_logits_do_not_panic() {
     // NaN is never drawn.
     let logits = [f32::NAN, 0.0, f32::NAN, 0.0];
     for _ in 0..200 {
-        let got = s.sample(&logits, &[]);
+        let got = s.sample(&logits, &[], 0);
         assert!(got.token == 1 || got.token == 3);
         assert!((got.logprob - 0.5f32.ln()).abs() < 1e-6);
     }
@@ -425,7 +442,7 @@ fn non_finite_logits_do_not_panic() {
     let logits = [1.0, f32::INFINITY, 5.0, f32::INFINITY];
     let mut seen = [0usize; 4];
     for _ in 0..400 {
-        let got = s.sample(&logits, &[]);
+        let got = s.sample(&logits, &[], 0);
         seen[got.token as usize] += 1;
         assert!((got.logprob - 0.5f32.ln()).abs() < 1e-6);
     }
@@ -438,13 +455,13 @@ fn non_finite_logits_do_not_panic() {
         &[f32::NAN, f32::NAN, f32::NAN][..],
     ] {
         for p in [params(|_| {}), SamplingParams::greedy()] {
-            let got = Sampler::new(p).sample(logits, &[0, 1, 7]);
+            let got = Sampler::new(p).sample(logits, &[0, 1, 7], 0);
             assert_eq!(got.token, 0);
             assert_eq!(got.logprob, f32::NEG_INFINITY);
         }
     }
     let mut g = Sampler::new(SamplingParams::greedy());
-    assert_eq!(g.sample(&[f32::NAN, -5.0, f32::NAN], &[]).token, 1);
+    assert_eq!(g.sample(&[f32::NAN, -5.0, f32::NAN], &[], 0).token, 1);
     // Out-of-range parameters act as documented instead of panicking.
     let odd = SamplingParams {
         temperature: f32::NAN,
@@ -456,7 +473,7 @@ fn non_finite_logits_do_not_panic() {
         ..SamplingParams::default()
     };
     assert!(odd.validate().is_err());
-    assert_eq!(Sampler::new(odd).sample(&LOGITS8, &[4]).token, 4);
+    assert_eq!(Sampler::new(odd).sample(&LOGITS8, &[4], 0).token, 4);
 }
 
 #[test]

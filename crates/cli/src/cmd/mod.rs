@@ -10,6 +10,7 @@ pub mod eval;
 pub mod generate;
 pub mod input;
 pub mod rerank;
+pub mod serve;
 pub mod tokenize;
 
 use std::io::Write;

@@ -2,7 +2,8 @@
 //! step is a single [`Decoder::forward`](crate::model::decoder::Decoder::forward) over the next
 //! prompt chunk of each request still prefilling and the last sampled token of each request
 //! decoding, so the weights are read once per step for the whole batch. A request leaves as soon
-//! as it ends; its state is freed with it.
+//! as it ends; its state is freed with it. [`BatchEngine::step_with`] streams each request's new
+//! text as it is produced; [`BatchEngine::cancel`] drops a request (its client went away).
 
 use std::collections::VecDeque;
 
@@ -10,7 +11,7 @@ use crate::model::decoder::Outputs;
 use crate::state::SeqState;
 use crate::{Error, Result};
 
-use super::generate::{GenerateRequest, Generation, PREFILL_CHUNK};
+use super::generate::{FinishReason, GenerateRequest, Generation, TokenLogprob, PREFILL_CHUNK};
 use super::sequence::Sequence;
 use super::TextModel;
 
@@ -23,6 +24,25 @@ struct Slot<'m> {
     prefilled: usize,
     /// The token to run next once the prompt is done.
     next: Option<u32>,
+    /// Bytes of text and log-probability entries already streamed.
+    sent_text: usize,
+    sent_logprobs: usize,
+    /// The caller asked to stop this request.
+    cancelled: bool,
+}
+
+/// What one request produced in one step, for streaming.
+#[derive(Debug)]
+pub struct StepUpdate<'a> {
+    /// The request.
+    pub id: u64,
+    /// Text new since the last update (may be empty: held back for stop strings, or a token
+    /// without text of its own yet).
+    pub text: &'a str,
+    /// Log-probabilities of the tokens new since the last update, when the request asked.
+    pub logprobs: &'a [TokenLogprob],
+    /// Tokens generated so far.
+    pub generated: usize,
 }
 
 /// Runs many generation requests together.
@@ -79,9 +99,44 @@ impl<'m> BatchEngine<'m> {
         self.waiting.len() + self.running.len()
     }
 
+    /// Requests queued, not yet admitted.
+    pub fn waiting(&self) -> usize {
+        self.waiting.len()
+    }
+
+    /// Requests admitted (prefilling or decoding).
+    pub fn running(&self) -> usize {
+        self.running.len()
+    }
+
+    /// Drops a request, queued or running, and frees its state. Returns what it had generated
+    /// (finish reason [`FinishReason::Cancelled`]), or `None` for an unknown id.
+    pub fn cancel(&mut self, id: u64) -> Option<Generation> {
+        if let Some(i) = self.waiting.iter().position(|(w, _)| *w == id) {
+            let (_, req) = self.waiting.remove(i)?;
+            let mut out = Sequence::new(self.model, req, 0).into_generation();
+            out.finish_reason = FinishReason::Cancelled;
+            return Some(out);
+        }
+        let i = self.running.iter().position(|s| s.id == id)?;
+        let mut out = self.running.swap_remove(i).seq.into_generation();
+        out.finish_reason = FinishReason::Cancelled;
+        Some(out)
+    }
+
     /// One step: admits waiting requests, runs one batched forward pass, samples, and returns
     /// the requests that ended in this step with their results.
     pub fn step(&mut self) -> Result<Vec<(u64, Generation)>> {
+        self.step_with(&mut |_| true)
+    }
+
+    /// [`BatchEngine::step`], calling `on_update` for every request that sampled a token in this
+    /// step (before the ended ones are returned). `on_update` returning `false` cancels that
+    /// request: it ends with [`FinishReason::Cancelled`] and is returned with the others.
+    pub fn step_with(
+        &mut self,
+        on_update: &mut dyn FnMut(StepUpdate<'_>) -> bool,
+    ) -> Result<Vec<(u64, Generation)>> {
         while self.running.len() < self.max_running {
             let Some((id, req)) = self.waiting.pop_front() else {
                 break;
@@ -95,6 +150,9 @@ impl<'m> BatchEngine<'m> {
                 state,
                 prefilled: 0,
                 next: None,
+                sent_text: 0,
+                sent_logprobs: 0,
+                cancelled: false,
             });
         }
         if self.running.is_empty() {
@@ -152,6 +210,18 @@ impl<'m> BatchEngine<'m> {
             slot.next = slot
                 .seq
                 .accept(&logits[row * vocab..(row + 1) * vocab], room, &mut |_| true);
+            let out = slot.seq.generation();
+            let keep = on_update(StepUpdate {
+                id: slot.id,
+                text: &out.text[slot.sent_text..],
+                logprobs: &out.logprobs[slot.sent_logprobs..],
+                generated: out.token_ids.len(),
+            });
+            slot.sent_text = out.text.len();
+            slot.sent_logprobs = out.logprobs.len();
+            if !keep {
+                slot.cancelled = true;
+            }
         }
         let mut finished = Vec::new();
         let mut i = 0;
@@ -159,9 +229,13 @@ impl<'m> BatchEngine<'m> {
             let slot = &self.running[i];
             let prompt_done = slot.prefilled >= slot.seq.request().prompt_ids.len();
             let ended = slot.seq.is_done() || (prompt_done && slot.seq.request().max_tokens == 0);
-            if ended {
+            if ended || slot.cancelled {
                 let slot = self.running.swap_remove(i);
-                finished.push((slot.id, slot.seq.into_generation()));
+                let mut out = slot.seq.into_generation();
+                if slot.cancelled && !ended {
+                    out.finish_reason = FinishReason::Cancelled;
+                }
+                finished.push((slot.id, out));
             } else {
                 i += 1;
             }

@@ -11,7 +11,7 @@ mod generate;
 mod sequence;
 mod text_model;
 
-pub use batch::BatchEngine;
+pub use batch::{BatchEngine, StepUpdate};
 pub use generate::{
     generate, generate_in, FinishReason, GenerateRequest, Generation, Session, TokenLogprob,
 };

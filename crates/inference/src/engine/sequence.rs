@@ -73,7 +73,9 @@ impl<'m> Sequence<'m> {
         if self.done {
             return None;
         }
-        let picked = self.sampler.sample(logits, &self.history);
+        let picked = self
+            .sampler
+            .sample(logits, &self.history, self.req.prompt_ids.len());
         if let Some(n) = self.req.logprobs {
             self.out.logprobs.push(TokenLogprob {
                 token: picked.token,
@@ -121,6 +123,11 @@ impl<'m> Sequence<'m> {
             }
         }
         None
+    }
+
+    /// The result so far (text, tokens and log-probabilities grow as the sequence runs).
+    pub fn generation(&self) -> &Generation {
+        &self.out
     }
 
     /// The finished result.

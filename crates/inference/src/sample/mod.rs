@@ -10,10 +10,10 @@
 //!    is `-inf`/NaN (or the vector is empty) the result is token 0 with logprob `-inf`.
 //! 2. **Raw logprob.** [`Sampled::logprob`] is the log-softmax of these sanitized raw logits at
 //!    the chosen token: before penalties, temperature and filters.
-//! 3. **Penalties** over `history` (prompt + generated ids): repetition (Hugging Face: a seen
+//! 3. **Penalties**: repetition over `history` (prompt + generated ids; Hugging Face: a seen
 //!    token's logit is divided by the penalty if positive, multiplied if not, once per distinct
-//!    id), then presence and frequency (OpenAI: `logit -= presence + frequency * count` for every
-//!    seen id).
+//!    id), then presence and frequency over the generated ids only (OpenAI, vLLM:
+//!    `logit -= presence + frequency * count` for every generated id).
 //! 4. **Greedy** when `temperature == 0` or `top_k == 1`: argmax of the penalized logits, ties to
 //!    the lowest id; the RNG is not used, so the result does not depend on temperature, top-p,
 //!    min-p or the seed.
@@ -51,9 +51,9 @@ pub struct SamplingParams {
     pub min_p: f32,
     /// Hugging Face repetition penalty (> 0); 1 turns it off.
     pub repetition_penalty: f32,
-    /// OpenAI presence penalty, subtracted once from every seen token's logit.
+    /// OpenAI presence penalty, subtracted once from every generated token's logit.
     pub presence_penalty: f32,
-    /// OpenAI frequency penalty, subtracted once per occurrence of a seen token.
+    /// OpenAI frequency penalty, subtracted once per occurrence of a generated token.
     pub frequency_penalty: f32,
     /// Seed of the random stream; `None` seeds from OS entropy (see [`Sampler::seed`]).
     pub seed: Option<u64>,
@@ -180,8 +180,9 @@ impl Sampler {
     }
 
     /// Picks the next token from one position's `logits` (`f32 [vocab]`); `history` holds the
-    /// prompt and generated ids so far (for the penalties). See the module doc for the steps.
-    pub fn sample(&mut self, logits: &[f32], history: &[u32]) -> Sampled {
+    /// prompt (its first `prompt_len` ids) and the generated ids so far, for the penalties. See
+    /// the module doc for the steps.
+    pub fn sample(&mut self, logits: &[f32], history: &[u32], prompt_len: usize) -> Sampled {
         let norm = LogNorm::new(logits);
         let finish = |token: u32| Sampled {
             token,
@@ -193,6 +194,7 @@ impl Sampler {
         processors::apply_penalties(
             &mut self.work,
             history,
+            prompt_len,
             &self.params,
             &mut self.counts,
             &mut self.seen,

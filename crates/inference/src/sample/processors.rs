@@ -164,14 +164,16 @@ pub fn sanitize_into(logits: &[f32], inf_mode: bool, out: &mut Vec<f32>) {
 }
 
 /// Applies the history penalties to `logits` in place: first the repetition penalty (Hugging
-/// Face `RepetitionPenaltyLogitsProcessor`: a seen token's logit is divided by the penalty when
-/// positive and multiplied by it when negative, once per distinct token), then the OpenAI
-/// presence and frequency penalties (`logit -= presence * [count > 0] + frequency * count`).
+/// Face `RepetitionPenaltyLogitsProcessor`: a token seen anywhere in `history`, prompt included,
+/// has its logit divided by the penalty when positive and multiplied by it when negative), then
+/// the OpenAI presence and frequency penalties over the generated tokens only, `history[prompt_len..]`
+/// (`logit -= presence * [count > 0] + frequency * count`, as OpenAI and vLLM count them).
 /// Ids in `history` outside the vocabulary are ignored. `counts` and `seen` are scratch buffers;
 /// `counts` is left all zero.
 pub fn apply_penalties(
     logits: &mut [f32],
     history: &[u32],
+    prompt_len: usize,
     params: &SamplingParams,
     counts: &mut Vec<u32>,
     seen: &mut Vec<u32>,
@@ -194,16 +196,20 @@ pub fn apply_penalties(
     if counts.len() < logits.len() {
         counts.resize(logits.len(), 0);
     }
+    // counts[i] = 0: not seen; else 1 + occurrences among the generated tokens.
     seen.clear();
-    for &id in history {
+    for (k, &id) in history.iter().enumerate() {
         let i = id as usize;
         if i >= logits.len() {
             continue;
         }
         if counts[i] == 0 {
             seen.push(id);
+            counts[i] = 1;
         }
-        counts[i] += 1;
+        if k >= prompt_len {
+            counts[i] += 1;
+        }
     }
     for &id in seen.iter() {
         let i = id as usize;
@@ -211,7 +217,10 @@ pub fn apply_penalties(
         if use_rep {
             x = if x > 0.0 { x / rep } else { x * rep };
         }
-        x -= pres + freq * counts[i] as f32;
+        let generated = counts[i] - 1;
+        if generated > 0 {
+            x -= pres + freq * generated as f32;
+        }
         logits[i] = x;
         counts[i] = 0;
     }

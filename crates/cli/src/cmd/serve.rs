@@ -1,0 +1,127 @@
+//! `lattice serve`: loads the models named on the command line and runs the HTTP server of
+//! lattice-server (OpenAI and text-embeddings-inference routes) until SIGINT / SIGTERM.
+
+use std::path::Path;
+
+use anyhow::Context;
+use lattice_embed::{Embedder, EmbedderOptions, Reranker};
+use lattice_server::{Models, ServeOptions};
+
+/// Arguments of `lattice serve`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// Generation model: folder, `.gguf` file or hub id (serves /v1/chat/completions and
+    /// /v1/completions).
+    #[arg(long)]
+    model: Option<std::path::PathBuf>,
+    /// Embedding model: folder, catalog name or hub id (serves /v1/embeddings and /embed).
+    #[arg(long)]
+    embedding_model: Option<String>,
+    /// Cross-encoder: folder or hub id (serves /rerank).
+    #[arg(long)]
+    rerank_model: Option<std::path::PathBuf>,
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1")]
+    host: String,
+    /// Port (0 picks a free one; the address is printed when ready).
+    #[arg(long, default_value_t = 8080)]
+    port: u16,
+    /// Require `Authorization: Bearer KEY` on every route but /health and /metrics.
+    #[arg(long, env = "LATTICE_API_KEY")]
+    api_key: Option<String>,
+    /// The id the generation model is served under (default: the --model argument).
+    #[arg(long)]
+    served_model_name: Option<String>,
+    /// Sequences decoded together in one batch.
+    #[arg(long, default_value_t = 16)]
+    max_running: usize,
+    /// Generation requests that may wait for a slot; more are refused with 429.
+    #[arg(long, default_value_t = 256)]
+    max_queue: usize,
+    /// Largest `max_tokens` a request may ask for.
+    #[arg(long, default_value_t = 4096)]
+    max_tokens: usize,
+    /// Largest request body in bytes (413 beyond).
+    #[arg(long, default_value_t = 4 << 20)]
+    max_body_bytes: usize,
+    /// Tokens per embedding batch (requests from many clients are merged up to this).
+    #[arg(long, default_value_t = 16_384)]
+    max_batch_tokens: usize,
+    /// Quantize a safetensors generation model's matrices to Q8_0 at load.
+    #[arg(long)]
+    q8: bool,
+    /// Worker threads for the forward passes (default: all cores).
+    #[arg(long)]
+    threads: Option<usize>,
+}
+
+/// The names a model answers to: the argument as written, then its last path component.
+fn names(arg: &str, preferred: Option<&str>) -> Vec<String> {
+    let mut v = Vec::new();
+    if let Some(p) = preferred {
+        v.push(p.to_string());
+    }
+    v.push(arg.to_string());
+    if let Some(last) = Path::new(arg).file_name().and_then(|s| s.to_str()) {
+        v.push(last.to_string());
+    }
+    v.dedup();
+    v
+}
+
+/// Runs the subcommand.
+pub fn run(args: Args) -> anyhow::Result<()> {
+    if args.model.is_none() && args.embedding_model.is_none() && args.rerank_model.is_none() {
+        anyhow::bail!("nothing to serve: give --model, --embedding-model and/or --rerank-model");
+    }
+    let mut models = Models::default();
+    if let Some(model) = &args.model {
+        let loader = super::generate::ModelArgs {
+            model: model.clone(),
+            f32: false,
+            q8: args.q8,
+            threads: args.threads,
+        };
+        let text_model = loader.load()?;
+        let arg = model.to_string_lossy();
+        models.generation = Some((names(&arg, args.served_model_name.as_deref()), text_model));
+    } else if let Some(t) = args.threads {
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(t.max(1))
+            .build_global()
+            .context("cannot configure the thread pool")?;
+    }
+    if let Some(name) = &args.embedding_model {
+        let options = EmbedderOptions {
+            max_batch_tokens: args.max_batch_tokens,
+            ..Default::default()
+        };
+        let embedder = lattice_embed::resolve_model_dir(name)
+            .and_then(|dir| Embedder::load_dir(&dir, options))
+            .with_context(|| format!("cannot load embedding model `{name}`"))?;
+        eprintln!(
+            "loaded embedding model {name} (dimension {})",
+            embedder.dim()
+        );
+        models.embedding = Some((names(name, None), embedder));
+    }
+    if let Some(path) = &args.rerank_model {
+        let reranker = Reranker::load_dir(&super::resolve_model(path)?)
+            .with_context(|| format!("cannot load cross-encoder `{}`", path.display()))?;
+        let arg = path.to_string_lossy();
+        eprintln!("loaded cross-encoder {arg}");
+        models.rerank = Some((names(&arg, None), reranker));
+    }
+    let options = ServeOptions {
+        host: args.host,
+        port: args.port,
+        api_key: args.api_key.filter(|k| !k.is_empty()),
+        max_running: args.max_running.max(1),
+        max_queue: args.max_queue,
+        max_tokens: args.max_tokens.max(1),
+        max_body_bytes: args.max_body_bytes,
+        max_batch_tokens: args.max_batch_tokens.max(1),
+    };
+    lattice_server::serve(models, options)?;
+    Ok(())
+}

@@ -1,0 +1,743 @@
+//! `POST /v1/chat/completions` and `POST /v1/completions`: requests are validated and turned
+//! into [`GenerateRequest`]s (one per choice), handed to the [`Generator`], and answered as one
+//! JSON object or as server-sent events. Dropping the response (client gone) drops the event
+//! receiver, which cancels the sequences.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
+use lattice_inference::chat::{ChatMessage, RenderOptions};
+use lattice_inference::engine::{GenerateRequest, Generation, TextModel, TokenLogprob};
+use lattice_inference::sample::SamplingParams;
+use serde_json::{json, Value};
+use tokio::sync::mpsc::UnboundedReceiver;
+
+use crate::app::AppState;
+use crate::error::ApiError;
+use crate::generation::{GenEvent, Generator};
+use crate::protocol::{
+    from_value, read_body, ChatRequest, CompletionRequest, Content, Input, Message, Sampling,
+};
+
+/// Which API shape a response takes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Api {
+    Chat,
+    Completion,
+}
+
+/// Everything a response needs besides the events.
+struct Reply {
+    api: Api,
+    id: String,
+    created: u64,
+    model_name: String,
+    model: Arc<TextModel>,
+    /// Choices in all; `n` per prompt.
+    choices: usize,
+    prompt_tokens: usize,
+    /// Prompt text put in front of each choice's text (completions `echo`), by choice.
+    echo: Vec<String>,
+    logprobs: Option<usize>,
+    include_usage: bool,
+    arrived: Instant,
+}
+
+fn range(param: &str, v: Option<f32>, lo: f32, hi: f32) -> Result<(), ApiError> {
+    match v {
+        Some(x) if !(x.is_finite() && x >= lo && x <= hi) => Err(ApiError::invalid_param(
+            param,
+            format!("`{param}` must be between {lo} and {hi}, got {x}"),
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// Validates the shared sampling fields; returns the sampler parameters for choice 0 and `n`.
+fn sampling_params(s: &Sampling) -> Result<(SamplingParams, usize), ApiError> {
+    range("temperature", s.temperature, 0.0, 2.0)?;
+    range("presence_penalty", s.presence_penalty, -2.0, 2.0)?;
+    range("frequency_penalty", s.frequency_penalty, -2.0, 2.0)?;
+    range("min_p", s.min_p, 0.0, 1.0)?;
+    if let Some(p) = s.top_p {
+        if !(p.is_finite() && p > 0.0 && p <= 1.0) {
+            return Err(ApiError::invalid_param(
+                "top_p",
+                format!("`top_p` must be in (0, 1], got {p}"),
+            ));
+        }
+    }
+    if let Some(r) = s.repetition_penalty {
+        if !(r.is_finite() && r > 0.0) {
+            return Err(ApiError::invalid_param(
+                "repetition_penalty",
+                format!("`repetition_penalty` must be > 0, got {r}"),
+            ));
+        }
+    }
+    let n = s.n.unwrap_or(1) as usize;
+    if !(1..=16).contains(&n) {
+        return Err(ApiError::invalid_param(
+            "n",
+            format!("`n` must be between 1 and 16, got {n}"),
+        ));
+    }
+    let top_k = match s.top_k {
+        None | Some(-1) | Some(0) => 0,
+        Some(k) if k > 0 => k as usize,
+        Some(k) => {
+            return Err(ApiError::invalid_param(
+                "top_k",
+                format!("`top_k` must be -1, 0 or positive, got {k}"),
+            ))
+        }
+    };
+    let params = SamplingParams {
+        temperature: s.temperature.unwrap_or(1.0),
+        top_k,
+        top_p: s.top_p.unwrap_or(1.0),
+        min_p: s.min_p.unwrap_or(0.0),
+        repetition_penalty: s.repetition_penalty.unwrap_or(1.0),
+        presence_penalty: s.presence_penalty.unwrap_or(0.0),
+        frequency_penalty: s.frequency_penalty.unwrap_or(0.0),
+        seed: s.seed.map(|x| x as u64),
+    };
+    Ok((params, n))
+}
+
+/// Builds the choices of one prompt.
+fn requests_for(
+    model: &TextModel,
+    prompt_ids: Vec<u32>,
+    s: &Sampling,
+    max_tokens: Option<u32>,
+    default_max: usize,
+    limit: usize,
+    logprobs: Option<usize>,
+) -> Result<Vec<GenerateRequest>, ApiError> {
+    let (params, n) = sampling_params(s)?;
+    let context = model.decoder.info().config.max_positions;
+    let vocab = model.decoder.info().config.vocab_size;
+    if prompt_ids.is_empty() {
+        return Err(ApiError::invalid("the prompt is empty (no tokens)"));
+    }
+    if prompt_ids.len() >= context {
+        return Err(ApiError::invalid(format!(
+            "the prompt has {} tokens; the model's context holds {context}",
+            prompt_ids.len()
+        )));
+    }
+    if let Some(bad) = prompt_ids.iter().find(|&&t| t as usize >= vocab) {
+        return Err(ApiError::invalid_param(
+            "prompt",
+            format!("token id {bad} is outside the vocabulary of {vocab} tokens"),
+        ));
+    }
+    let max_tokens = match max_tokens {
+        Some(0) => {
+            return Err(ApiError::invalid_param(
+                "max_tokens",
+                "`max_tokens` must be at least 1",
+            ))
+        }
+        Some(m) if m as usize > limit => {
+            return Err(ApiError::invalid_param(
+                "max_tokens",
+                format!("`max_tokens` is {m}; this server allows at most {limit}"),
+            ))
+        }
+        Some(m) => m as usize,
+        None => default_max
+            .min(limit)
+            .min(context - prompt_ids.len())
+            .max(1),
+    };
+    let stop = s.stop.take_stop()?;
+    Ok((0..n)
+        .map(|i| {
+            let mut p = params.clone();
+            p.seed = params.seed.map(|x| x.wrapping_add(i as u64));
+            let mut r = GenerateRequest::new(prompt_ids.clone(), max_tokens, p);
+            r.stop = stop.clone();
+            r.logprobs = logprobs;
+            r.ignore_eos = s.ignore_eos.unwrap_or(false);
+            r
+        })
+        .collect())
+}
+
+trait StopField {
+    fn take_stop(&self) -> Result<Vec<String>, ApiError>;
+}
+
+impl StopField for Option<crate::protocol::OneOrMany> {
+    fn take_stop(&self) -> Result<Vec<String>, ApiError> {
+        let v: Vec<String> = match self {
+            None => Vec::new(),
+            Some(crate::protocol::OneOrMany::One(s)) => vec![s.clone()],
+            Some(crate::protocol::OneOrMany::Many(v)) => v.clone(),
+        };
+        if v.len() > 16 {
+            return Err(ApiError::invalid_param(
+                "stop",
+                format!("at most 16 stop strings, got {}", v.len()),
+            ));
+        }
+        Ok(v.into_iter().filter(|s| !s.is_empty()).collect())
+    }
+}
+
+fn chat_message(m: Message, i: usize) -> Result<ChatMessage, ApiError> {
+    let content = match m.content {
+        None => String::new(),
+        Some(Content::Text(t)) => t,
+        Some(Content::Parts(parts)) => {
+            let mut text = String::new();
+            for (j, p) in parts.into_iter().enumerate() {
+                match (p.kind.as_str(), p.text) {
+                    ("text", Some(t)) => text.push_str(&t),
+                    (kind, _) => {
+                        return Err(ApiError::invalid_param(
+                            format!("messages[{i}].content[{j}]"),
+                            format!("content parts of type `{kind}` are not supported (text only)"),
+                        ))
+                    }
+                }
+            }
+            text
+        }
+    };
+    Ok(ChatMessage {
+        role: m.role,
+        content,
+        reasoning_content: m.reasoning_content,
+        tool_calls: m.tool_calls,
+        name: m.name,
+        tool_call_id: m.tool_call_id,
+    })
+}
+
+/// Runs CPU-bound request preparation (template rendering, tokenization) off the async threads.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
+) -> Result<T, ApiError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| ApiError::internal(format!("request preparation failed: {e}")))?
+}
+
+fn generator<'a>(state: &'a AppState, model: Option<&str>) -> Result<&'a Generator, ApiError> {
+    let served = state
+        .generation
+        .as_ref()
+        .ok_or_else(|| ApiError::not_loaded("generation", "--model"))?;
+    served.check(model)?;
+    Ok(&served.engine)
+}
+
+/// `POST /v1/chat/completions`.
+pub async fn chat(State(state): State<Arc<AppState>>, body: Body) -> Result<Response, ApiError> {
+    let arrived = Instant::now();
+    let value = read_body(body, state.options.max_body_bytes).await?;
+    let req: ChatRequest = from_value(&value)?;
+    let sampling: Sampling = from_value(&value)?;
+    let gen = generator(&state, req.model.as_deref())?;
+    if req.messages.is_empty() {
+        return Err(ApiError::invalid_param("messages", "`messages` is empty"));
+    }
+    if let Some(t) = req.top_logprobs {
+        if t > 20 {
+            return Err(ApiError::invalid_param(
+                "top_logprobs",
+                format!("`top_logprobs` must be between 0 and 20, got {t}"),
+            ));
+        }
+    }
+    let logprobs = req
+        .logprobs
+        .unwrap_or(false)
+        .then(|| req.top_logprobs.unwrap_or(0) as usize);
+    let messages = req
+        .messages
+        .into_iter()
+        .enumerate()
+        .map(|(i, m)| chat_message(m, i))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut opts = RenderOptions {
+        add_generation_prompt: true,
+        tools: req.tools,
+        ..Default::default()
+    };
+    if let Some(mut kw) = req.chat_template_kwargs {
+        if let Some(v) = kw.remove("enable_thinking") {
+            opts.enable_thinking = v.as_bool();
+        }
+        opts.extra = kw;
+    }
+    let model = Arc::clone(&gen.model);
+    let ids = {
+        let model = Arc::clone(&model);
+        blocking(move || Ok(model.encode_chat(&messages, &opts)?)).await?
+    };
+    let prompt_tokens = ids.len();
+    let max_tokens = req.max_completion_tokens.or(sampling.max_tokens);
+    let requests = requests_for(
+        &model,
+        ids,
+        &sampling,
+        max_tokens,
+        usize::MAX,
+        state.options.max_tokens,
+        logprobs,
+    )?;
+    let reply = Reply {
+        api: Api::Chat,
+        id: format!("chatcmpl-{}", state.next_id()),
+        created: unix_now(),
+        model_name: state
+            .generation
+            .as_ref()
+            .map(|g| g.name.clone())
+            .unwrap_or_default(),
+        model,
+        choices: requests.len(),
+        prompt_tokens,
+        echo: Vec::new(),
+        logprobs,
+        include_usage: sampling
+            .stream_options
+            .as_ref()
+            .is_some_and(|o| o.include_usage),
+        arrived,
+    };
+    let events = gen.submit(requests)?;
+    respond(&state, reply, events, sampling.stream.unwrap_or(false)).await
+}
+
+/// `POST /v1/completions`.
+pub async fn completions(
+    State(state): State<Arc<AppState>>,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let arrived = Instant::now();
+    let value = read_body(body, state.options.max_body_bytes).await?;
+    let req: CompletionRequest = from_value(&value)?;
+    let sampling: Sampling = from_value(&value)?;
+    let gen = generator(&state, req.model.as_deref())?;
+    if req.suffix.as_deref().is_some_and(|s| !s.is_empty()) {
+        return Err(ApiError::invalid_param(
+            "suffix",
+            "`suffix` is not supported",
+        ));
+    }
+    if req
+        .best_of
+        .is_some_and(|b| b as usize != sampling.n.unwrap_or(1) as usize)
+    {
+        return Err(ApiError::invalid_param(
+            "best_of",
+            "`best_of` other than `n` is not supported",
+        ));
+    }
+    if let Some(l) = req.logprobs {
+        if l > 20 {
+            return Err(ApiError::invalid_param(
+                "logprobs",
+                format!("`logprobs` must be between 0 and 20, got {l}"),
+            ));
+        }
+    }
+    let echo = req.echo.unwrap_or(false);
+    let inputs = req.prompt.into_inputs();
+    if inputs.is_empty() || inputs.len() > 64 {
+        return Err(ApiError::invalid_param(
+            "prompt",
+            format!("give 1 to 64 prompts, got {}", inputs.len()),
+        ));
+    }
+    let model = Arc::clone(&gen.model);
+    let prompts: Vec<(Vec<u32>, String)> = {
+        let model = Arc::clone(&model);
+        blocking(move || {
+            inputs
+                .into_iter()
+                .map(|input| match input {
+                    Input::Text(t) => Ok((model.encode_prompt(&t, true)?, t)),
+                    Input::Tokens(ids) => {
+                        let text = model.tokenizer.decode(&ids, false);
+                        Ok((ids, text))
+                    }
+                })
+                .collect::<Result<Vec<_>, ApiError>>()
+        })
+        .await?
+    };
+    let logprobs = req.logprobs.map(|l| l as usize);
+    let mut requests = Vec::new();
+    let mut echo_text = Vec::new();
+    let mut prompt_tokens = 0;
+    for (ids, text) in prompts {
+        prompt_tokens += ids.len();
+        let choices = requests_for(
+            &model,
+            ids,
+            &sampling,
+            sampling.max_tokens,
+            16,
+            state.options.max_tokens,
+            logprobs,
+        )?;
+        for _ in 0..choices.len() {
+            echo_text.push(if echo { text.clone() } else { String::new() });
+        }
+        requests.extend(choices);
+    }
+    let reply = Reply {
+        api: Api::Completion,
+        id: format!("cmpl-{}", state.next_id()),
+        created: unix_now(),
+        model_name: state
+            .generation
+            .as_ref()
+            .map(|g| g.name.clone())
+            .unwrap_or_default(),
+        model,
+        choices: requests.len(),
+        prompt_tokens,
+        echo: echo_text,
+        logprobs,
+        include_usage: sampling
+            .stream_options
+            .as_ref()
+            .is_some_and(|o| o.include_usage),
+        arrived,
+    };
+    let events = gen.submit(requests)?;
+    respond(&state, reply, events, sampling.stream.unwrap_or(false)).await
+}
+
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+async fn respond(
+    state: &Arc<AppState>,
+    reply: Reply,
+    events: UnboundedReceiver<GenEvent>,
+    stream: bool,
+) -> Result<Response, ApiError> {
+    if stream {
+        Ok(sse_response(Arc::clone(state), reply, events))
+    } else {
+        collect(state, reply, events).await
+    }
+}
+
+/// Waits for every choice and answers one JSON object.
+async fn collect(
+    state: &AppState,
+    reply: Reply,
+    mut events: UnboundedReceiver<GenEvent>,
+) -> Result<Response, ApiError> {
+    let mut results: Vec<Option<Generation>> = vec![None; reply.choices];
+    let mut done = 0;
+    let mut first = true;
+    while done < reply.choices {
+        match events.recv().await {
+            Some(GenEvent::Delta { .. }) => {
+                if first {
+                    first = false;
+                    state
+                        .metrics
+                        .time_to_first_token(reply.arrived.elapsed().as_secs_f64());
+                }
+            }
+            Some(GenEvent::Done { index, generation }) => {
+                if results[index].replace(generation).is_none() {
+                    done += 1;
+                }
+            }
+            Some(GenEvent::Failed(m)) => return Err(ApiError::internal(m)),
+            None => return Err(ApiError::internal("the generation engine stopped")),
+        }
+    }
+    let results: Vec<Generation> = results.into_iter().flatten().collect();
+    let completion_tokens: usize = results.iter().map(|g| g.token_ids.len()).sum();
+    let choices: Vec<Value> = results
+        .iter()
+        .enumerate()
+        .map(|(i, g)| {
+            let lp = reply.logprobs.map(|_| {
+                logprobs_json(
+                    &reply,
+                    &g.logprobs,
+                    reply.echo.get(i).map_or(0, String::len),
+                )
+            });
+            match reply.api {
+                Api::Chat => json!({
+                    "index": i,
+                    "message": {"role": "assistant", "content": g.text},
+                    "logprobs": lp,
+                    "finish_reason": g.finish_reason.as_str(),
+                }),
+                Api::Completion => json!({
+                    "index": i,
+                    "text": format!("{}{}", reply.echo[i], g.text),
+                    "logprobs": lp,
+                    "finish_reason": g.finish_reason.as_str(),
+                }),
+            }
+        })
+        .collect();
+    let body = json!({
+        "id": reply.id,
+        "object": if reply.api == Api::Chat { "chat.completion" } else { "text_completion" },
+        "created": reply.created,
+        "model": reply.model_name,
+        "choices": choices,
+        "usage": usage(reply.prompt_tokens, completion_tokens),
+    });
+    Ok(axum::Json(body).into_response())
+}
+
+fn usage(prompt: usize, completion: usize) -> Value {
+    json!({
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+    })
+}
+
+/// The `logprobs` object of a choice (or of a stream chunk): chat's `content` list, or the
+/// completions shape (`tokens`, `token_logprobs`, `top_logprobs`, `text_offset`, offsets
+/// counted from `offset`).
+fn logprobs_json(reply: &Reply, lps: &[TokenLogprob], offset: usize) -> Value {
+    let tok = &reply.model.tokenizer;
+    let text = |id: u32| tok.decode(&[id], false);
+    match reply.api {
+        Api::Chat => {
+            let content: Vec<Value> = lps
+                .iter()
+                .map(|lp| {
+                    let t = text(lp.token);
+                    json!({
+                        "token": t,
+                        "logprob": lp.logprob,
+                        "bytes": t.as_bytes(),
+                        "top_logprobs": lp.top.iter().map(|&(id, l)| {
+                            let t = text(id);
+                            json!({"token": t, "logprob": l, "bytes": t.as_bytes()})
+                        }).collect::<Vec<_>>(),
+                    })
+                })
+                .collect();
+            json!({ "content": content })
+        }
+        Api::Completion => {
+            let mut tokens = Vec::new();
+            let mut token_logprobs = Vec::new();
+            let mut top = Vec::new();
+            let mut offsets = Vec::new();
+            let mut at = offset;
+            for lp in lps {
+                let t = text(lp.token);
+                offsets.push(at);
+                at += t.len();
+                tokens.push(t);
+                token_logprobs.push(lp.logprob);
+                let alts: serde_json::Map<String, Value> =
+                    lp.top.iter().map(|&(id, l)| (text(id), json!(l))).collect();
+                top.push(Value::Object(alts));
+            }
+            json!({
+                "tokens": tokens,
+                "token_logprobs": token_logprobs,
+                "top_logprobs": top,
+                "text_offset": offsets,
+            })
+        }
+    }
+}
+
+/// Streaming state: what has been sent, per choice.
+struct Streamer {
+    state: Arc<AppState>,
+    reply: Reply,
+    events: UnboundedReceiver<GenEvent>,
+    outbox: VecDeque<Bytes>,
+    /// Text bytes sent per choice (for completions' `text_offset`).
+    sent: Vec<usize>,
+    done: usize,
+    completion_tokens: usize,
+    first: bool,
+    ended: bool,
+}
+
+impl Streamer {
+    fn chunk(&self, choices: Vec<Value>, usage: Option<Value>) -> Bytes {
+        let mut v = json!({
+            "id": self.reply.id,
+            "object": if self.reply.api == Api::Chat { "chat.completion.chunk" } else { "text_completion" },
+            "created": self.reply.created,
+            "model": self.reply.model_name,
+            "choices": choices,
+        });
+        if self.reply.include_usage {
+            v["usage"] = usage.unwrap_or(Value::Null);
+        }
+        Bytes::from(format!("data: {v}\n\n"))
+    }
+
+    fn choice(&self, index: usize, text: &str, logprobs: Value, finish: Value) -> Value {
+        match self.reply.api {
+            Api::Chat => {
+                let delta = if text.is_empty() {
+                    json!({})
+                } else {
+                    json!({"content": text})
+                };
+                json!({"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish})
+            }
+            Api::Completion => {
+                json!({"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish})
+            }
+        }
+    }
+
+    fn start(&mut self) {
+        for i in 0..self.reply.choices {
+            let c = match self.reply.api {
+                Api::Chat => json!({
+                    "index": i,
+                    "delta": {"role": "assistant", "content": ""},
+                    "logprobs": null,
+                    "finish_reason": null,
+                }),
+                Api::Completion => {
+                    if self.reply.echo[i].is_empty() {
+                        continue;
+                    }
+                    let echo = self.reply.echo[i].clone();
+                    self.sent[i] += echo.len();
+                    json!({"index": i, "text": echo, "logprobs": null, "finish_reason": null})
+                }
+            };
+            let b = self.chunk(vec![c], None);
+            self.outbox.push_back(b);
+        }
+    }
+
+    fn on_event(&mut self, ev: Option<GenEvent>) {
+        match ev {
+            Some(GenEvent::Delta {
+                index,
+                text,
+                logprobs,
+            }) => {
+                if self.first {
+                    self.first = false;
+                    self.state
+                        .metrics
+                        .time_to_first_token(self.reply.arrived.elapsed().as_secs_f64());
+                }
+                if text.is_empty() && logprobs.is_empty() {
+                    return;
+                }
+                let lp = match self.reply.logprobs {
+                    Some(_) if !logprobs.is_empty() => {
+                        logprobs_json(&self.reply, &logprobs, self.sent[index])
+                    }
+                    _ => Value::Null,
+                };
+                self.sent[index] += text.len();
+                let c = self.choice(index, &text, lp, Value::Null);
+                let b = self.chunk(vec![c], None);
+                self.outbox.push_back(b);
+            }
+            Some(GenEvent::Done { index, generation }) => {
+                self.done += 1;
+                self.completion_tokens += generation.token_ids.len();
+                let c = self.choice(
+                    index,
+                    "",
+                    Value::Null,
+                    json!(generation.finish_reason.as_str()),
+                );
+                let b = self.chunk(vec![c], None);
+                self.outbox.push_back(b);
+                if self.done == self.reply.choices {
+                    if self.reply.include_usage {
+                        let u = usage(self.reply.prompt_tokens, self.completion_tokens);
+                        let b = self.chunk(Vec::new(), Some(u));
+                        self.outbox.push_back(b);
+                    }
+                    self.finish();
+                }
+            }
+            Some(GenEvent::Failed(m)) => {
+                let e = ApiError::internal(m).body();
+                self.outbox.push_back(Bytes::from(format!("data: {e}\n\n")));
+                self.finish();
+            }
+            None => {
+                let e = ApiError::internal("the generation engine stopped").body();
+                self.outbox.push_back(Bytes::from(format!("data: {e}\n\n")));
+                self.finish();
+            }
+        }
+    }
+
+    fn finish(&mut self) {
+        self.outbox
+            .push_back(Bytes::from_static(b"data: [DONE]\n\n"));
+        self.ended = true;
+    }
+}
+
+fn sse_response(
+    state: Arc<AppState>,
+    reply: Reply,
+    events: UnboundedReceiver<GenEvent>,
+) -> Response {
+    let choices = reply.choices;
+    let mut s = Streamer {
+        state,
+        reply,
+        events,
+        outbox: VecDeque::new(),
+        sent: vec![0; choices],
+        done: 0,
+        completion_tokens: 0,
+        first: true,
+        ended: false,
+    };
+    s.start();
+    let stream = futures_util::stream::unfold(s, |mut s| async move {
+        loop {
+            if let Some(b) = s.outbox.pop_front() {
+                return Some((Ok::<Bytes, std::convert::Infallible>(b), s));
+            }
+            if s.ended {
+                return None;
+            }
+            let ev = s.events.recv().await;
+            s.on_event(ev);
+        }
+    });
+    (
+        [
+            (header::CONTENT_TYPE, "text/event-stream"),
+            (header::CACHE_CONTROL, "no-cache"),
+        ],
+        Body::from_stream(stream),
+    )
+        .into_response()
+}

@@ -1,0 +1,158 @@
+//! `lattice serve`: one process serving generation, embeddings and reranking over HTTP, with
+//! the OpenAI routes (`/v1/chat/completions`, `/v1/completions`, `/v1/embeddings`,
+//! `/v1/models`) and the text-embeddings-inference ones (`/embed`, `/rerank`, `/tokenize`),
+//! plus `/health` and Prometheus `/metrics`.
+//!
+//! Layout: [`app`] builds the router (API key, metrics, shared state); [`completions`],
+//! [`embeddings`] and [`tei`] are the handlers, reading [`protocol`] shapes; [`generation`] is
+//! the scheduler thread (continuous batching over
+//! [`BatchEngine`](lattice_inference::engine::BatchEngine)) and [`embedding`] the embedding
+//! batcher thread. Handlers never run a forward pass themselves.
+
+pub mod app;
+pub mod completions;
+pub mod embedding;
+pub mod embeddings;
+mod error;
+pub mod generation;
+pub mod metrics;
+pub mod protocol;
+pub mod tei;
+
+use std::sync::Arc;
+
+use lattice_embed::{Embedder, Reranker};
+use lattice_inference::engine::TextModel;
+
+pub use app::{AppState, Served};
+pub use error::{ApiError, Error, Result};
+
+/// Limits and network settings.
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    /// Address to bind.
+    pub host: String,
+    /// Port (0 = any free port).
+    pub port: u16,
+    /// When set, requests need `Authorization: Bearer KEY` (except `/health` and `/metrics`).
+    pub api_key: Option<String>,
+    /// Sequences decoded together.
+    pub max_running: usize,
+    /// Generation requests that may wait for a slot; more get 429.
+    pub max_queue: usize,
+    /// Largest `max_tokens` a request may ask for.
+    pub max_tokens: usize,
+    /// Largest request body in bytes (413 beyond).
+    pub max_body_bytes: usize,
+    /// Tokens per embedding batch.
+    pub max_batch_tokens: usize,
+}
+
+impl Default for ServeOptions {
+    fn default() -> Self {
+        Self {
+            host: "127.0.0.1".into(),
+            port: 8080,
+            api_key: None,
+            max_running: 16,
+            max_queue: 256,
+            max_tokens: 4096,
+            max_body_bytes: 4 << 20,
+            max_batch_tokens: 16_384,
+        }
+    }
+}
+
+/// The models to serve, each with its names.
+#[derive(Default)]
+pub struct Models {
+    /// A decoder for the completion routes.
+    pub generation: Option<(Vec<String>, TextModel)>,
+    /// An embedding model for `/v1/embeddings` and `/embed`.
+    pub embedding: Option<(Vec<String>, Embedder)>,
+    /// A cross-encoder for `/rerank`.
+    pub rerank: Option<(Vec<String>, Reranker)>,
+}
+
+fn served<T>(names: Vec<String>, engine: T) -> Served<T> {
+    let mut names = names.into_iter();
+    let name = names.next().unwrap_or_else(|| "default".into());
+    Served {
+        name,
+        aliases: names.collect(),
+        engine,
+    }
+}
+
+/// Starts the engines, binds, prints `lattice serve: listening on http://ADDR` to stderr, and
+/// serves until SIGINT or SIGTERM; then stops accepting, lets in-flight requests finish, and
+/// returns. The first name of each model is the id it is reported under.
+pub fn serve(models: Models, options: ServeOptions) -> Result<()> {
+    if models.generation.is_none() && models.embedding.is_none() && models.rerank.is_none() {
+        return Err(Error::NoModel);
+    }
+    let metrics = Arc::new(metrics::Metrics::default());
+    let generation = models.generation.map(|(names, model)| {
+        let engine = generation::Generator::start(
+            model,
+            options.max_running,
+            options.max_queue,
+            Arc::clone(&metrics),
+        );
+        served(names, engine)
+    });
+    let embedding = models.embedding.map(|(names, model)| {
+        let engine =
+            embedding::EmbedService::start(model, options.max_batch_tokens, Arc::clone(&metrics));
+        served(names, engine)
+    });
+    let rerank = models
+        .rerank
+        .map(|(names, model)| served(names, Arc::new(model)));
+    let addr = format!("{}:{}", options.host, options.port);
+    let state = Arc::new(AppState::new(
+        generation, embedding, rerank, metrics, options,
+    ));
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    runtime.block_on(async move {
+        let listener = tokio::net::TcpListener::bind(&addr)
+            .await
+            .map_err(|source| Error::Bind {
+                addr: addr.clone(),
+                source,
+            })?;
+        let local = listener.local_addr()?;
+        eprintln!("lattice serve: listening on http://{local}");
+        axum::serve(listener, app::router(state))
+            .with_graceful_shutdown(shutdown_signal())
+            .await?;
+        eprintln!("lattice serve: stopped");
+        Ok(())
+    })
+}
+
+/// Resolves on SIGINT (Ctrl-C) or SIGTERM.
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = term => {},
+    }
+    eprintln!("lattice serve: shutting down, finishing in-flight requests");
+}

@@ -1,0 +1,281 @@
+//! [`Metrics`]: the counters, gauges and histograms behind `GET /metrics`, rendered in the
+//! Prometheus text format. Lock-free counters for the hot paths; histograms behind a mutex
+//! (one short critical section per observation).
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::Mutex;
+
+/// Latency buckets in seconds.
+const SECONDS: &[f64] = &[
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+];
+/// Batch-size buckets (sequences or texts).
+const SIZES: &[f64] = &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0];
+
+/// A cumulative histogram with fixed buckets.
+#[derive(Debug, Clone)]
+struct Histogram {
+    bounds: &'static [f64],
+    counts: Vec<u64>,
+    sum: f64,
+    count: u64,
+}
+
+impl Histogram {
+    fn new(bounds: &'static [f64]) -> Self {
+        Self {
+            bounds,
+            counts: vec![0; bounds.len()],
+            sum: 0.0,
+            count: 0,
+        }
+    }
+
+    fn observe(&mut self, v: f64) {
+        if let Some(i) = self.bounds.iter().position(|&b| v <= b) {
+            self.counts[i] += 1;
+        }
+        self.sum += v;
+        self.count += 1;
+    }
+
+    fn render(&self, out: &mut String, name: &str, labels: &str) {
+        let sep = if labels.is_empty() { "" } else { "," };
+        let mut cum = 0;
+        for (b, c) in self.bounds.iter().zip(&self.counts) {
+            cum += c;
+            let _ = writeln!(out, "{name}_bucket{{{labels}{sep}le=\"{b}\"}} {cum}");
+        }
+        let _ = writeln!(
+            out,
+            "{name}_bucket{{{labels}{sep}le=\"+Inf\"}} {}",
+            self.count
+        );
+        let braces = if labels.is_empty() {
+            String::new()
+        } else {
+            format!("{{{labels}}}")
+        };
+        let _ = writeln!(out, "{name}_sum{braces} {}", self.sum);
+        let _ = writeln!(out, "{name}_count{braces} {}", self.count);
+    }
+}
+
+/// Everything `/metrics` reports.
+#[derive(Debug)]
+pub struct Metrics {
+    requests: Mutex<BTreeMap<(String, u16), u64>>,
+    durations: Mutex<BTreeMap<String, Histogram>>,
+    prompt_tokens: AtomicU64,
+    generation_tokens: AtomicU64,
+    embedding_tokens: AtomicU64,
+    queue_depth: AtomicI64,
+    running: AtomicI64,
+    batch_size: Mutex<Histogram>,
+    embed_batch_size: Mutex<Histogram>,
+    time_to_first_token: Mutex<Histogram>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self {
+            requests: Mutex::default(),
+            durations: Mutex::default(),
+            prompt_tokens: AtomicU64::new(0),
+            generation_tokens: AtomicU64::new(0),
+            embedding_tokens: AtomicU64::new(0),
+            queue_depth: AtomicI64::new(0),
+            running: AtomicI64::new(0),
+            batch_size: Mutex::new(Histogram::new(SIZES)),
+            embed_batch_size: Mutex::new(Histogram::new(SIZES)),
+            time_to_first_token: Mutex::new(Histogram::new(SECONDS)),
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // A panic elsewhere while holding the lock leaves plain numbers behind: keep counting.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Metrics {
+    /// One finished request on `route` with HTTP `status`, answered in `secs`.
+    pub fn request(&self, route: &str, status: u16, secs: f64) {
+        *lock(&self.requests)
+            .entry((route.to_string(), status))
+            .or_default() += 1;
+        lock(&self.durations)
+            .entry(route.to_string())
+            .or_insert_with(|| Histogram::new(SECONDS))
+            .observe(secs);
+    }
+
+    /// Prompt tokens admitted for generation.
+    pub fn prompt_tokens(&self, n: usize) {
+        self.prompt_tokens.fetch_add(n as u64, Ordering::Relaxed);
+    }
+
+    /// Tokens generated.
+    pub fn generation_tokens(&self, n: usize) {
+        self.generation_tokens
+            .fetch_add(n as u64, Ordering::Relaxed);
+    }
+
+    /// Tokens embedded (or scored by the reranker).
+    pub fn embedding_tokens(&self, n: usize) {
+        self.embedding_tokens.fetch_add(n as u64, Ordering::Relaxed);
+    }
+
+    /// Generation requests waiting and running, after a scheduler step.
+    pub fn scheduler(&self, waiting: usize, running: usize) {
+        self.queue_depth.store(waiting as i64, Ordering::Relaxed);
+        self.running.store(running as i64, Ordering::Relaxed);
+    }
+
+    /// Sequences in one decode step.
+    pub fn batch_size(&self, n: usize) {
+        lock(&self.batch_size).observe(n as f64);
+    }
+
+    /// Texts in one embedding forward pass.
+    pub fn embed_batch_size(&self, n: usize) {
+        lock(&self.embed_batch_size).observe(n as f64);
+    }
+
+    /// Seconds from a generation request's arrival to its first token.
+    pub fn time_to_first_token(&self, secs: f64) {
+        lock(&self.time_to_first_token).observe(secs);
+    }
+
+    /// The Prometheus text exposition of everything above plus the process's resident memory.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        out.push_str("# HELP lattice_requests_total HTTP requests answered, by route and status.\n# TYPE lattice_requests_total counter\n");
+        for ((route, status), n) in lock(&self.requests).iter() {
+            let _ = writeln!(
+                out,
+                "lattice_requests_total{{route=\"{route}\",status=\"{status}\"}} {n}"
+            );
+        }
+        out.push_str("# HELP lattice_request_duration_seconds Time to answer (to the response head for streams).\n# TYPE lattice_request_duration_seconds histogram\n");
+        for (route, h) in lock(&self.durations).iter() {
+            h.render(
+                &mut out,
+                "lattice_request_duration_seconds",
+                &format!("route=\"{route}\""),
+            );
+        }
+        let counters = [
+            (
+                "lattice_prompt_tokens_total",
+                "Prompt tokens admitted for generation.",
+                &self.prompt_tokens,
+            ),
+            (
+                "lattice_generation_tokens_total",
+                "Tokens generated.",
+                &self.generation_tokens,
+            ),
+            (
+                "lattice_embedding_tokens_total",
+                "Tokens embedded or reranked.",
+                &self.embedding_tokens,
+            ),
+        ];
+        for (name, help, v) in counters {
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}",
+                v.load(Ordering::Relaxed)
+            );
+        }
+        let gauges = [
+            (
+                "lattice_queue_depth",
+                "Generation requests waiting for a slot.",
+                &self.queue_depth,
+            ),
+            (
+                "lattice_running_sequences",
+                "Generation requests being prefilled or decoded.",
+                &self.running,
+            ),
+        ];
+        for (name, help, v) in gauges {
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {}",
+                v.load(Ordering::Relaxed)
+            );
+        }
+        let hists = [
+            (
+                "lattice_batch_size",
+                "Sequences per generation step.",
+                &self.batch_size,
+            ),
+            (
+                "lattice_embed_batch_size",
+                "Texts per embedding forward pass.",
+                &self.embed_batch_size,
+            ),
+            (
+                "lattice_time_to_first_token_seconds",
+                "Arrival to first generated token.",
+                &self.time_to_first_token,
+            ),
+        ];
+        for (name, help, h) in hists {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
+            lock(h).render(&mut out, name, "");
+        }
+        if let Some(rss) = resident_bytes() {
+            let _ = writeln!(
+                out,
+                "# HELP process_resident_memory_bytes Resident memory size in bytes.\n# TYPE process_resident_memory_bytes gauge\nprocess_resident_memory_bytes {rss}"
+            );
+        }
+        out
+    }
+}
+
+/// The process's resident set size (Linux: `VmRSS` of /proc/self/status).
+fn resident_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_prometheus_text() {
+        let m = Metrics::default();
+        m.request("/v1/embeddings", 200, 0.02);
+        m.request("/v1/embeddings", 200, 0.3);
+        m.request("/v1/embeddings", 400, 0.001);
+        m.generation_tokens(7);
+        m.batch_size(3);
+        m.scheduler(2, 5);
+        let text = m.render();
+        assert!(text.contains("lattice_requests_total{route=\"/v1/embeddings\",status=\"200\"} 2"));
+        assert!(text.contains("lattice_requests_total{route=\"/v1/embeddings\",status=\"400\"} 1"));
+        assert!(text.contains(
+            "lattice_request_duration_seconds_bucket{route=\"/v1/embeddings\",le=\"0.025\"} 2"
+        ));
+        assert!(text.contains(
+            "lattice_request_duration_seconds_bucket{route=\"/v1/embeddings\",le=\"+Inf\"} 3"
+        ));
+        assert!(text.contains("lattice_generation_tokens_total 7"));
+        assert!(text.contains("lattice_batch_size_bucket{le=\"4\"} 1"));
+        assert!(text.contains("lattice_batch_size_bucket{le=\"2\"} 0"));
+        assert!(text.contains("lattice_queue_depth 2"));
+        assert!(text.contains("lattice_running_sequences 5"));
+        assert!(text.contains("process_resident_memory_bytes "));
+    }
+}
