@@ -6,7 +6,9 @@
 mod common;
 
 use common::{fixture, read_json, u32s};
-use lattice_inference::engine::{generate, BatchEngine, GenerateRequest, TextModel};
+use lattice_inference::engine::{
+    generate, BatchEngine, FinishReason, GenerateRequest, TextModel,
+};
 use lattice_inference::model::source::WeightMode;
 use lattice_inference::sample::SamplingParams;
 
@@ -19,6 +21,7 @@ fn requests(model: &str) -> Vec<(GenerateRequest, Vec<u32>)> {
         .map(|p| {
             let mut req = GenerateRequest::new(u32s(&p["ids"]), 64, SamplingParams::greedy());
             req.ignore_eos = true;
+            req.logprobs = Some(4);
             (req, u32s(&p["greedy_ids"]))
         })
         .collect()
@@ -44,6 +47,19 @@ fn check(model: &str) {
         let alone = generate(&m, req, &mut |_| true).unwrap();
         assert_eq!(g.token_ids, alone.token_ids);
         assert_eq!(g.text, alone.text);
+        // Log-softmax of the logits at every step (the chosen token and the top 4): batching
+        // must not move them beyond 1e-5.
+        assert_eq!(g.logprobs.len(), alone.logprobs.len());
+        let mut worst = 0f32;
+        for (a, b) in g.logprobs.iter().zip(&alone.logprobs) {
+            assert_eq!(a.token, b.token);
+            worst = worst.max((a.logprob - b.logprob).abs());
+            for (x, y) in a.top.iter().zip(&b.top) {
+                assert_eq!(x.0, y.0, "{model}: top tokens differ in a batch");
+                worst = worst.max((x.1 - y.1).abs());
+            }
+        }
+        assert!(worst < 1e-5, "{model}: batched logprobs differ by {worst}");
     }
 
     // Joining while others decode, with fewer slots than requests.
@@ -64,6 +80,58 @@ fn check(model: &str) {
     assert_eq!(done.len(), reqs.len());
     for ((_, g), (_, want)) in done.iter().zip(&reqs) {
         assert_eq!(&g.token_ids, want, "{model}: staggered batch differs");
+    }
+}
+
+/// Streaming updates add up to the final text; a cancelled request leaves at once and the
+/// others finish unchanged.
+#[test]
+fn updates_stream_the_text_and_cancel_drops_a_request() {
+    let m = TextModel::load(&fixture("tiny-qwen3"), WeightMode::F32).unwrap();
+    let reqs = requests("tiny-qwen3");
+    let mut engine = BatchEngine::new(&m, 4);
+    let ids: Vec<u64> = reqs
+        .iter()
+        .take(4)
+        .map(|(r, _)| engine.submit(r.clone()).unwrap())
+        .collect();
+    let mut streamed = vec![String::new(); 4];
+    let mut counts = [0usize; 4];
+    let mut done = Vec::new();
+    let mut steps = 0;
+    while engine.pending() > 0 {
+        steps += 1;
+        done.extend(
+            engine
+                .step_with(&mut |u| {
+                    let k = ids.iter().position(|&i| i == u.id).unwrap();
+                    streamed[k].push_str(u.text);
+                    counts[k] += u.logprobs.len();
+                    // The caller stops request 1 after its 10th token.
+                    !(k == 1 && u.generated >= 10)
+                })
+                .unwrap(),
+        );
+        if steps == 3 {
+            let g = engine.cancel(ids[3]).expect("request 3 is running");
+            assert_eq!(g.finish_reason, FinishReason::Cancelled);
+            assert!(engine.cancel(ids[3]).is_none());
+        }
+    }
+    assert_eq!(engine.running(), 0);
+    assert_eq!(engine.waiting(), 0);
+    done.sort_by_key(|(id, _)| *id);
+    assert_eq!(done.len(), 3, "the cancelled request is not returned by step");
+    for (id, g) in &done {
+        let k = ids.iter().position(|i| i == id).unwrap();
+        assert_eq!(streamed[k], g.text, "streamed text equals the result");
+        assert_eq!(counts[k], g.logprobs.len());
+        if k == 1 {
+            assert_eq!(g.finish_reason, FinishReason::Cancelled);
+            assert_eq!(g.token_ids.len(), 10);
+        } else {
+            assert_eq!(g.token_ids, reqs[k].1, "others are unaffected");
+        }
     }
 }
 
