@@ -1,0 +1,1002 @@
+//! `lattice serve` end to end: the real binary on a loopback port (`--port 0`), driven by the
+//! official OpenAI Python client (scripts/openai_client_check.py) and by hand-written HTTP/1.1
+//! requests. Answers are checked against the `lattice` command line (embed, generate, rerank,
+//! tokenize) and the OpenAI error conventions; batching, client disconnects, a full queue and
+//! SIGTERM during a request are exercised on tiny-qwen3 and SmolLM2-135M (Q4_1).
+//!
+//! Needs `.cache/models/all-MiniLM-L6-v2` and `SmolLM2-135M-Instruct.Q4_1.gguf`
+//! (scripts/fetch_models.sh) and, for the client test, Python 3 with pip and venv
+//! (scripts/setup_openai_client.sh makes `.cache/venv-openai`).
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::sync::{mpsc, Arc, Barrier, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+const KEY: &str = "sk-lattice-test-key";
+
+// ---- paths and the command line ---------------------------------------------------------
+
+fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .unwrap()
+}
+
+fn fixture(name: &str) -> String {
+    let p = repo_root()
+        .join("crates/inference/tests/fixtures")
+        .join(name);
+    p.to_str().unwrap().to_owned()
+}
+
+fn minilm() -> String {
+    let p = repo_root().join(".cache/models/all-MiniLM-L6-v2");
+    assert!(
+        p.join("model.safetensors").is_file(),
+        "{} is missing: run scripts/fetch_models.sh",
+        p.display()
+    );
+    p.to_str().unwrap().to_owned()
+}
+
+/// SmolLM2-135M-Instruct (Q4_1 GGUF): slow enough (about 100 tokens/s on two cores) that a
+/// request is reliably still running while the test acts; the tiny fixtures decode over 10,000
+/// tokens/s.
+fn smollm2() -> String {
+    let p = repo_root().join(".cache/models/SmolLM2-135M-Instruct.Q4_1.gguf");
+    assert!(
+        p.is_file(),
+        "{} is missing: run scripts/fetch_models.sh",
+        p.display()
+    );
+    p.to_str().unwrap().to_owned()
+}
+
+fn lattice(args: &[&str]) -> Output {
+    let o = Command::new(env!("CARGO_BIN_EXE_lattice"))
+        .args(args)
+        .output()
+        .expect("the lattice binary runs");
+    assert!(
+        o.status.success(),
+        "lattice {args:?} failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    o
+}
+
+fn json_lines(o: &Output) -> Vec<Value> {
+    String::from_utf8(o.stdout.clone())
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// `lattice generate --json` at temperature 0: `{text, token_ids, prompt_tokens, ...}`.
+fn cli_generate(model: &str, prompt: &str, max_tokens: usize, extra: &[&str]) -> Value {
+    let n = max_tokens.to_string();
+    let mut args = vec![
+        "generate",
+        "--model",
+        model,
+        "--prompt",
+        prompt,
+        "--max-tokens",
+        &n,
+        "--temperature",
+        "0",
+        "--json",
+    ];
+    args.extend_from_slice(extra);
+    json_lines(&lattice(&args)).remove(0)
+}
+
+fn floats(v: &Value) -> Vec<f64> {
+    v.as_array()
+        .unwrap_or_else(|| panic!("not an array: {v}"))
+        .iter()
+        .map(|x| x.as_f64().unwrap())
+        .collect()
+}
+
+fn max_abs_diff(a: &[f64], b: &[f64]) -> f64 {
+    assert_eq!(a.len(), b.len(), "lengths differ");
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f64::max)
+}
+
+// ---- the server -------------------------------------------------------------------------
+
+/// A running `lattice serve`, killed when dropped.
+struct Server {
+    child: Child,
+    port: u16,
+    key: Option<&'static str>,
+    log: Arc<Mutex<String>>,
+}
+
+impl Server {
+    /// Starts `lattice serve --port 0 ARGS` and waits for its "listening on" line.
+    fn start(args: &[&str]) -> Server {
+        let key = args.iter().position(|a| *a == "--api-key").map(|_| KEY);
+        let mut child = Command::new(env!("CARGO_BIN_EXE_lattice"))
+            .args(["serve", "--port", "0"])
+            .args(args)
+            .env_remove("LATTICE_API_KEY")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("lattice serve starts");
+        let stderr = child.stderr.take().unwrap();
+        let log = Arc::new(Mutex::new(String::new()));
+        let (tx, rx) = mpsc::channel();
+        let sink = log.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                if let Some(rest) =
+                    line.strip_prefix("lattice serve: listening on http://127.0.0.1:")
+                {
+                    let _ = tx.send(rest.trim().parse::<u16>().ok());
+                }
+                let mut l = sink.lock().unwrap();
+                l.push_str(&line);
+                l.push('\n');
+            }
+        });
+        let port = rx.recv_timeout(Duration::from_secs(120));
+        let mut server = Server {
+            child,
+            port: 0,
+            key,
+            log,
+        };
+        match port {
+            Ok(Some(p)) => server.port = p,
+            other => {
+                let _ = server.child.kill();
+                let _ = server.child.wait();
+                std::thread::sleep(Duration::from_millis(100));
+                panic!(
+                    "lattice serve {args:?} did not print `lattice serve: listening on \
+                     http://127.0.0.1:PORT` ({other:?}); stderr:\n{}",
+                    server.stderr()
+                );
+            }
+        }
+        server
+    }
+
+    fn stderr(&self) -> String {
+        self.log.lock().unwrap().clone()
+    }
+
+    fn auth(&self) -> Vec<(&'static str, String)> {
+        match self.key {
+            Some(k) => vec![("Authorization", format!("Bearer {k}"))],
+            None => vec![],
+        }
+    }
+
+    fn get(&self, path: &str) -> Response {
+        http(self.port, "GET", path, &self.auth(), b"")
+    }
+
+    fn post(&self, path: &str, body: &Value) -> Response {
+        http(
+            self.port,
+            "POST",
+            path,
+            &self.auth(),
+            body.to_string().as_bytes(),
+        )
+    }
+
+    /// `GET /metrics` (open without a key).
+    fn metrics(&self) -> String {
+        let r = http(self.port, "GET", "/metrics", &[], b"");
+        assert_eq!(r.status, 200, "GET /metrics: {}", r.text());
+        r.text()
+    }
+
+    /// Waits for the process to exit by itself.
+    fn wait_exit(&mut self, timeout: Duration) -> ExitStatus {
+        let t0 = Instant::now();
+        loop {
+            if let Some(s) = self.child.try_wait().unwrap() {
+                return s;
+            }
+            assert!(
+                t0.elapsed() < timeout,
+                "lattice serve still runs {timeout:?} after SIGTERM; stderr:\n{}",
+                self.stderr()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn assert_no_panic(&self) {
+        let log = self.stderr();
+        assert!(!log.contains("panicked"), "the server panicked:\n{log}");
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+// ---- a minimal HTTP/1.1 client ----------------------------------------------------------
+
+struct Response {
+    status: u16,
+    body: Vec<u8>,
+}
+
+impl Response {
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+
+    fn json(&self) -> Value {
+        serde_json::from_slice(&self.body).unwrap_or_else(|e| {
+            panic!(
+                "status {}: body is not JSON ({e}): {}",
+                self.status,
+                self.text()
+            )
+        })
+    }
+
+    /// Asserts `status` and an OpenAI error body; returns its `error` object.
+    fn error(&self, status: u16, what: &str) -> Value {
+        assert_eq!(self.status, status, "{what}: body {}", self.text());
+        let v = self.json();
+        let e = &v["error"];
+        let msg = e["message"].as_str().unwrap_or("");
+        assert!(!msg.is_empty(), "{what}: no error.message in {v}");
+        assert!(e["type"].is_string(), "{what}: no error.type in {v}");
+        e.clone()
+    }
+
+    fn ok(&self, what: &str) -> Value {
+        assert_eq!(self.status, 200, "{what}: body {}", self.text());
+        self.json()
+    }
+}
+
+fn connect(port: u16) -> TcpStream {
+    let s = TcpStream::connect(("127.0.0.1", port)).expect("connects to lattice serve");
+    s.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
+    s
+}
+
+fn write_request(
+    s: &mut TcpStream,
+    port: u16,
+    method: &str,
+    path: &str,
+    headers: &[(&str, String)],
+    body: &[u8],
+) {
+    let mut head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    if !body.is_empty() {
+        head.push_str("Content-Type: application/json\r\n");
+    }
+    for (k, v) in headers {
+        head.push_str(&format!("{k}: {v}\r\n"));
+    }
+    head.push_str("\r\n");
+    s.write_all(head.as_bytes()).unwrap();
+    // The server may answer (413) before reading the whole body.
+    let _ = s.write_all(body);
+}
+
+fn http(port: u16, method: &str, path: &str, headers: &[(&str, String)], body: &[u8]) -> Response {
+    let mut s = connect(port);
+    write_request(&mut s, port, method, path, headers, body);
+    let mut raw = Vec::new();
+    let mut buf = [0u8; 16384];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => raw.extend_from_slice(&buf[..n]),
+            // A reset after the answer arrived (the server closed with our body unread).
+            Err(_) if !raw.is_empty() => break,
+            Err(e) => panic!("{method} {path}: {e}"),
+        }
+    }
+    parse_response(&raw).unwrap_or_else(|| {
+        panic!(
+            "{method} {path}: malformed response: {:?}",
+            String::from_utf8_lossy(&raw)
+        )
+    })
+}
+
+fn parse_response(raw: &[u8]) -> Option<Response> {
+    let end = raw.windows(4).position(|w| w == b"\r\n\r\n")?;
+    let head = std::str::from_utf8(&raw[..end]).ok()?;
+    let mut lines = head.split("\r\n");
+    let status: u16 = lines.next()?.split(' ').nth(1)?.parse().ok()?;
+    let mut chunked = false;
+    let mut length = None;
+    for l in lines {
+        let (k, v) = l.split_once(':')?;
+        let (k, v) = (k.trim().to_ascii_lowercase(), v.trim());
+        if k == "transfer-encoding" && v.eq_ignore_ascii_case("chunked") {
+            chunked = true;
+        } else if k == "content-length" {
+            length = v.parse::<usize>().ok();
+        }
+    }
+    let rest = &raw[end + 4..];
+    let body = if chunked {
+        dechunk(rest)?
+    } else {
+        let n = length.unwrap_or(rest.len()).min(rest.len());
+        rest[..n].to_vec()
+    };
+    Some(Response { status, body })
+}
+
+fn dechunk(mut rest: &[u8]) -> Option<Vec<u8>> {
+    let mut out = Vec::new();
+    loop {
+        let eol = rest.windows(2).position(|w| w == b"\r\n")?;
+        let size_text = std::str::from_utf8(&rest[..eol]).ok()?;
+        let size = usize::from_str_radix(size_text.split(';').next()?.trim(), 16).ok()?;
+        rest = &rest[eol + 2..];
+        if size == 0 {
+            return Some(out);
+        }
+        out.extend_from_slice(rest.get(..size)?);
+        rest = rest.get(size + 2..)?;
+    }
+}
+
+/// Sends a streaming request and reads until the first complete SSE `data:` event; returns the
+/// open connection and the bytes read so far.
+fn open_stream(server: &Server, path: &str, body: &Value) -> (TcpStream, Vec<u8>) {
+    let mut s = connect(server.port);
+    write_request(
+        &mut s,
+        server.port,
+        "POST",
+        path,
+        &server.auth(),
+        body.to_string().as_bytes(),
+    );
+    let mut raw = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        let n = s.read(&mut buf).unwrap();
+        assert!(
+            n > 0,
+            "the stream ended early: {}",
+            String::from_utf8_lossy(&raw)
+        );
+        raw.extend_from_slice(&buf[..n]);
+        let text = String::from_utf8_lossy(&raw).into_owned();
+        assert!(text.starts_with("HTTP/1.1 200"), "stream answer: {text}");
+        if let Some(i) = text.find("data: {") {
+            if text[i..].contains("\n\n") {
+                return (s, raw);
+            }
+        }
+    }
+}
+
+/// The sum of every sample of `name` (any labels) in Prometheus text.
+fn metric(text: &str, name: &str) -> Option<f64> {
+    let mut found = None;
+    for l in text.lines().filter(|l| !l.starts_with('#')) {
+        let Some(rest) = l.strip_prefix(name) else {
+            continue;
+        };
+        if !(rest.starts_with('{') || rest.starts_with(' ')) {
+            continue;
+        }
+        let value: f64 = l.rsplit(' ').next()?.parse().ok()?;
+        *found.get_or_insert(0.0) += value;
+    }
+    found
+}
+
+fn wait_for_metric(server: &Server, name: &str, want: f64, timeout: Duration) -> String {
+    let t0 = Instant::now();
+    loop {
+        let m = server.metrics();
+        if metric(&m, name) == Some(want) {
+            return m;
+        }
+        assert!(
+            t0.elapsed() < timeout,
+            "{name} is not {want} after {timeout:?}:\n{m}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+// ---- a. the official OpenAI client ------------------------------------------------------
+
+#[test]
+fn openai_client_matches_the_command_line() {
+    let root = repo_root();
+    let setup = Command::new("bash")
+        .arg(root.join("scripts/setup_openai_client.sh"))
+        .output()
+        .expect("bash runs");
+    assert!(
+        setup.status.success(),
+        "scripts/setup_openai_client.sh failed (Python 3 with pip and venv is required): {}",
+        String::from_utf8_lossy(&setup.stderr)
+    );
+    let python = String::from_utf8(setup.stdout).unwrap().trim().to_owned();
+    assert!(Path::new(&python).is_file(), "no python at {python:?}");
+
+    let gen = fixture("tiny-qwen3");
+    let emb = minilm();
+    let rerank = fixture("tiny-cross-encoder");
+    let texts = [
+        "The cat sits on the mat.",
+        "A quick brown fox jumps over the lazy dog.",
+        "Lattice serves embeddings over HTTP.",
+    ];
+    let mut args = vec!["embed", "--model", emb.as_str()];
+    args.extend(texts);
+    let vectors: Vec<Value> = json_lines(&lattice(&args))
+        .into_iter()
+        .map(|l| l["embedding"].clone())
+        .collect();
+    let expected_gen = |prompt: &str, chat: bool| {
+        let g = cli_generate(&gen, prompt, 12, if chat { &["--chat"] } else { &[] });
+        json!({
+            "prompt": prompt,
+            "max_tokens": 12,
+            "text": g["text"],
+            "prompt_tokens": g["prompt_tokens"],
+            "completion_tokens": g["completion_tokens"],
+            "finish_reason": g["finish_reason"],
+        })
+    };
+    let prompt = "The capital of France is";
+    let mut completion = expected_gen(prompt, false);
+    let ids = json_lines(&lattice(&["tokenize", "--model", &gen, prompt])).remove(0);
+    completion["prompt_ids"] = ids["ids"].clone();
+    let expected = json!({
+        "embedding": {"texts": texts, "vectors": vectors},
+        "completion": completion,
+        "chat": expected_gen("What is the capital of France?", true),
+    });
+    let tmp = tempfile::tempdir().unwrap();
+    let exp_path = tmp.path().join("expected.json");
+    std::fs::write(&exp_path, expected.to_string()).unwrap();
+
+    let server = Server::start(&[
+        "--model",
+        &gen,
+        "--embedding-model",
+        &emb,
+        "--rerank-model",
+        &rerank,
+        "--api-key",
+        KEY,
+    ]);
+    let o = Command::new(&python)
+        .arg(root.join("scripts/openai_client_check.py"))
+        .args([
+            "--base-url",
+            &format!("http://127.0.0.1:{}/v1", server.port),
+        ])
+        .args(["--api-key", KEY, "--gen-model", &gen, "--embed-model", &emb])
+        .args(["--extra-model", &rerank])
+        .arg("--expected")
+        .arg(&exp_path)
+        .output()
+        .expect("python runs");
+    let out = String::from_utf8_lossy(&o.stdout);
+    println!("{out}");
+    assert!(
+        o.status.success(),
+        "openai_client_check.py failed:\n{out}\n{}\nserver stderr:\n{}",
+        String::from_utf8_lossy(&o.stderr),
+        server.stderr()
+    );
+    assert!(out.contains("all checks passed"), "{out}");
+    server.assert_no_panic();
+}
+
+// ---- b. raw HTTP ------------------------------------------------------------------------
+
+#[test]
+fn errors_auth_limits_and_metrics() {
+    let gen = fixture("tiny-qwen3");
+    let emb = minilm();
+    let server = Server::start(&[
+        "--model",
+        &gen,
+        "--embedding-model",
+        &emb,
+        "--api-key",
+        KEY,
+        "--max-body-bytes",
+        "16384",
+        "--max-tokens",
+        "64",
+    ]);
+    let port = server.port;
+
+    // /health and /metrics are open; everything else needs the bearer key.
+    assert_eq!(http(port, "GET", "/health", &[], b"").status, 200);
+    let m0 = server.metrics();
+    let before = metric(&m0, "lattice_requests_total").unwrap_or(0.0);
+    let emb_req = json!({"model": emb, "input": ["hello world"]});
+    let body = emb_req.to_string();
+    http(port, "POST", "/v1/embeddings", &[], body.as_bytes()).error(401, "no key");
+    let wrong = [("Authorization", "Bearer wrong-key".to_owned())];
+    http(port, "POST", "/v1/embeddings", &wrong, body.as_bytes()).error(401, "wrong key");
+    http(port, "GET", "/v1/models", &[], b"").error(401, "GET /v1/models without a key");
+    let models = server.get("/v1/models").ok("GET /v1/models");
+    let ids: Vec<&Value> = models["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| &m["id"])
+        .collect();
+    assert_eq!(ids.len(), 2, "{models}");
+    assert!(
+        ids.contains(&&json!(gen)) && ids.contains(&&json!(emb)),
+        "{models}"
+    );
+    for _ in 0..3 {
+        server.post("/v1/embeddings", &emb_req).ok("embeddings");
+    }
+    server
+        .post(
+            "/v1/completions",
+            &json!({"model": gen, "prompt": "Hello", "max_tokens": 4, "temperature": 0}),
+        )
+        .ok("completion");
+
+    // Invalid JSON.
+    let r = http(
+        port,
+        "POST",
+        "/v1/embeddings",
+        &server.auth(),
+        br#"{"model": "x", "input": ["a","#,
+    );
+    let e = r.error(400, "invalid JSON");
+    assert_eq!(e["type"], "invalid_request_error", "{e}");
+    // Wrong-typed fields name the field in `param`.
+    let cases = [
+        (
+            "/v1/completions",
+            json!({"model": gen, "prompt": "hi", "max_tokens": "ten"}),
+            "max_tokens",
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"model": gen, "messages": [{"role": "user", "content": "hi"}], "temperature": "hot"}),
+            "temperature",
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"model": gen, "messages": [{"role": "user", "content": 5}]}),
+            "messages",
+        ),
+        (
+            "/v1/embeddings",
+            json!({"model": emb, "input": "hi", "encoding_format": "hex"}),
+            "encoding_format",
+        ),
+        // Over --max-tokens.
+        (
+            "/v1/completions",
+            json!({"model": gen, "prompt": "hi", "max_tokens": 65}),
+            "max_tokens",
+        ),
+    ];
+    for (path, body, param) in cases {
+        let e = server
+            .post(path, &body)
+            .error(400, &format!("{path} {body}"));
+        let got = e["param"].as_str().unwrap_or("");
+        assert!(
+            got.contains(param),
+            "{path} {body}: param {got:?}, want {param:?}: {e}"
+        );
+    }
+    // A prompt longer than the context (1,024 tokens).
+    let long = "word ".repeat(2500);
+    server
+        .post(
+            "/v1/completions",
+            &json!({"model": gen, "prompt": long, "max_tokens": 4}),
+        )
+        .error(400, "prompt longer than the context");
+    // Unknown model; the last path component is accepted as an id.
+    for (path, body) in [
+        ("/v1/embeddings", json!({"model": "nope", "input": "x"})),
+        (
+            "/v1/completions",
+            json!({"model": "nope", "prompt": "x", "max_tokens": 2}),
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"model": "nope", "messages": [{"role": "user", "content": "x"}]}),
+        ),
+    ] {
+        server
+            .post(path, &body)
+            .error(404, &format!("unknown model on {path}"));
+    }
+    server
+        .post(
+            "/v1/completions",
+            &json!({"model": "tiny-qwen3", "prompt": "Hi", "max_tokens": 2}),
+        )
+        .ok("the model's folder name as id");
+    // A body over --max-body-bytes.
+    let big = json!({"model": emb, "input": "word ".repeat(5000)});
+    let r = server.post("/v1/embeddings", &big);
+    assert_eq!(r.status, 413, "body of 25 kB: {}", r.text());
+
+    // Metrics: counts rise and every documented series is there.
+    let m1 = server.metrics();
+    let after = metric(&m1, "lattice_requests_total").unwrap();
+    assert!(
+        after >= before + 15.0,
+        "lattice_requests_total went from {before} to {after}:\n{m1}"
+    );
+    let by_status = |s: &str| {
+        m1.lines().any(|l| {
+            l.starts_with("lattice_requests_total{") && l.contains(&format!("status=\"{s}\""))
+        })
+    };
+    for s in ["200", "400", "401", "404", "413"] {
+        assert!(
+            by_status(s),
+            "no lattice_requests_total with status {s}:\n{m1}"
+        );
+    }
+    for name in [
+        "lattice_request_duration_seconds",
+        "lattice_prompt_tokens_total",
+        "lattice_generation_tokens_total",
+        "lattice_embedding_tokens_total",
+        "lattice_queue_depth",
+        "lattice_running_sequences",
+        "lattice_batch_size",
+        "lattice_embed_batch_size",
+        "lattice_time_to_first_token_seconds",
+        "process_resident_memory_bytes",
+    ] {
+        assert!(m1.contains(name), "/metrics lacks {name}:\n{m1}");
+    }
+    assert!(
+        metric(&m1, "lattice_generation_tokens_total").unwrap() >= 6.0,
+        "{m1}"
+    );
+    assert!(
+        metric(&m1, "lattice_embedding_tokens_total").unwrap() > 0.0,
+        "{m1}"
+    );
+    assert!(
+        metric(&m1, "process_resident_memory_bytes").unwrap() > 1e6,
+        "{m1}"
+    );
+    server.assert_no_panic();
+}
+
+#[test]
+fn tei_routes_equal_openai_routes_and_the_command_line() {
+    let emb = minilm();
+    let rerank = fixture("tiny-cross-encoder");
+    let server = Server::start(&["--embedding-model", &emb, "--rerank-model", &rerank]);
+    let texts = ["Berlin is a city.", "Paris is in France.", "I like trains."];
+
+    // /embed == /v1/embeddings.
+    let tei = server
+        .post("/embed", &json!({"inputs": texts}))
+        .ok("/embed");
+    let oai = server
+        .post(
+            "/v1/embeddings",
+            &json!({"model": emb, "input": texts, "encoding_format": "float"}),
+        )
+        .ok("/v1/embeddings");
+    let tei = tei.as_array().unwrap();
+    assert_eq!(tei.len(), 3);
+    for (i, t) in tei.iter().enumerate() {
+        let d = max_abs_diff(&floats(t), &floats(&oai["data"][i]["embedding"]));
+        assert!(d <= 1e-6, "/embed[{i}] vs /v1/embeddings: {d:e}");
+    }
+    let one = server
+        .post("/embed", &json!({"inputs": texts[0]}))
+        .ok("/embed one");
+    assert!(max_abs_diff(&floats(&one[0]), &floats(&tei[0])) <= 1e-6);
+
+    // /rerank == `lattice rerank`, best first.
+    let query = "how many people live in berlin?";
+    for raw in [false, true] {
+        let mut args = vec!["rerank", "--model", &rerank, "--query", query];
+        if raw {
+            args.push("--raw");
+        }
+        args.extend(texts);
+        let want = json_lines(&lattice(&args));
+        let got = server
+            .post(
+                "/rerank",
+                &json!({"query": query, "texts": texts, "raw_scores": raw, "return_text": true}),
+            )
+            .ok("/rerank");
+        let got = got.as_array().unwrap();
+        assert_eq!(got.len(), want.len());
+        for (g, w) in got.iter().zip(&want) {
+            assert_eq!(
+                g["index"], w["index"],
+                "order (raw {raw}): {got:?} vs {want:?}"
+            );
+            let (gs, ws) = (g["score"].as_f64().unwrap(), w["score"].as_f64().unwrap());
+            assert!((gs - ws).abs() <= 1e-5, "score {gs} vs {ws} (raw {raw})");
+            let i = g["index"].as_u64().unwrap() as usize;
+            assert_eq!(g["text"], texts[i]);
+        }
+        let scores: Vec<f64> = got.iter().map(|g| g["score"].as_f64().unwrap()).collect();
+        assert!(scores.windows(2).all(|w| w[0] >= w[1]), "{scores:?}");
+    }
+
+    // /tokenize == `lattice tokenize` (the embedding model's tokenizer).
+    let input = "Hello world, this is Lattice!";
+    for special in [true, false] {
+        let mut args = vec!["tokenize", "--model", &emb, input];
+        if !special {
+            args.push("--no-special");
+        }
+        let want = json_lines(&lattice(&args));
+        let got = server
+            .post(
+                "/tokenize",
+                &json!({"inputs": [input, input], "add_special_tokens": special}),
+            )
+            .ok("/tokenize");
+        assert_eq!(got.as_array().unwrap().len(), 2, "{got}");
+        let toks = got[0].as_array().unwrap();
+        let ids: Vec<&Value> = toks.iter().map(|t| &t["id"]).collect();
+        let want_ids: Vec<&Value> = want[0]["ids"].as_array().unwrap().iter().collect();
+        assert_eq!(ids, want_ids, "add_special_tokens {special}");
+        assert_eq!(got[0], got[1]);
+        for (i, t) in toks.iter().enumerate() {
+            let is_special = special && (i == 0 || i == toks.len() - 1);
+            assert_eq!(t["special"], is_special, "{t}");
+            if !is_special {
+                let (a, b) = (t["start"].as_u64().unwrap(), t["stop"].as_u64().unwrap());
+                assert_eq!(t["text"], input[a as usize..b as usize], "{t}");
+            }
+        }
+    }
+    server.assert_no_panic();
+}
+
+fn completion_req(model: &str, prompt: &str, max_tokens: usize) -> Value {
+    json!({
+        "model": model,
+        "prompt": prompt,
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        "logprobs": 1,
+        "ignore_eos": true,
+    })
+}
+
+/// Nine different prompts, alone then all at once at temperature 0: each concurrent answer equals
+/// its own sequential one (text, and logprobs within 1e-5); the first `cli` also equal
+/// `lattice generate`; and some decode step really ran several sequences.
+fn check_batching(model: &str, n: usize, cli: usize) {
+    let server = Server::start(&["--model", model]);
+    let prompts = [
+        "The capital of France is",
+        "Once upon a time",
+        "Hello",
+        "In 1492, Columbus sailed across the ocean and",
+        "def fibonacci(n):",
+        "The quick brown fox",
+        "Water boils at",
+        "My favourite colour is blue because the sky on a clear day",
+        "1, 2, 3, 4,",
+    ];
+    let sequential: Vec<Value> = prompts
+        .iter()
+        .map(|p| {
+            server
+                .post("/v1/completions", &completion_req(model, p, n))
+                .ok(p)
+        })
+        .collect();
+    for (p, s) in prompts.iter().zip(&sequential).take(cli) {
+        let want = cli_generate(model, p, n, &["--ignore-eos"]);
+        assert_eq!(s["choices"][0]["text"], want["text"], "{p}");
+        assert_eq!(s["usage"]["completion_tokens"], n, "{p}");
+        assert_eq!(s["usage"]["prompt_tokens"], want["prompt_tokens"], "{p}");
+    }
+    let barrier = Arc::new(Barrier::new(prompts.len()));
+    let port = server.port;
+    let handles: Vec<_> = prompts
+        .iter()
+        .map(|p| {
+            let (barrier, body) = (barrier.clone(), completion_req(model, p, n).to_string());
+            std::thread::spawn(move || {
+                barrier.wait();
+                http(port, "POST", "/v1/completions", &[], body.as_bytes())
+            })
+        })
+        .collect();
+    for ((p, s), h) in prompts.iter().zip(&sequential).zip(handles) {
+        let c = h.join().unwrap().ok(p);
+        let (a, b) = (&c["choices"][0], &s["choices"][0]);
+        assert_eq!(a["text"], b["text"], "{p}: concurrent vs alone");
+        let (la, lb) = (
+            floats(&a["logprobs"]["token_logprobs"]),
+            floats(&b["logprobs"]["token_logprobs"]),
+        );
+        assert_eq!(la.len(), n, "{p}: {} token_logprobs", la.len());
+        let d = max_abs_diff(&la, &lb);
+        assert!(
+            d <= 1e-5,
+            "{p}: logprobs differ by {d:e} concurrent vs alone"
+        );
+    }
+    let m = server.metrics();
+    let (sum, count) = (
+        metric(&m, "lattice_batch_size_sum").unwrap(),
+        metric(&m, "lattice_batch_size_count").unwrap(),
+    );
+    eprintln!(
+        "{}: {count} decode steps, {:.2} sequences per step on average",
+        Path::new(model).file_name().unwrap().to_string_lossy(),
+        sum / count
+    );
+    assert!(
+        sum > count,
+        "no decode step ran more than one sequence:\n{m}"
+    );
+    server.assert_no_panic();
+}
+
+#[test]
+fn batching_does_not_change_results_tiny_qwen3() {
+    check_batching(&fixture("tiny-qwen3"), 64, 9);
+}
+
+#[test]
+fn batching_does_not_change_results_smollm2_q4_1() {
+    check_batching(&smollm2(), 12, 2);
+}
+
+#[test]
+fn a_client_that_leaves_mid_stream_is_cancelled() {
+    let gen = smollm2();
+    let server = Server::start(&["--model", &gen]);
+    let mut body = completion_req(&gen, "Once upon a time", 1000);
+    body["stream"] = json!(true);
+    let (stream, first) = open_stream(&server, "/v1/completions", &body);
+    let first = String::from_utf8_lossy(&first);
+    assert!(first.contains("text_completion"), "{first}");
+    drop(stream);
+    let r = server
+        .post("/v1/completions", &completion_req(&gen, "Hello", 8))
+        .ok("a request after the disconnect");
+    assert_eq!(r["usage"]["completion_tokens"], 8);
+    // Left alone the stream would decode 1,000 tokens (about 10 s).
+    let m = wait_for_metric(
+        &server,
+        "lattice_running_sequences",
+        0.0,
+        Duration::from_secs(5),
+    );
+    let generated = metric(&m, "lattice_generation_tokens_total").unwrap();
+    eprintln!("client left mid-stream: {generated} tokens generated in all");
+    assert!(
+        generated < 500.0,
+        "the abandoned stream kept decoding ({generated} tokens generated)"
+    );
+    server.assert_no_panic();
+}
+
+#[test]
+fn a_full_queue_answers_429() {
+    let gen = smollm2();
+    let server = Server::start(&["--model", &gen, "--max-running", "1", "--max-queue", "1"]);
+    // One running and one waiting are admitted; each takes about 0.5 s.
+    let clients = 5;
+    let barrier = Arc::new(Barrier::new(clients));
+    let port = server.port;
+    let body = completion_req(&gen, "Once upon a time", 48).to_string();
+    let handles: Vec<_> = (0..clients)
+        .map(|_| {
+            let (barrier, body) = (barrier.clone(), body.clone());
+            std::thread::spawn(move || {
+                barrier.wait();
+                http(port, "POST", "/v1/completions", &[], body.as_bytes())
+            })
+        })
+        .collect();
+    let responses: Vec<Response> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    let statuses: Vec<u16> = responses.iter().map(|r| r.status).collect();
+    let mut ok = 0;
+    let mut limited = 0;
+    for r in &responses {
+        match r.status {
+            200 => {
+                assert_eq!(r.json()["usage"]["completion_tokens"], 48);
+                ok += 1;
+            }
+            429 => {
+                let e = r.error(429, "queue full");
+                assert_eq!(e["type"], "rate_limit_error", "{e}");
+                limited += 1;
+            }
+            s => panic!("status {s}: {} (all: {statuses:?})", r.text()),
+        }
+    }
+    eprintln!("queue full: statuses {statuses:?}");
+    assert!(ok >= 1 && limited >= 1, "statuses {statuses:?}");
+    server.assert_no_panic();
+}
+
+#[test]
+fn sigterm_finishes_the_request_in_flight_and_exits_0() {
+    let gen = smollm2();
+    let mut server = Server::start(&["--model", &gen]);
+    // About 0.5 s of decoding left when SIGTERM arrives.
+    let mut body = completion_req(&gen, "Once upon a time", 48);
+    body["stream"] = json!(true);
+    body["stream_options"] = json!({"include_usage": true});
+    let (mut stream, first) = open_stream(&server, "/v1/completions", &body);
+    let kill = Command::new("kill")
+        .args(["-TERM", &server.child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    let mut raw = first;
+    stream.read_to_end(&mut raw).unwrap();
+    let r = parse_response(&raw).expect("a complete chunked response");
+    let text = r.text();
+    let tail = &text[text.len().saturating_sub(400)..];
+    assert!(
+        text.trim_end().ends_with("data: [DONE]"),
+        "the stream was cut: ...{tail}"
+    );
+    let usage = text
+        .split("\n\n")
+        .filter_map(|e| e.strip_prefix("data: "))
+        .filter_map(|e| serde_json::from_str::<Value>(e).ok())
+        .find(|v| v["usage"].is_object())
+        .unwrap_or_else(|| panic!("no usage chunk: ...{tail}"));
+    assert_eq!(usage["usage"]["completion_tokens"], 48, "{usage}");
+    let status = server.wait_exit(Duration::from_secs(20));
+    assert!(
+        status.success(),
+        "exit {status:?}; stderr:\n{}",
+        server.stderr()
+    );
+    server.assert_no_panic();
+}
