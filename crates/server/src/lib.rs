@@ -21,6 +21,7 @@ pub mod tei;
 
 use std::sync::Arc;
 
+use axum::serve::ListenerExt;
 use lattice_embed::{Embedder, Reranker};
 use lattice_inference::engine::TextModel;
 
@@ -125,6 +126,11 @@ pub fn serve(models: Models, options: ServeOptions) -> Result<()> {
                 source,
             })?;
         let local = listener.local_addr()?;
+        // Stream chunks are small writes: without TCP_NODELAY each waits for the client's
+        // delayed ACK (~40 ms) on a kept-alive connection.
+        let listener = listener.tap_io(|tcp| {
+            let _ = tcp.set_nodelay(true);
+        });
         eprintln!("lattice serve: listening on http://{local}");
         axum::serve(listener, app::router(state))
             .with_graceful_shutdown(shutdown_signal())

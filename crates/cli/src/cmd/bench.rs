@@ -46,6 +46,8 @@ pub struct Args {
 pub enum BenchCommand {
     /// Prompt processing and generation tokens/s of a decoder, as llama-bench measures them.
     Generate(super::bench_generate::Args),
+    /// Load against a running `lattice serve`: mixed embeddings + chat, or streams scaling.
+    Serve(super::bench_serve::Args),
 }
 
 /// Median of `v` (sorts it).
@@ -61,11 +63,13 @@ pub fn median(v: &mut [f64]) -> f64 {
 
 /// Runs the subcommand.
 pub fn run(args: Args) -> anyhow::Result<()> {
-    if let Some(BenchCommand::Generate(a)) = args.command {
-        return super::bench_generate::run(a);
+    match args.command {
+        Some(BenchCommand::Generate(a)) => return super::bench_generate::run(a),
+        Some(BenchCommand::Serve(a)) => return super::bench_serve::run(a),
+        None => {}
     }
     let (Some(model), Some(data)) = (args.model, args.data) else {
-        anyhow::bail!("`lattice bench` needs --model and --data (or the `generate` subcommand)");
+        anyhow::bail!("`lattice bench` needs --model and --data (or the `generate` / `serve` subcommand)");
     };
     if let Some(t) = args.threads {
         rayon::ThreadPoolBuilder::new()
