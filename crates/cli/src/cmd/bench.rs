@@ -69,7 +69,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         None => {}
     }
     let (Some(model), Some(data)) = (args.model, args.data) else {
-        anyhow::bail!("`lattice bench` needs --model and --data (or the `generate` / `serve` subcommand)");
+        anyhow::bail!(
+            "`lattice bench` needs --model and --data (or the `generate` / `serve` subcommand)"
+        );
     };
     if let Some(t) = args.threads {
         rayon::ThreadPoolBuilder::new()
