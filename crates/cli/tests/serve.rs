@@ -1000,3 +1000,111 @@ fn sigterm_finishes_the_request_in_flight_and_exits_0() {
     );
     server.assert_no_panic();
 }
+
+/// `n` choices streamed equal the same request answered at once (same seed); several prompts
+/// in one completions request; token-id inputs embed like their text.
+#[test]
+fn streamed_choices_batched_prompts_and_token_inputs() {
+    let gen = fixture("tiny-qwen3");
+    let emb = minilm();
+    let server = Server::start(&["--model", &gen, "--embedding-model", &emb]);
+    let mut body = completion_req(&gen, "The quick brown fox", 12);
+    body["n"] = json!(3);
+    body["seed"] = json!(7);
+    body["temperature"] = json!(0.9);
+    let whole = server.post("/v1/completions", &body).ok("n = 3");
+    let choices = whole["choices"].as_array().unwrap();
+    assert_eq!(choices.len(), 3);
+    body["stream"] = json!(true);
+    let sse = server.post("/v1/completions", &body);
+    assert_eq!(sse.status, 200);
+    let text = sse.text();
+    assert!(text.trim_end().ends_with("data: [DONE]"), "{text}");
+    let mut streamed = vec![String::new(); 3];
+    let mut finished = [false; 3];
+    for line in text.lines() {
+        let Some(data) = line.strip_prefix("data: ") else {
+            continue;
+        };
+        if data == "[DONE]" {
+            break;
+        }
+        let chunk: Value = serde_json::from_str(data).unwrap();
+        for c in chunk["choices"].as_array().unwrap() {
+            let i = c["index"].as_u64().unwrap() as usize;
+            streamed[i].push_str(c["text"].as_str().unwrap());
+            if c["finish_reason"].is_string() {
+                finished[i] = true;
+            }
+        }
+    }
+    assert_eq!(finished, [true; 3]);
+    for (i, c) in choices.iter().enumerate() {
+        assert_eq!(streamed[i], c["text"].as_str().unwrap(), "choice {i}");
+    }
+    // Seeds differ per choice (seed + i), so sampled choices are not all the same text.
+    assert!(
+        choices.iter().any(|c| c["text"] != choices[0]["text"]),
+        "{choices:?}"
+    );
+
+    // Two prompts, two choices each: indices 0..4, prompt tokens summed.
+    let mut body = completion_req(&gen, "x", 5);
+    body["prompt"] = json!(["Hello world", "Good night"]);
+    body["n"] = json!(2);
+    let r = server.post("/v1/completions", &body).ok("two prompts");
+    let cs = r["choices"].as_array().unwrap();
+    assert_eq!(cs.len(), 4);
+    for (i, c) in cs.iter().enumerate() {
+        assert_eq!(c["index"], i);
+    }
+    let alone = |p: &str| {
+        server
+            .post("/v1/completions", &completion_req(&gen, p, 5))
+            .ok(p)
+    };
+    let (a, b) = (alone("Hello world"), alone("Good night"));
+    assert_eq!(cs[0]["text"], a["choices"][0]["text"]);
+    assert_eq!(cs[1]["text"], a["choices"][0]["text"]);
+    assert_eq!(cs[2]["text"], b["choices"][0]["text"]);
+    assert_eq!(
+        r["usage"]["prompt_tokens"],
+        a["usage"]["prompt_tokens"].as_u64().unwrap()
+            + b["usage"]["prompt_tokens"].as_u64().unwrap()
+    );
+
+    // Token ids embed like the text they came from.
+    let toks = server
+        .post("/tokenize", &json!({"inputs": "token inputs work"}))
+        .ok("tokenize");
+    let ids: Vec<u64> = toks[0]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["id"].as_u64().unwrap())
+        .collect();
+    let by_ids = server
+        .post(
+            "/v1/embeddings",
+            &json!({"input": [ids], "encoding_format": "float"}),
+        )
+        .ok("embed ids");
+    let by_text = server
+        .post(
+            "/v1/embeddings",
+            &json!({"input": "token inputs work", "encoding_format": "float"}),
+        )
+        .ok("embed text");
+    let d = max_abs_diff(
+        &floats(&by_ids["data"][0]["embedding"]),
+        &floats(&by_text["data"][0]["embedding"]),
+    );
+    assert!(d == 0.0, "ids vs text: {d:e}");
+    server
+        .post("/v1/embeddings", &json!({"input": [[999999]]}))
+        .error(400, "token id outside the vocabulary");
+    server
+        .post("/v1/embeddings", &json!({"input": []}))
+        .error(400, "no inputs");
+    server.assert_no_panic();
+}
