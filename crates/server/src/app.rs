@@ -44,6 +44,21 @@ impl<T> Served<T> {
     }
 }
 
+/// The engine of a route: `served` when loaded and `model` names it (404 otherwise; `what`
+/// and `flag` name the missing model kind and the option that loads it).
+pub fn engine<'a, T>(
+    served: &'a Option<Served<T>>,
+    model: Option<&str>,
+    what: &str,
+    flag: &str,
+) -> Result<&'a T, ApiError> {
+    let served = served
+        .as_ref()
+        .ok_or_else(|| ApiError::not_loaded(what, flag))?;
+    served.check(model)?;
+    Ok(&served.engine)
+}
+
 /// What the handlers share.
 pub struct AppState {
     /// The generation scheduler, when a decoder is served.

@@ -48,6 +48,59 @@ struct Reply {
     arrived: Instant,
 }
 
+impl Reply {
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        api: Api,
+        state: &AppState,
+        model: Arc<TextModel>,
+        prompt_tokens: usize,
+        echo: Vec<String>,
+        logprobs: Option<usize>,
+        sampling: &Sampling,
+        arrived: Instant,
+    ) -> Self {
+        let prefix = if api == Api::Chat { "chatcmpl" } else { "cmpl" };
+        Reply {
+            api,
+            id: format!("{prefix}-{}", state.next_id()),
+            created: unix_now(),
+            model_name: state
+                .generation
+                .as_ref()
+                .map(|g| g.name.clone())
+                .unwrap_or_default(),
+            model,
+            choices: 0,
+            prompt_tokens,
+            echo,
+            logprobs,
+            include_usage: sampling
+                .stream_options
+                .as_ref()
+                .is_some_and(|o| o.include_usage),
+            arrived,
+        }
+    }
+}
+
+/// Submits the choices and answers: a stream of events or one JSON object.
+async fn start(
+    state: &Arc<AppState>,
+    gen: &Generator,
+    mut reply: Reply,
+    requests: Vec<GenerateRequest>,
+    sampling: &Sampling,
+) -> Result<Response, ApiError> {
+    reply.choices = requests.len();
+    let events = gen.submit(requests)?;
+    if sampling.stream.unwrap_or(false) {
+        Ok(sse_response(Arc::clone(state), reply, events))
+    } else {
+        collect(state, reply, events).await
+    }
+}
+
 fn range(param: &str, v: Option<f32>, lo: f32, hi: f32) -> Result<(), ApiError> {
     match v {
         Some(x) if !(x.is_finite() && x >= lo && x <= hi) => Err(ApiError::invalid_param(
@@ -157,7 +210,7 @@ fn requests_for(
             .min(context - prompt_ids.len())
             .max(1),
     };
-    let stop = s.stop.take_stop()?;
+    let stop = stop_strings(&s.stop)?;
     Ok((0..n)
         .map(|i| {
             let mut p = params.clone();
@@ -171,25 +224,20 @@ fn requests_for(
         .collect())
 }
 
-trait StopField {
-    fn take_stop(&self) -> Result<Vec<String>, ApiError>;
-}
-
-impl StopField for Option<crate::protocol::OneOrMany> {
-    fn take_stop(&self) -> Result<Vec<String>, ApiError> {
-        let v: Vec<String> = match self {
-            None => Vec::new(),
-            Some(crate::protocol::OneOrMany::One(s)) => vec![s.clone()],
-            Some(crate::protocol::OneOrMany::Many(v)) => v.clone(),
-        };
-        if v.len() > 16 {
-            return Err(ApiError::invalid_param(
-                "stop",
-                format!("at most 16 stop strings, got {}", v.len()),
-            ));
-        }
-        Ok(v.into_iter().filter(|s| !s.is_empty()).collect())
+/// The `stop` field: one string or up to 16.
+fn stop_strings(stop: &Option<crate::protocol::OneOrMany>) -> Result<Vec<String>, ApiError> {
+    let v: Vec<String> = match stop {
+        None => Vec::new(),
+        Some(crate::protocol::OneOrMany::One(s)) => vec![s.clone()],
+        Some(crate::protocol::OneOrMany::Many(v)) => v.clone(),
+    };
+    if v.len() > 16 {
+        return Err(ApiError::invalid_param(
+            "stop",
+            format!("at most 16 stop strings, got {}", v.len()),
+        ));
     }
+    Ok(v.into_iter().filter(|s| !s.is_empty()).collect())
 }
 
 fn chat_message(m: Message, i: usize) -> Result<ChatMessage, ApiError> {
@@ -232,12 +280,7 @@ async fn blocking<T: Send + 'static>(
 }
 
 fn generator<'a>(state: &'a AppState, model: Option<&str>) -> Result<&'a Generator, ApiError> {
-    let served = state
-        .generation
-        .as_ref()
-        .ok_or_else(|| ApiError::not_loaded("generation", "--model"))?;
-    served.check(model)?;
-    Ok(&served.engine)
+    crate::app::engine(&state.generation, model, "generation", "--model")
 }
 
 /// `POST /v1/chat/completions`.
@@ -295,28 +338,17 @@ pub async fn chat(State(state): State<Arc<AppState>>, body: Body) -> Result<Resp
         state.options.max_tokens,
         logprobs,
     )?;
-    let reply = Reply {
-        api: Api::Chat,
-        id: format!("chatcmpl-{}", state.next_id()),
-        created: unix_now(),
-        model_name: state
-            .generation
-            .as_ref()
-            .map(|g| g.name.clone())
-            .unwrap_or_default(),
+    let reply = Reply::new(
+        Api::Chat,
+        &state,
         model,
-        choices: requests.len(),
         prompt_tokens,
-        echo: Vec::new(),
+        Vec::new(),
         logprobs,
-        include_usage: sampling
-            .stream_options
-            .as_ref()
-            .is_some_and(|o| o.include_usage),
+        &sampling,
         arrived,
-    };
-    let events = gen.submit(requests)?;
-    respond(&state, reply, events, sampling.stream.unwrap_or(false)).await
+    );
+    start(&state, gen, reply, requests, &sampling).await
 }
 
 /// `POST /v1/completions`.
@@ -397,47 +429,23 @@ pub async fn completions(
         }
         requests.extend(choices);
     }
-    let reply = Reply {
-        api: Api::Completion,
-        id: format!("cmpl-{}", state.next_id()),
-        created: unix_now(),
-        model_name: state
-            .generation
-            .as_ref()
-            .map(|g| g.name.clone())
-            .unwrap_or_default(),
+    let reply = Reply::new(
+        Api::Completion,
+        &state,
         model,
-        choices: requests.len(),
         prompt_tokens,
-        echo: echo_text,
+        echo_text,
         logprobs,
-        include_usage: sampling
-            .stream_options
-            .as_ref()
-            .is_some_and(|o| o.include_usage),
+        &sampling,
         arrived,
-    };
-    let events = gen.submit(requests)?;
-    respond(&state, reply, events, sampling.stream.unwrap_or(false)).await
+    );
+    start(&state, gen, reply, requests, &sampling).await
 }
 
 fn unix_now() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs())
-}
-
-async fn respond(
-    state: &Arc<AppState>,
-    reply: Reply,
-    events: UnboundedReceiver<GenEvent>,
-    stream: bool,
-) -> Result<Response, ApiError> {
-    if stream {
-        Ok(sse_response(Arc::clone(state), reply, events))
-    } else {
-        collect(state, reply, events).await
-    }
 }
 
 /// Waits for every choice and answers one JSON object.

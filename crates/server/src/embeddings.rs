@@ -19,12 +19,7 @@ use crate::protocol::{read_json, EmbeddingsRequest, Input, TeiEmbedRequest};
 const MAX_INPUTS: usize = 2048;
 
 fn service<'a>(state: &'a AppState, model: Option<&str>) -> Result<&'a EmbedService, ApiError> {
-    let served = state
-        .embedding
-        .as_ref()
-        .ok_or_else(|| ApiError::not_loaded("embedding", "--embedding-model"))?;
-    served.check(model)?;
-    Ok(&served.engine)
+    crate::app::engine(&state.embedding, model, "embedding", "--embedding-model")
 }
 
 /// Tokenizes `inputs` off the async threads; token-id inputs are checked and truncated.

@@ -19,17 +19,14 @@ const MAX_TEXTS: usize = 1024;
 /// `POST /rerank`.
 pub async fn rerank(State(state): State<Arc<AppState>>, body: Body) -> Result<Response, ApiError> {
     let req: TeiRerankRequest = read_json(body, state.options.max_body_bytes).await?;
-    let served = state
-        .rerank
-        .as_ref()
-        .ok_or_else(|| ApiError::not_loaded("rerank", "--rerank-model"))?;
+    let reranker = crate::app::engine(&state.rerank, None, "rerank", "--rerank-model")?;
     if req.texts.is_empty() || req.texts.len() > MAX_TEXTS {
         return Err(ApiError::invalid_param(
             "texts",
             format!("give 1 to {MAX_TEXTS} texts, got {}", req.texts.len()),
         ));
     }
-    let reranker = Arc::clone(&served.engine);
+    let reranker = Arc::clone(reranker);
     let raw = req.raw_scores.unwrap_or(false);
     let texts = req.texts;
     let query = req.query;
