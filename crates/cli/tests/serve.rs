@@ -764,6 +764,56 @@ fn tei_routes_equal_openai_routes_and_the_command_line() {
         assert!(scores.windows(2).all(|w| w[0] >= w[1]), "{scores:?}");
     }
 
+    // /v1/rerank (Cohere / Jina shape) == /rerank, cut to top_n, documents as strings or objects.
+    let tei = server
+        .post("/rerank", &json!({"query": query, "texts": texts}))
+        .ok("/rerank");
+    let docs: Vec<Value> = texts
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            if i % 2 == 0 {
+                json!(t)
+            } else {
+                json!({"text": t})
+            }
+        })
+        .collect();
+    let v1 = server
+        .post(
+            "/v1/rerank",
+            &json!({"model": rerank, "query": query, "documents": docs, "top_n": 2}),
+        )
+        .ok("/v1/rerank");
+    let results = v1["results"].as_array().unwrap();
+    assert_eq!(results.len(), 2, "{v1}");
+    assert!(v1["usage"]["total_tokens"].as_u64().unwrap() > 0);
+    for (r, t) in results.iter().zip(tei.as_array().unwrap()) {
+        assert_eq!(r["index"], t["index"]);
+        assert_eq!(r["relevance_score"], t["score"]);
+        let i = r["index"].as_u64().unwrap() as usize;
+        assert_eq!(r["document"]["text"], texts[i]);
+    }
+    server
+        .post(
+            "/v1/rerank",
+            &json!({"model": "nope", "query": query, "documents": docs}),
+        )
+        .error(404, "/v1/rerank unknown model");
+
+    // GET /v1/models/{id}: by id (which may hold slashes) and by folder name.
+    let by_id = server
+        .get(&format!("/v1/models/{rerank}"))
+        .ok("model by id");
+    assert_eq!(by_id["id"], rerank);
+    assert_eq!(by_id["task"], "rerank");
+    let short = Path::new(&rerank).file_name().unwrap().to_str().unwrap();
+    assert_eq!(
+        server.get(&format!("/v1/models/{short}")).ok("by name")["id"],
+        rerank
+    );
+    server.get("/v1/models/nope").error(404, "unknown model id");
+
     // /tokenize == `lattice tokenize` (the embedding model's tokenizer).
     let input = "Hello world, this is Lattice!";
     for special in [true, false] {

@@ -5,14 +5,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use axum::extract::{MatchedPath, Request, State};
+use axum::extract::{MatchedPath, Path, Request, State};
 use axum::http::{header, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
 use lattice_embed::Reranker;
-use serde_json::json;
+use serde_json::{json, Value};
 
 use crate::embedding::EmbedService;
 use crate::error::ApiError;
@@ -111,6 +111,8 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/chat/completions", post(crate::completions::chat))
         .route("/v1/completions", post(crate::completions::completions))
         .route("/v1/models", get(models))
+        .route("/v1/models/{*id}", get(model))
+        .route("/v1/rerank", post(crate::tei::rerank_v1))
         .route("/embed", post(crate::embeddings::tei_embed))
         .route("/rerank", post(crate::tei::rerank))
         .route("/tokenize", post(crate::tei::tokenize))
@@ -177,25 +179,46 @@ async fn metrics(State(state): State<Arc<AppState>>) -> impl IntoResponse {
     )
 }
 
-async fn models(State(state): State<Arc<AppState>>) -> impl IntoResponse {
-    let mut data = Vec::new();
-    let mut add = |name: &str, kind: &str| {
-        data.push(json!({
+/// Every served model as a `/v1/models` entry, with its names.
+fn model_list(state: &AppState) -> Vec<(Value, Vec<String>)> {
+    let entry = |name: &str, aliases: &[String], kind: &str| {
+        let v = json!({
             "id": name,
             "object": "model",
             "created": state.created,
             "owned_by": "lattice",
             "task": kind,
-        }));
+        });
+        let mut names = vec![name.to_string()];
+        names.extend(aliases.iter().cloned());
+        (v, names)
     };
+    let mut out = Vec::new();
     if let Some(g) = &state.generation {
-        add(&g.name, "generate");
+        out.push(entry(&g.name, &g.aliases, "generate"));
     }
     if let Some(e) = &state.embedding {
-        add(&e.name, "embed");
+        out.push(entry(&e.name, &e.aliases, "embed"));
     }
     if let Some(r) = &state.rerank {
-        add(&r.name, "rerank");
+        out.push(entry(&r.name, &r.aliases, "rerank"));
     }
+    out
+}
+
+async fn models(State(state): State<Arc<AppState>>) -> impl IntoResponse {
+    let data: Vec<Value> = model_list(&state).into_iter().map(|(e, _)| e).collect();
     axum::Json(json!({"object": "list", "data": data}))
+}
+
+/// `GET /v1/models/{id}` (ids may contain slashes: the rest of the path is the id).
+async fn model(State(state): State<Arc<AppState>>, Path(id): Path<String>) -> Response {
+    let list = model_list(&state);
+    match list.iter().find(|(_, names)| names.contains(&id)) {
+        Some((entry, _)) => axum::Json(entry.clone()).into_response(),
+        None => {
+            let served: Vec<String> = list.iter().map(|(_, names)| names[0].clone()).collect();
+            ApiError::model_not_found(&id, &served).into_response()
+        }
+    }
 }

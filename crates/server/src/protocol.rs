@@ -269,3 +269,31 @@ pub struct TeiTokenizeRequest {
     /// Add the model's special tokens (default true).
     pub add_special_tokens: Option<bool>,
 }
+
+/// `POST /v1/rerank` (the Cohere / Jina shape that vLLM and Infinity also serve).
+#[derive(Debug, Deserialize)]
+pub struct RerankRequest {
+    /// The model id.
+    pub model: Option<String>,
+    /// The query.
+    pub query: String,
+    /// Documents: strings, or objects with a `text` field.
+    pub documents: Vec<Document>,
+    /// Return only the best `top_n` (default: all).
+    pub top_n: Option<usize>,
+    /// Return each document with its score (default true).
+    pub return_documents: Option<bool>,
+}
+
+/// A document to rerank.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum Document {
+    /// Plain text.
+    Text(String),
+    /// `{"text": ...}`.
+    Object {
+        /// The text.
+        text: String,
+    },
+}

@@ -1,5 +1,6 @@
-//! text-embeddings-inference routes besides `/embed`: `POST /rerank` (cross-encoder scores,
-//! best first) and `POST /tokenize` (tokens with their byte offsets).
+//! Reranking and tokenization: `POST /rerank` (text-embeddings-inference) and `POST /v1/rerank`
+//! (the Cohere / Jina shape), cross-encoder scores best first; `POST /tokenize` (TEI: tokens
+//! with their byte offsets).
 
 use std::sync::Arc;
 
@@ -11,25 +12,28 @@ use serde_json::{json, Value};
 
 use crate::app::AppState;
 use crate::error::ApiError;
-use crate::protocol::{read_json, TeiRerankRequest, TeiTokenizeRequest};
+use crate::protocol::{read_json, Document, RerankRequest, TeiRerankRequest, TeiTokenizeRequest};
 
 /// Most passages in one rerank request.
 const MAX_TEXTS: usize = 1024;
 
-/// `POST /rerank`.
-pub async fn rerank(State(state): State<Arc<AppState>>, body: Body) -> Result<Response, ApiError> {
-    let req: TeiRerankRequest = read_json(body, state.options.max_body_bytes).await?;
-    let reranker = crate::app::engine(&state.rerank, None, "rerank", "--rerank-model")?;
-    if req.texts.is_empty() || req.texts.len() > MAX_TEXTS {
+/// Scores `texts` against `query` off the async threads (activated scores, or raw logits);
+/// returns them in input order, with the texts and the tokens run.
+async fn score(
+    state: &AppState,
+    model: Option<&str>,
+    query: String,
+    texts: Vec<String>,
+    raw: bool,
+) -> Result<(Vec<f32>, Vec<String>, usize), ApiError> {
+    let reranker = crate::app::engine(&state.rerank, model, "rerank", "--rerank-model")?;
+    if texts.is_empty() || texts.len() > MAX_TEXTS {
         return Err(ApiError::invalid_param(
             "texts",
-            format!("give 1 to {MAX_TEXTS} texts, got {}", req.texts.len()),
+            format!("give 1 to {MAX_TEXTS} texts, got {}", texts.len()),
         ));
     }
     let reranker = Arc::clone(reranker);
-    let raw = req.raw_scores.unwrap_or(false);
-    let texts = req.texts;
-    let query = req.query;
     let (scores, texts, tokens) = tokio::task::spawn_blocking(move || {
         let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
         let scores = if raw {
@@ -46,10 +50,23 @@ pub async fn rerank(State(state): State<Arc<AppState>>, body: Body) -> Result<Re
     .await
     .map_err(|e| ApiError::internal(format!("reranking failed: {e}")))??;
     state.metrics.embedding_tokens(tokens);
+    Ok((scores, texts, tokens))
+}
+
+/// Indices of `scores`, best first (ties: lower index first).
+fn ranking(scores: &[f32]) -> Vec<usize> {
     let mut order: Vec<usize> = (0..scores.len()).collect();
     order.sort_by(|&a, &b| scores[b].total_cmp(&scores[a]).then(a.cmp(&b)));
+    order
+}
+
+/// `POST /rerank` (text-embeddings-inference): `[{"index", "score", "text"?}]`, best first.
+pub async fn rerank(State(state): State<Arc<AppState>>, body: Body) -> Result<Response, ApiError> {
+    let req: TeiRerankRequest = read_json(body, state.options.max_body_bytes).await?;
+    let raw = req.raw_scores.unwrap_or(false);
+    let (scores, texts, _) = score(&state, None, req.query, req.texts, raw).await?;
     let with_text = req.return_text.unwrap_or(false);
-    let out: Vec<Value> = order
+    let out: Vec<Value> = ranking(&scores)
         .into_iter()
         .map(|i| {
             let mut v = json!({"index": i, "score": scores[i]});
@@ -60,6 +77,44 @@ pub async fn rerank(State(state): State<Arc<AppState>>, body: Body) -> Result<Re
         })
         .collect();
     Ok(axum::Json(out).into_response())
+}
+
+/// `POST /v1/rerank` (Cohere / Jina shape): `{"results": [{"index", "relevance_score",
+/// "document": {"text"}}], "usage"}`, best first, at most `top_n`.
+pub async fn rerank_v1(
+    State(state): State<Arc<AppState>>,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let req: RerankRequest = read_json(body, state.options.max_body_bytes).await?;
+    let texts: Vec<String> = req
+        .documents
+        .into_iter()
+        .map(|d| match d {
+            Document::Text(t) | Document::Object { text: t } => t,
+        })
+        .collect();
+    let (scores, texts, tokens) =
+        score(&state, req.model.as_deref(), req.query, texts, false).await?;
+    let with_docs = req.return_documents.unwrap_or(true);
+    let results: Vec<Value> = ranking(&scores)
+        .into_iter()
+        .take(req.top_n.unwrap_or(usize::MAX))
+        .map(|i| {
+            let mut v = json!({"index": i, "relevance_score": scores[i]});
+            if with_docs {
+                v["document"] = json!({"text": texts[i]});
+            }
+            v
+        })
+        .collect();
+    let name = state.rerank.as_ref().map(|r| r.name.clone());
+    Ok(axum::Json(json!({
+        "id": format!("rerank-{}", state.next_id()),
+        "model": name,
+        "results": results,
+        "usage": {"total_tokens": tokens},
+    }))
+    .into_response())
 }
 
 /// The tokenizer `/tokenize` uses: the embedding model's, else the reranker's, else the
