@@ -612,6 +612,32 @@ fn errors_auth_limits_and_metrics() {
             json!({"model": gen, "prompt": "hi", "max_tokens": 65}),
             "max_tokens",
         ),
+        // More sequences (prompts x n) than the server can hold at once: never satisfiable.
+        (
+            "/v1/completions",
+            json!({"model": gen, "prompt": vec!["hi"; 64], "n": 16, "max_tokens": 2}),
+            "n",
+        ),
+        (
+            "/v1/completions",
+            json!({"model": gen, "prompt": "hi", "n": 17}),
+            "n",
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"model": gen, "messages": [{"role": "user", "content": "hi"}], "top_logprobs": 21, "logprobs": true}),
+            "top_logprobs",
+        ),
+        (
+            "/v1/completions",
+            json!({"model": gen, "prompt": "hi", "stop": vec!["x"; 17]}),
+            "stop",
+        ),
+        (
+            "/v1/completions",
+            json!({"model": gen, "prompt": "hi", "top_p": 0}),
+            "top_p",
+        ),
     ];
     for (path, body, param) in cases {
         let e = server

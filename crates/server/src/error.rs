@@ -158,6 +158,10 @@ impl From<lattice_inference::Error> for ApiError {
     fn from(e: lattice_inference::Error) -> Self {
         match e {
             lattice_inference::Error::InvalidInput(m) => ApiError::invalid(m),
+            // The template rejected the conversation (e.g. `raise_exception` on a role order).
+            lattice_inference::Error::ChatTemplate(m) => {
+                ApiError::invalid_param("messages", format!("the chat template failed: {m}"))
+            }
             other => ApiError::internal(other.to_string()),
         }
     }

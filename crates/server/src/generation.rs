@@ -82,12 +82,22 @@ impl Generator {
     }
 
     /// Queues `requests` (the choices of one HTTP request; validated by the caller) and returns
-    /// the receiver of their events. Refuses with 429 when the queue is full.
+    /// the receiver of their events. Refuses with 429 when the queue is full, and with 400 a
+    /// request larger than the whole capacity.
     pub fn submit(
         &self,
         requests: Vec<GenerateRequest>,
     ) -> Result<UnboundedReceiver<GenEvent>, ApiError> {
         let n = requests.len();
+        if n > self.capacity {
+            return Err(ApiError::invalid_param(
+                "n",
+                format!(
+                    "the request asks for {n} sequences (prompts x n); this server runs at most {} at once",
+                    self.capacity
+                ),
+            ));
+        }
         let before = self.in_flight.fetch_add(n, Ordering::SeqCst);
         if before + n > self.capacity {
             self.in_flight.fetch_sub(n, Ordering::SeqCst);
