@@ -11,12 +11,18 @@
 //! cargo bench -p lattice-inference --bench kernels               # everything
 //! cargo bench -p lattice-inference --bench kernels -- --quick    # fewer shapes
 //! cargo bench -p lattice-inference --bench kernels -- --isa avx512 --threads 1
+//! cargo bench -p lattice-inference --bench kernels -- --bf16     # only bf16 against f32
 //! ```
+//!
+//! The bf16 group compares `bf16::gemm_bt_bf16` (`vdpbf16ps` where the CPU has AVX512_BF16)
+//! with the f32 `gemm_bt_packed` on the Qwen3.5-0.8B prefill shapes (512 tokens); its
+//! `%meas` is against twice the measured f32 peak, since `vdpbf16ps` does twice the flops of
+//! an FMA per instruction at the same rate.
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
-use lattice_inference::backend::cpu::{kernels_for, Isa, Kernels};
+use lattice_inference::backend::cpu::{bf16, kernels, kernels_for, Isa, Kernels};
 
 /// Nominal f32 peak of one core of the machine we were asked to target, GFLOP/s.
 const PEAK_PER_CORE: f64 = 270.0;
@@ -27,6 +33,7 @@ const MEASURED_PEAK_PER_CORE: f64 = 114.0;
 
 struct Args {
     quick: bool,
+    bf16_only: bool,
     isa: Option<String>,
     threads: Option<usize>,
 }
@@ -34,6 +41,7 @@ struct Args {
 fn parse_args() -> Args {
     let mut args = Args {
         quick: false,
+        bf16_only: false,
         isa: None,
         threads: None,
     };
@@ -41,6 +49,7 @@ fn parse_args() -> Args {
     while let Some(a) = it.next() {
         match a.as_str() {
             "--quick" => args.quick = true,
+            "--bf16" => args.bf16_only = true,
             "--isa" => args.isa = it.next(),
             "--threads" => args.threads = it.next().and_then(|t| t.parse().ok()),
             _ => {} // `cargo bench` passes `--bench`; ignore what we do not know.
@@ -296,8 +305,68 @@ fn bench_elementwise(kt: &Kernels, quick: bool) {
     report("cosine 1024-d", n, t);
 }
 
+/// bf16 against f32 (both with weights packed at load) on the Qwen3.5-0.8B prefill shapes.
+fn bench_bf16(threads: usize, quick: bool) {
+    let budget = Duration::from_millis(if quick { 300 } else { 1000 });
+    let m = 512;
+    let shapes = [(1024, 1024), (3584, 1024), (1024, 3584), (6144, 1024)];
+    let native = if bf16::native_supported() {
+        "avx512bf16"
+    } else {
+        "portable"
+    };
+    for (n, k) in shapes {
+        let x = data(m * k, 1);
+        let w = data(n * k, 2);
+        let mut y = vec![0.0f32; m * n];
+        let flops = 2.0 * (m * n * k) as f64;
+        let wb = bf16::Bf16Weights::from_f32(n, k, &w).expect("n·k weights");
+        let (med_b, best_b) = time_runs(budget, || {
+            bf16::gemm_bt_bf16(m, n, k, &x, &wb, &mut y, n, false).expect("shapes");
+            black_box(&mut y);
+        });
+        let kt = kernels();
+        let wf = kt.pack_weights(n, k, &w, k);
+        let (med_f, best_f) = time_runs(budget, || {
+            kt.gemm_bt_packed(m, &x, k, &wf, &mut y, n, false, None, false);
+            black_box(&mut y);
+        });
+        for (name, med, best, peak) in [
+            (native, med_b, best_b, 2.0 * MEASURED_PEAK_PER_CORE),
+            (kt.isa().name(), med_f, best_f, MEASURED_PEAK_PER_CORE),
+        ] {
+            let gflops = flops / med.as_secs_f64() / 1e9;
+            println!(
+                "{:<10} {:>2} {:>5} {:>5} {:>5} {:>10.1} {:>8.1} {:>8.1} {:>6.1}%",
+                name,
+                threads,
+                m,
+                n,
+                k,
+                med.as_secs_f64() * 1e6,
+                gflops,
+                flops / best.as_secs_f64() / 1e9,
+                100.0 * gflops / (peak * threads as f64),
+            );
+        }
+    }
+}
+
 fn main() {
     let args = parse_args();
+    if args.bf16_only {
+        let thread_counts = args.threads.map_or(vec![1, 2], |t| vec![t]);
+        println!("bf16 vs f32 (packed weights), prefill shapes of Qwen3.5-0.8B");
+        println!("kernel    thr     m     n     k  median µs  GFLOP/s   (best)  %meas");
+        for threads in thread_counts {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .expect("building a rayon pool only fails if threads cannot be spawned");
+            pool.install(|| bench_bf16(threads, args.quick));
+        }
+        return;
+    }
     let tables: Vec<&Kernels> = Isa::ALL
         .into_iter()
         .filter_map(kernels_for)
@@ -334,5 +403,16 @@ fn main() {
             .build()
             .expect("building a rayon pool only fails if threads cannot be spawned");
         pool.install(|| bench_elementwise(kt, args.quick));
+    }
+    println!();
+    println!(
+        "kernel    thr     m     n     k  median µs  GFLOP/s   (best)  %meas (bf16: of 2× f32)"
+    );
+    for &threads in &thread_counts {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .expect("building a rayon pool only fails if threads cannot be spawned");
+        pool.install(|| bench_bf16(threads, args.quick));
     }
 }

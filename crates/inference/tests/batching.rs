@@ -6,9 +6,7 @@
 mod common;
 
 use common::{fixture, read_json, u32s};
-use lattice_inference::engine::{
-    generate, BatchEngine, FinishReason, GenerateRequest, TextModel,
-};
+use lattice_inference::engine::{generate, BatchEngine, FinishReason, GenerateRequest, TextModel};
 use lattice_inference::model::source::WeightMode;
 use lattice_inference::sample::SamplingParams;
 
@@ -121,7 +119,11 @@ fn updates_stream_the_text_and_cancel_drops_a_request() {
     assert_eq!(engine.running(), 0);
     assert_eq!(engine.waiting(), 0);
     done.sort_by_key(|(id, _)| *id);
-    assert_eq!(done.len(), 3, "the cancelled request is not returned by step");
+    assert_eq!(
+        done.len(),
+        3,
+        "the cancelled request is not returned by step"
+    );
     for (id, g) in &done {
         let k = ids.iter().position(|i| i == id).unwrap();
         assert_eq!(streamed[k], g.text, "streamed text equals the result");

@@ -58,14 +58,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let gen_ids: Vec<u32> = (0..args.gen_tokens.max(1)).map(|_| next_id()).collect();
 
     let pp = |ids: &[u32]| -> anyhow::Result<f64> {
-        let mut cache = decoder.new_cache(ids.len());
+        let mut cache = model.new_cache(ids.len());
         let t = Instant::now();
         decoder.forward(ids, &[ids.len()], &mut [&mut cache], Outputs::LastLogits)?;
         Ok(t.elapsed().as_secs_f64())
     };
     let context: Vec<u32> = (0..args.context).map(|_| next_id()).collect();
     let tg = |ids: &[u32]| -> anyhow::Result<f64> {
-        let mut cache = decoder.new_cache(context.len() + ids.len());
+        let mut cache = model.new_cache(context.len() + ids.len());
         for chunk in context.chunks(512) {
             decoder.forward(
                 chunk,

@@ -10,6 +10,7 @@ use lattice_inference::chat::{ChatMessage, RenderOptions};
 use lattice_inference::engine::{generate, GenerateRequest, Generation, TextModel};
 use lattice_inference::model::source::WeightMode;
 use lattice_inference::sample::SamplingParams;
+use lattice_inference::state::KvDtype;
 
 /// Sampling flags shared by `generate` and `chat`.
 #[derive(clap::Args, Clone, Debug)]
@@ -68,8 +69,17 @@ pub struct ModelArgs {
     pub f32: bool,
     /// Quantize the matrices of a safetensors model to Q8_0 at load (about 3.8x fewer bytes
     /// per token than f32).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "bf16")]
     pub q8: bool,
+    /// Keep the matrices of a safetensors model in bf16 and multiply in bf16 with f32 sums
+    /// (half the bytes of f32, about twice the prompt speed with AVX512-BF16; not bit-equal
+    /// to the f32 reference).
+    #[arg(long, conflicts_with = "f32")]
+    pub bf16: bool,
+    /// Store the KV cache in f16 (half the cache memory and bytes read per decode step; keys
+    /// and values rounded to f16, so not bit-equal to the f32 reference).
+    #[arg(long)]
+    pub kv_f16: bool,
     /// Worker threads (default: all cores).
     #[arg(long)]
     pub threads: Option<usize>,
@@ -88,13 +98,18 @@ impl ModelArgs {
             WeightMode::F32
         } else if self.q8 {
             WeightMode::Q8
+        } else if self.bf16 {
+            WeightMode::Bf16
         } else {
             WeightMode::Quantized
         };
         let path = super::resolve_model(&self.model)?;
         let t0 = std::time::Instant::now();
-        let model = TextModel::load(&path, mode)
+        let mut model = TextModel::load(&path, mode)
             .with_context(|| format!("cannot load model `{}`", self.model.display()))?;
+        if self.kv_f16 {
+            model.kv_dtype = KvDtype::F16;
+        }
         let c = &model.decoder.info().config;
         eprintln!(
             "loaded {} ({} layers, hidden {}, vocab {}, {} weights) in {:.2} s",

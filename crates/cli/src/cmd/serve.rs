@@ -48,8 +48,14 @@ pub struct Args {
     #[arg(long, default_value_t = 16_384)]
     max_batch_tokens: usize,
     /// Quantize a safetensors generation model's matrices to Q8_0 at load.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "bf16")]
     q8: bool,
+    /// Keep a safetensors generation model's matrices in bf16 (bf16 products, f32 sums).
+    #[arg(long)]
+    bf16: bool,
+    /// Store the KV caches in f16 (half the memory per sequence).
+    #[arg(long)]
+    kv_f16: bool,
     /// Worker threads for the forward passes (default: all cores).
     #[arg(long)]
     threads: Option<usize>,
@@ -80,6 +86,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             model: model.clone(),
             f32: false,
             q8: args.q8,
+            bf16: args.bf16,
+            kv_f16: args.kv_f16,
             threads: args.threads,
         };
         let text_model = loader.load()?;

@@ -4,10 +4,16 @@
 //!
 //! Query rows are processed in blocks, and each block only multiplies against the keys it may
 //! see, so a prompt of `n` tokens costs about `n² / 2` dot products rather than `n²`.
+//!
+//! One new token (decode) takes a fused path instead: per key/value head, the kernel
+//! `backend::cpu::attn` scores all the query heads of the group while each key row is in L1,
+//! so every cached row is read from memory once per step, and it reads f16 caches directly.
 
 use rayon::prelude::*;
 
 use crate::backend::cpu;
+use crate::backend::cpu::attn::{self, DecodeGroup, KvRows};
+use crate::state::{KvDtype, SeqState};
 use crate::{Error, Result};
 
 /// Query rows per block: bounds the score buffer and the work wasted above the diagonal.
@@ -29,22 +35,39 @@ pub struct CausalShape {
     pub sliding_window: Option<usize>,
 }
 
-/// Attention of `n` new tokens, at positions `past..past + n`, over all `past + n` cached tokens.
+/// [`causal_attention`] over the cache of attention layer `layer` of `state` (which already
+/// holds the new tokens' rows), whatever its [`KvDtype`].
 ///
-/// `q` f32 [n, n_heads * head_dim]; `keys`/`values` f32 [past + n, n_kv_heads * head_dim] (the
-/// new tokens' rows last); scores are scaled by `scale`. Returns f32 [n, n_heads * head_dim].
-pub fn causal_attention(
+/// One new token reads the cache in place; several, in an f16 state, attend over an f32 copy
+/// of the visible rows (prompt processing is compute bound, the copy is small beside it).
+pub fn cached_attention(
     q: &[f32],
-    keys: &[f32],
-    values: &[f32],
+    state: &SeqState,
+    layer: usize,
     shape: &CausalShape,
     scale: f32,
 ) -> Result<Vec<f32>> {
+    let (keys, values) = (state.keys(layer), state.values(layer));
+    if q.len() == shape.n_heads * shape.head_dim {
+        return decode_attention(q, keys, values, shape, scale);
+    }
+    match (keys, values) {
+        (KvRows::F32(k), KvRows::F32(v)) => causal_attention(q, k, v, shape, scale),
+        _ => {
+            debug_assert_eq!(state.kv_dtype(), KvDtype::F16);
+            let (k, v) = (keys.to_f32(0..keys.len()), values.to_f32(0..values.len()));
+            causal_attention(q, &k, &v, shape, scale)
+        }
+    }
+}
+
+/// Checks the layout and returns `(queries, cached rows)`.
+fn check(q: usize, keys: usize, values: usize, shape: &CausalShape) -> Result<(usize, usize)> {
     let CausalShape {
         n_heads,
         n_kv_heads,
         head_dim: hd,
-        sliding_window,
+        ..
     } = *shape;
     let q_dim = n_heads * hd;
     let kv_dim = n_kv_heads * hd;
@@ -59,81 +82,148 @@ pub fn causal_attention(
             "{n_heads} query heads cannot share {n_kv_heads} key/value heads of {hd} features"
         ));
     }
-    if !q.len().is_multiple_of(q_dim)
-        || !keys.len().is_multiple_of(kv_dim)
-        || keys.len() != values.len()
-    {
+    if !q.is_multiple_of(q_dim) || !keys.is_multiple_of(kv_dim) || keys != values {
         return bad(format!(
-            "q has {} values (rows of {q_dim}), keys {} and values {} (rows of {kv_dim})",
-            q.len(),
-            keys.len(),
-            values.len()
+            "q has {q} values (rows of {q_dim}), keys {keys} and values {values} (rows of {kv_dim})"
         ));
     }
-    let n = q.len() / q_dim;
-    let total = keys.len() / kv_dim;
+    let n = q / q_dim;
+    let total = keys / kv_dim;
     if n > total {
         return bad(format!("{n} queries but only {total} cached keys"));
     }
+    Ok((n, total))
+}
+
+/// Attention of one new token (the last cached row) over the visible cached rows, `q` f32
+/// [n_heads * head_dim]. See [`decode_attention_batch`].
+pub fn decode_attention(
+    q: &[f32],
+    keys: KvRows<'_>,
+    values: KvRows<'_>,
+    shape: &CausalShape,
+    scale: f32,
+) -> Result<Vec<f32>> {
+    decode_attention_batch(q, &[(keys, values)], shape, scale)
+}
+
+/// [`decode_attention_batch`] over attention layer `layer` of each state (which already holds
+/// its sequence's new row), whatever their [`KvDtype`]s.
+pub fn cached_decode_batch(
+    q: &[f32],
+    states: &[&SeqState],
+    layer: usize,
+    shape: &CausalShape,
+    scale: f32,
+) -> Result<Vec<f32>> {
+    let caches: Vec<_> = states
+        .iter()
+        .map(|s| (s.keys(layer), s.values(layer)))
+        .collect();
+    decode_attention_batch(q, &caches, shape, scale)
+}
+
+/// Attention of one new token per sequence: `q` f32 [n_seqs, n_heads * head_dim], row `i`
+/// against the cached `(keys, values)` of sequence `i` (its new token's row last; f32 or f16).
+/// Returns f32 [n_seqs, n_heads * head_dim].
+///
+/// One task per (sequence, key/value head), run on the pool when the work is large; each task
+/// reads its head's cached rows once for all the query heads of its group.
+pub fn decode_attention_batch(
+    q: &[f32],
+    caches: &[(KvRows<'_>, KvRows<'_>)],
+    shape: &CausalShape,
+    scale: f32,
+) -> Result<Vec<f32>> {
+    let CausalShape {
+        n_heads,
+        n_kv_heads,
+        head_dim: hd,
+        sliding_window,
+    } = *shape;
+    let q_dim = n_heads * hd;
+    if q.len() != caches.len() * q_dim {
+        return Err(Error::Shape {
+            op: "decode attention",
+            reason: format!(
+                "q has {} values for {} sequences of {q_dim}",
+                q.len(),
+                caches.len()
+            ),
+        });
+    }
+    let mut visible = Vec::with_capacity(caches.len());
+    let window = sliding_window.unwrap_or(usize::MAX).max(1);
+    for (k, v) in caches {
+        let (_, total) = check(q_dim, k.len(), v.len(), shape)?;
+        if std::mem::discriminant(k) != std::mem::discriminant(v) {
+            return Err(Error::Shape {
+                op: "decode attention",
+                reason: "keys and values are stored in different types".into(),
+            });
+        }
+        let k0 = total.saturating_sub(window);
+        visible.push((k0, total - k0));
+    }
+    let kv_dim = n_kv_heads * hd;
+    let group = n_heads / n_kv_heads;
+    let mut out = vec![0.0f32; q.len()];
+    let task = |(t, o): (usize, &mut [f32])| {
+        let (i, g) = (t / n_kv_heads, t % n_kv_heads);
+        let (k0, len) = visible[i];
+        let dg = DecodeGroup {
+            g: group,
+            hd,
+            len,
+            ld: kv_dim,
+            scale,
+        };
+        let qg = &q[t * group * hd..(t + 1) * group * hd];
+        let off = k0 * kv_dim + g * hd;
+        let (k, v) = caches[i];
+        attn::decode_group(&dg, qg, k.skip(off), v.skip(off), &mut Vec::new(), o);
+    };
+    // Short contexts: one task (spreading a few microseconds of work costs more than it saves).
+    let work: usize = visible.iter().map(|&(_, len)| len * q_dim).sum();
+    if work < SERIAL_WORK {
+        out.chunks_exact_mut(group * hd).enumerate().for_each(task);
+    } else {
+        out.par_chunks_exact_mut(group * hd)
+            .enumerate()
+            .for_each(task);
+    }
+    Ok(out)
+}
+
+/// Attention of `n` new tokens, at positions `past..past + n`, over all `past + n` cached tokens.
+///
+/// `q` f32 [n, n_heads * head_dim]; `keys`/`values` f32 [past + n, n_kv_heads * head_dim] (the
+/// new tokens' rows last); scores are scaled by `scale`. Returns f32 [n, n_heads * head_dim].
+pub fn causal_attention(
+    q: &[f32],
+    keys: &[f32],
+    values: &[f32],
+    shape: &CausalShape,
+    scale: f32,
+) -> Result<Vec<f32>> {
+    let (n, total) = check(q.len(), keys.len(), values.len(), shape)?;
+    if n == 1 {
+        return decode_attention(q, KvRows::F32(keys), KvRows::F32(values), shape, scale);
+    }
+    let CausalShape {
+        n_heads,
+        n_kv_heads,
+        head_dim: hd,
+        sliding_window,
+    } = *shape;
+    let q_dim = n_heads * hd;
+    let kv_dim = n_kv_heads * hd;
     let past = total - n;
     let group = n_heads / n_kv_heads;
     let window = sliding_window.unwrap_or(usize::MAX).max(1);
     // Keys visible to the query at position p: lo(p)..=p.
     let lo = |p: usize| (p + 1).saturating_sub(window);
     let mut out = vec![0.0f32; n * q_dim];
-
-    if n == 1 {
-        // One token: the query heads of a group are contiguous rows sharing the same keys.
-        let p = past;
-        let (k0, len) = (lo(p), p + 1 - lo(p));
-        // Short contexts: one task (spreading a few microseconds of work costs more than it saves).
-        let min_len = if len * q_dim < SERIAL_WORK {
-            n_kv_heads
-        } else {
-            1
-        };
-        let results: Vec<Vec<f32>> = (0..n_kv_heads)
-            .into_par_iter()
-            .with_min_len(min_len)
-            .map(|g| {
-                let mut s = vec![0.0f32; group * len];
-                cpu::gemm_bt(
-                    group,
-                    len,
-                    hd,
-                    &q[g * group * hd..],
-                    hd,
-                    &keys[k0 * kv_dim + g * hd..],
-                    kv_dim,
-                    &mut s,
-                    len,
-                    false,
-                );
-                for row in s.chunks_exact_mut(len) {
-                    cpu::scale(row, scale);
-                    cpu::softmax(row);
-                }
-                let mut o = vec![0.0f32; group * hd];
-                cpu::gemm_nn(
-                    group,
-                    hd,
-                    len,
-                    &s,
-                    len,
-                    &values[k0 * kv_dim + g * hd..],
-                    kv_dim,
-                    &mut o,
-                    hd,
-                    false,
-                );
-                o
-            })
-            .collect();
-        for (g, o) in results.iter().enumerate() {
-            out[g * group * hd..(g + 1) * group * hd].copy_from_slice(o);
-        }
-        return Ok(out);
-    }
 
     let min_len = if n * total * q_dim < SERIAL_WORK {
         n_heads

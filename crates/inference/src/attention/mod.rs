@@ -10,7 +10,10 @@
 mod causal;
 pub mod gdn;
 
-pub use causal::{causal_attention, CausalShape};
+pub use causal::{
+    cached_attention, cached_decode_batch, causal_attention, decode_attention,
+    decode_attention_batch, CausalShape,
+};
 
 use rayon::prelude::*;
 

@@ -142,7 +142,7 @@ impl<'m> BatchEngine<'m> {
                 break;
             };
             let max_len = req.prompt_ids.len().saturating_add(req.max_tokens.max(1));
-            let state = self.model.decoder.new_cache(max_len);
+            let state = self.model.new_cache(max_len);
             let seq = Sequence::new(self.model, req, 0);
             self.running.push(Slot {
                 id,

@@ -113,7 +113,7 @@ impl Session {
     /// An empty session for `model`, holding up to `max_len` tokens (capped at its context).
     pub fn new(model: &TextModel, max_len: usize) -> Self {
         Self {
-            cache: model.decoder.new_cache(max_len),
+            cache: model.new_cache(max_len),
             ids: Vec::new(),
             checkpoint: None,
         }

@@ -8,6 +8,7 @@ use crate::chat::{ChatMessage, ChatTemplate, RenderOptions};
 use crate::model::decoder::{load_decoder_from, Decoder};
 use crate::model::source::TensorSource;
 use crate::model::source::WeightMode;
+use crate::state::{KvDtype, SeqState};
 use crate::tokenizer::Tokenizer;
 use crate::{Error, Result};
 
@@ -24,6 +25,8 @@ pub struct TextModel {
     /// A token to put before every prompt (GGUF files whose `tokenizer.ggml.add_bos_token` is
     /// set); tokenizer.json files add their own through their post-processor.
     pub bos_prefix: Option<u32>,
+    /// How the KV caches of new sequences store keys and values (f32 by default).
+    pub kv_dtype: KvDtype,
 }
 
 impl std::fmt::Debug for TextModel {
@@ -133,7 +136,13 @@ impl TextModel {
             chat_template,
             stop_token_ids,
             bos_prefix,
+            kv_dtype: KvDtype::F32,
         })
+    }
+
+    /// An empty state for a new sequence of at most `max_len` tokens, with [`Self::kv_dtype`].
+    pub fn new_cache(&self, max_len: usize) -> SeqState {
+        self.decoder.new_cache(max_len).with_kv_dtype(self.kv_dtype)
     }
 
     /// Token ids of a raw prompt, with the model's special tokens (BOS) when `add_special`.

@@ -239,9 +239,10 @@ impl DecoderConfig {
             "llama" => DecoderArch::Llama,
             "qwen2" => DecoderArch::Qwen2,
             "qwen3" => DecoderArch::Qwen3,
+            "qwen35" => DecoderArch::Qwen35,
             other => {
                 return Err(Error::UnsupportedModel(format!(
-                "{}: GGUF architecture `{other}` is not a supported decoder (llama, qwen2, qwen3)",
+                "{}: GGUF architecture `{other}` is not a supported decoder (llama, qwen2, qwen3, qwen35)",
                 path.display()
             )))
             }
@@ -298,7 +299,10 @@ impl DecoderConfig {
             vocab_size,
             hidden_size,
             intermediate_size: need("feed_forward_length")?,
-            n_layers: need("block_count")?,
+            // `block_count` includes the multi-token-prediction layers llama.cpp's converter may
+            // append (Qwen3.5); the decoder runs the others.
+            n_layers: need("block_count")?
+                .saturating_sub(get("nextn_predict_layers").unwrap_or(0) as usize),
             n_heads,
             n_kv_heads,
             head_dim,
@@ -313,7 +317,7 @@ impl DecoderConfig {
             qkv_bias: false,            // decided by the presence of the bias tensors
             o_bias: false,
             mlp_bias: false,
-            qk_norm: arch == DecoderArch::Qwen3,
+            qk_norm: matches!(arch, DecoderArch::Qwen3 | DecoderArch::Qwen35),
             sliding_window: None,
             bos_token_id: id("tokenizer.ggml.bos_token_id"),
             eos_token_ids: id("tokenizer.ggml.eos_token_id").into_iter().collect(),
@@ -559,9 +563,10 @@ pub fn load_decoder(path: &Path, mode: WeightMode) -> Result<Box<dyn Decoder>> {
 /// e.g. for the tokenizer).
 pub fn load_decoder_from(source: &TensorSource, mode: WeightMode) -> Result<Box<dyn Decoder>> {
     let config = source.decoder_config()?;
-    // Safetensors weights are f32 unless Q8 was asked; GGUF files keep their own types.
+    // Safetensors weights are f32 unless Q8 or bf16 was asked; GGUF files keep their own types.
     let mode = match (source, mode) {
         (TensorSource::Safetensors { .. }, WeightMode::Q8) => WeightMode::Q8,
+        (TensorSource::Safetensors { .. }, WeightMode::Bf16) => WeightMode::Bf16,
         (TensorSource::Safetensors { .. }, _) => WeightMode::F32,
         (TensorSource::Gguf(_), WeightMode::F32) => WeightMode::F32,
         (TensorSource::Gguf(_), _) => WeightMode::Quantized,

@@ -6,7 +6,7 @@
 //! Written as calls to `ops` and `attention`; the weights come from a [`TensorSource`] by their
 //! transformers names, so safetensors checkpoints and GGUF files load through the same code.
 
-use crate::attention::{causal_attention, CausalShape};
+use crate::attention::{cached_attention, cached_decode_batch, CausalShape};
 use crate::ops::{silu_mul, Linear, RmsNorm, Rope};
 use crate::state::SeqState;
 use crate::Result;
@@ -198,6 +198,16 @@ impl LlamaModel {
             sliding_window: cfg.sliding_window,
         };
         let scale = 1.0 / (cfg.head_dim as f32).sqrt();
+        if lens.iter().all(|&l| l == 1) {
+            // Decode: one token per sequence, every (sequence, key/value head) in one batch.
+            for (i, cache) in caches.iter_mut().enumerate() {
+                let rows = i * kv_dim..(i + 1) * kv_dim;
+                cache.append(layer, &k[rows.clone()], &v[rows]);
+            }
+            let states: Vec<&SeqState> = caches.iter().map(|c| &**c).collect();
+            let ctx = cached_decode_batch(&q, &states, layer, &shape, scale)?;
+            return Ok(self.mlp(b, b.o_proj.forward_residual(&ctx, &x)));
+        }
         let mut ctx = Vec::with_capacity(n * q_dim);
         let mut row0 = 0;
         for (&len, cache) in lens.iter().zip(caches.iter_mut()) {
@@ -207,21 +217,24 @@ impl LlamaModel {
                 &k[rows.start * kv_dim..rows.end * kv_dim],
                 &v[rows.start * kv_dim..rows.end * kv_dim],
             );
-            ctx.extend(causal_attention(
+            ctx.extend(cached_attention(
                 &q[rows.start * q_dim..rows.end * q_dim],
-                cache.keys(layer),
-                cache.values(layer),
+                cache,
+                layer,
                 &shape,
                 scale,
             )?);
             row0 += len;
         }
-        let x = b.o_proj.forward_residual(&ctx, &x);
+        Ok(self.mlp(b, b.o_proj.forward_residual(&ctx, &x)))
+    }
 
+    /// The feed-forward half of a block, with its residual.
+    fn mlp(&self, b: &Block, x: Vec<f32>) -> Vec<f32> {
         let mut hn = x.clone();
         b.mlp_norm.forward_inplace(&mut hn);
-        let act = silu_mul(&b.gate_up.forward(&hn), cfg.intermediate_size);
-        Ok(b.down.forward_residual(&act, &x))
+        let act = silu_mul(&b.gate_up.forward(&hn), self.config().intermediate_size);
+        b.down.forward_residual(&act, &x)
     }
 }
 

@@ -8,11 +8,16 @@
 //! split Q, K, V; L2-normalized Q, K; `β = σ(b)`, `g = −exp(A_log) · softplus(a + dt_bias)`;
 //! the gated delta rule per value head ([`crate::attention::gdn`]: chunked for prompts,
 //! token by token for decoding); a gated RMSNorm `w ⊙ norm(o) ⊙ silu(z)`; `out_proj`.
+//!
+//! Also loads llama.cpp's GGUF files (arch `qwen35`): hybrid settings from `qwen35.ssm.*` and
+//! `qwen35.attention.recurrent_layers`; the converter stores `1 + w` norms, `ssm_a = −exp(A_log)`,
+//! a 2-D conv kernel, and (when value heads outnumber key heads) the value heads in tiled order.
 
 use rayon::prelude::*;
 
 use crate::attention::gdn::{delta_rule_chunked, delta_rule_sequential, HeadInputs};
-use crate::attention::{causal_attention, CausalShape};
+use crate::attention::{cached_attention, CausalShape};
+use crate::io::gguf::{GgufArray, GgufFile};
 use crate::io::store::Weight;
 use crate::ops::{
     causal_conv1d, l2_normalize_rows, silu, silu_mul, softplus, Linear, RmsNorm, Rope,
@@ -41,9 +46,20 @@ pub struct GdnConfig {
     pub v_dim: usize,
     /// Convolution kernel size.
     pub conv_kernel: usize,
+    /// Value heads in llama.cpp's tiled order (head `h` reads key head `h % n_k_heads`) instead
+    /// of transformers' grouping by key head (`h / (n_v_heads / n_k_heads)`).
+    pub v_tiled: bool,
 }
 
 impl GdnConfig {
+    /// The key head value head `h` reads.
+    fn key_head(&self, h: usize) -> usize {
+        if self.v_tiled {
+            h % self.n_k_heads
+        } else {
+            h / (self.n_v_heads / self.n_k_heads)
+        }
+    }
     fn key_dim(&self) -> usize {
         self.n_k_heads * self.k_dim
     }
@@ -75,6 +91,7 @@ fn read_hybrid(
         k_dim: num("linear_key_head_dim", Some(128))?,
         v_dim: num("linear_value_head_dim", Some(128))?,
         conv_kernel: num("linear_conv_kernel_dim", Some(4))?,
+        v_tiled: false,
     };
     if gdn.n_k_heads == 0
         || !gdn.n_v_heads.is_multiple_of(gdn.n_k_heads)
@@ -112,6 +129,55 @@ fn read_hybrid(
             full.len()
         ));
     }
+    Ok((gdn, full))
+}
+
+/// [`read_hybrid`] for GGUF metadata (`{arch}.ssm.*`, `{arch}.attention.recurrent_layers` or
+/// `{arch}.full_attention_interval`), every GDN key required.
+fn read_hybrid_gguf(
+    f: &GgufFile,
+    n_layers: usize,
+) -> std::result::Result<(GdnConfig, Vec<bool>), String> {
+    let arch = f
+        .metadata("general.architecture")
+        .and_then(|v| v.as_str())
+        .unwrap_or("qwen35");
+    let num = |k: &str| -> std::result::Result<u64, String> {
+        f.metadata(&format!("{arch}.{k}"))
+            .and_then(|v| v.as_u64())
+            .ok_or_else(|| format!("missing `{arch}.{k}`"))
+    };
+    let n_v = num("ssm.time_step_rank")?;
+    let mut t = serde_json::json!({
+        "linear_num_key_heads": num("ssm.group_count")?,
+        "linear_num_value_heads": n_v,
+        "linear_key_head_dim": num("ssm.state_size")?,
+        "linear_value_head_dim": num("ssm.inner_size")?.checked_div(n_v).unwrap_or(0),
+        "linear_conv_kernel_dim": num("ssm.conv_kernel")?,
+    });
+    match f.metadata(&format!("{arch}.attention.recurrent_layers")) {
+        // Converted files may list trailing multi-token-prediction layers too.
+        Some(v) => match v.as_array() {
+            Some(GgufArray::Bool(r)) if r.len() >= n_layers => {
+                let kinds = r[..n_layers].iter().map(|&rec| {
+                    if rec {
+                        "linear_attention"
+                    } else {
+                        "full_attention"
+                    }
+                });
+                t["layer_types"] = kinds.collect::<Vec<_>>().into();
+            }
+            _ => {
+                return Err(format!(
+                    "`{arch}.attention.recurrent_layers` must list {n_layers} booleans"
+                ))
+            }
+        },
+        None => t["full_attention_interval"] = num("full_attention_interval")?.into(),
+    }
+    let (mut gdn, full) = read_hybrid(&t, n_layers)?;
+    gdn.v_tiled = true;
     Ok((gdn, full))
 }
 
@@ -162,24 +228,33 @@ pub struct Qwen35Model {
     rope: Rope,
 }
 
-/// A zero-centred RMSNorm: stores `1 + w`.
+/// A zero-centred RMSNorm: stores `1 + w` (GGUF files hold `1 + w` already).
 fn offset_norm(src: &TensorSource, prefix: &str, dim: usize, eps: f32) -> Result<RmsNorm> {
     let w = src.f32(prefix, "weight", &[dim])?;
-    let shifted: Vec<f32> = w.as_slice().iter().map(|x| 1.0 + x).collect();
+    let one = if matches!(src, TensorSource::Gguf(_)) {
+        0.0
+    } else {
+        1.0
+    };
+    let shifted: Vec<f32> = w.as_slice().iter().map(|x| one + x).collect();
     Ok(RmsNorm::new(Weight::from_vec(shifted, vec![dim]), eps))
 }
 
 impl Qwen35Model {
-    /// Loads the text model described by `cfg` (and config.json's hybrid settings) from `src`.
+    /// Loads the text model described by `cfg` (and the hybrid settings of config.json or of
+    /// the GGUF metadata) from `src`.
     pub fn load(cfg: DecoderConfig, src: &TensorSource, mode: WeightMode) -> Result<Self> {
-        let json = src.hf_config().ok_or_else(|| {
-            Error::UnsupportedModel("Qwen3.5 loads from a transformers folder (no GGUF yet)".into())
-        })?;
-        let (gdn, full) =
-            read_hybrid(json, cfg.n_layers).map_err(|reason| Error::InvalidConfig {
-                path: "config.json".into(),
-                reason,
-            })?;
+        let (gdn, full) = match src {
+            TensorSource::Gguf(g) => read_hybrid_gguf(g.header(), cfg.n_layers)
+                .map_err(|reason| (g.header().path().to_path_buf(), reason)),
+            TensorSource::Safetensors {
+                config,
+                config_path,
+                ..
+            } => read_hybrid(config, cfg.n_layers).map_err(|reason| (config_path.clone(), reason)),
+        }
+        .map_err(|(path, reason)| Error::InvalidConfig { path, reason })?;
+        let gguf = matches!(src, TensorSource::Gguf(_));
         let (h, hd, eps) = (cfg.hidden_size, cfg.head_dim, cfg.rms_norm_eps);
         let (q_dim, kv_dim, inter) = (cfg.q_dim(), cfg.kv_dim(), cfg.intermediate_size);
         let embed = src.embedding("model.embed_tokens", cfg.vocab_size, h, mode)?;
@@ -214,15 +289,22 @@ impl Qwen35Model {
                 let names = ["in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a"]
                     .map(|n| format!("{a}.{n}"));
                 let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+                let conv_shape = if gguf {
+                    vec![conv_dim, gdn.conv_kernel]
+                } else {
+                    vec![conv_dim, 1, gdn.conv_kernel]
+                };
                 let conv = src
-                    .f32(
-                        &format!("{a}.conv1d"),
-                        "weight",
-                        &[conv_dim, 1, gdn.conv_kernel],
-                    )?
+                    .f32(&format!("{a}.conv1d"), "weight", &conv_shape)?
                     .as_slice()
                     .to_vec();
+                // GGUF's `ssm_a` holds −exp(A_log).
                 let a_log = src.f32(&a, "A_log", &[gdn.n_v_heads])?;
+                let a_log_exp = a_log
+                    .as_slice()
+                    .iter()
+                    .map(|&x| if gguf { -x } else { x.exp() })
+                    .collect();
                 Mixer::Linear(Gdn {
                     in_proj: src.linear(
                         &refs,
@@ -233,7 +315,7 @@ impl Qwen35Model {
                         &[],
                     )?,
                     conv,
-                    a_log_exp: a_log.as_slice().iter().map(|x| x.exp()).collect(),
+                    a_log_exp,
                     dt_bias: src
                         .f32(&a, "dt_bias", &[gdn.n_v_heads])?
                         .as_slice()
@@ -357,7 +439,6 @@ impl Qwen35Model {
         }
 
         // The delta rule per value head, heads in parallel.
-        let rep = nv / c.n_k_heads;
         let gather = |src: &[f32], d: usize, heads: usize, hh: usize| -> Vec<f32> {
             src.chunks_exact(heads * d)
                 .flat_map(|row| &row[hh * d..(hh + 1) * d])
@@ -368,7 +449,7 @@ impl Qwen35Model {
             .into_par_iter()
             .with_min_len(if n * dk * dv < 1 << 14 { nv } else { 1 })
             .map(|hh| {
-                let kh = hh / rep;
+                let kh = c.key_head(hh);
                 let (qh, khd, vh) = (
                     gather(&q, dk, c.n_k_heads, kh),
                     gather(&k, dk, c.n_k_heads, kh),
@@ -455,13 +536,7 @@ impl Qwen35Model {
             head_dim: hd,
             sliding_window: None,
         };
-        let mut ctx = causal_attention(
-            &q,
-            state.keys(layer),
-            state.values(layer),
-            &shape,
-            1.0 / (hd as f32).sqrt(),
-        )?;
+        let mut ctx = cached_attention(&q, state, layer, &shape, 1.0 / (hd as f32).sqrt())?;
         for (c, &gt) in ctx.iter_mut().zip(&gate) {
             *c *= 1.0 / (1.0 + (-gt).exp());
         }

@@ -5,7 +5,9 @@
 //! are fused into the kernel's epilogue while each output tile is still in cache. Quantized
 //! weights ([`QuantMatrix`], from GGUF) multiply with their blocks directly; a layer may stack
 //! several of them along the output dimension (e.g. Q, K and V of different block types).
+//! bf16 weights ([`Bf16Weights`], opt-in) multiply with bf16-rounded activations and f32 sums.
 
+use crate::backend::cpu::bf16::{gemm_bt_bf16, Bf16Weights};
 use crate::backend::cpu::{self, PackedWeights};
 use crate::io::store::{Scope, Weight};
 use crate::quant::QuantMatrix;
@@ -18,6 +20,8 @@ enum LinearWeight {
     Packed(PackedWeights),
     /// Quantized blocks, stacked along the output dimension.
     Quant(Vec<QuantMatrix>),
+    /// bf16, packed in k-pairs for the bf16 dot-product kernel.
+    Bf16(Bf16Weights),
 }
 
 /// A dense layer.
@@ -82,6 +86,23 @@ impl Linear {
         })
     }
 
+    /// A layer from f32 weights `w` [out_dim, in_dim] rounded to bf16 (exact for values that
+    /// came from a bf16 checkpoint); products round the activations to bf16 and sum in f32.
+    pub fn from_bf16(
+        w: &[f32],
+        out_dim: usize,
+        in_dim: usize,
+        bias: Option<Vec<f32>>,
+    ) -> Result<Self> {
+        check_parts(w.len(), out_dim * in_dim, bias.as_deref(), out_dim)?;
+        Ok(Self {
+            weight: LinearWeight::Bf16(Bf16Weights::from_f32(out_dim, in_dim, w)?),
+            bias,
+            in_dim,
+            out_dim,
+        })
+    }
+
     /// A layer from quantized matrices with the same input width, stacked along the output
     /// dimension in order, and an optional bias over the stacked outputs.
     pub fn from_quant(parts: Vec<QuantMatrix>, bias: Option<Vec<f32>>) -> Result<Self> {
@@ -106,6 +127,7 @@ impl Linear {
     pub fn weight_bytes(&self) -> usize {
         match &self.weight {
             LinearWeight::Packed(_) => self.in_dim * self.out_dim * 4,
+            LinearWeight::Bf16(_) => self.in_dim * self.out_dim * 2,
             LinearWeight::Quant(parts) => parts.iter().map(QuantMatrix::gguf_bytes).sum(),
         }
     }
@@ -150,17 +172,36 @@ impl Linear {
                     p.matmul_strided(x, m, &mut y[col..], self.out_dim, accumulate);
                     col += p.n_rows();
                 }
-                if let Some(b) = self.bias.as_deref() {
-                    for row in y.chunks_exact_mut(self.out_dim) {
-                        for (o, &b) in row.iter_mut().zip(b) {
-                            *o += b;
-                        }
-                    }
-                }
-                if gelu {
-                    cpu::gelu_erf(y);
+                self.epilogue(y, gelu);
+            }
+            LinearWeight::Bf16(w) => {
+                gemm_bt_bf16(
+                    m,
+                    self.out_dim,
+                    self.in_dim,
+                    x,
+                    w,
+                    y,
+                    self.out_dim,
+                    accumulate,
+                )
+                .expect("Linear: shapes checked at construction");
+                self.epilogue(y, gelu);
+            }
+        }
+    }
+
+    /// Bias and GELU after a product that does not fuse them.
+    fn epilogue(&self, y: &mut [f32], gelu: bool) {
+        if let Some(b) = self.bias.as_deref() {
+            for row in y.chunks_exact_mut(self.out_dim) {
+                for (o, &b) in row.iter_mut().zip(b) {
+                    *o += b;
                 }
             }
+        }
+        if gelu {
+            cpu::gelu_erf(y);
         }
     }
 

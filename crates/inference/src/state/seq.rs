@@ -1,7 +1,99 @@
 //! The state of one sequence: a contiguous key/value cache per attention layer, a fixed-size
 //! convolution window and recurrent matrix per recurrent layer.
 
+use half::f16;
+
+use crate::backend::cpu::attn::KvRows;
 use crate::{Error, Result};
+
+/// How an attention layer stores its cached keys and values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum KvDtype {
+    /// f32, exactly as computed (the default; what the parity tests compare).
+    #[default]
+    F32,
+    /// IEEE half precision, rounded to nearest on append: half the memory and the bytes read
+    /// per decoded token; attention widens the rows back to f32 exactly.
+    F16,
+}
+
+impl KvDtype {
+    /// Bytes per stored value.
+    pub fn bytes(self) -> usize {
+        match self {
+            KvDtype::F32 => 4,
+            KvDtype::F16 => 2,
+        }
+    }
+}
+
+/// The key or value rows of one attention layer.
+#[derive(Debug, Clone)]
+enum KvBuf {
+    F32(Vec<f32>),
+    F16(Vec<f16>),
+}
+
+impl KvBuf {
+    fn new(dtype: KvDtype) -> Self {
+        match dtype {
+            KvDtype::F32 => KvBuf::F32(Vec::new()),
+            KvDtype::F16 => KvBuf::F16(Vec::new()),
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            KvBuf::F32(b) => b.len(),
+            KvBuf::F16(b) => b.len(),
+        }
+    }
+
+    fn capacity_bytes(&self) -> usize {
+        match self {
+            KvBuf::F32(b) => b.capacity() * 4,
+            KvBuf::F16(b) => b.capacity() * 2,
+        }
+    }
+
+    fn truncate(&mut self, n: usize) {
+        match self {
+            KvBuf::F32(b) => b.truncate(n),
+            KvBuf::F16(b) => b.truncate(n),
+        }
+    }
+
+    fn rows(&self) -> KvRows<'_> {
+        match self {
+            KvBuf::F32(b) => KvRows::F32(b),
+            KvBuf::F16(b) => KvRows::F16(b),
+        }
+    }
+
+    /// Keeps the first `keep` values, then appends `new` (converted), growing the storage by
+    /// doubling up to `limit` values.
+    fn replace_tail(&mut self, keep: usize, new: &[f32], limit: usize) {
+        fn grow<T>(buf: &mut Vec<T>, need: usize, limit: usize) {
+            if buf.capacity() < need {
+                let want = need.max(2 * buf.capacity()).min(limit).max(need);
+                buf.reserve_exact(want - buf.len());
+            }
+        }
+        let need = keep + new.len();
+        match self {
+            KvBuf::F32(b) => {
+                b.truncate(keep);
+                grow(b, need, limit);
+                b.extend_from_slice(new);
+            }
+            KvBuf::F16(b) => {
+                b.truncate(keep);
+                grow(b, need, limit);
+                b.extend(new.iter().map(|&x| f16::from_f32(x)));
+            }
+        }
+    }
+}
 
 /// What a layer keeps between forward passes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,11 +128,12 @@ struct Recurrent {
 /// that layer's attention at once) and [`SeqState::set_recurrent`]s the new state of every
 /// recurrent layer, then [`SeqState::commit`]s, which advances [`SeqState::len`]; a pass that
 /// fails before the commit leaves the state as it was. Key/value storage grows by doubling up to
-/// `max_len` tokens.
+/// `max_len` tokens, in f32 unless [`SeqState::with_kv_dtype`] chose f16.
 #[derive(Debug, Clone)]
 pub struct SeqState {
-    keys: Vec<Vec<f32>>,
-    values: Vec<Vec<f32>>,
+    keys: Vec<KvBuf>,
+    values: Vec<KvBuf>,
+    kv_dtype: KvDtype,
     recurrent: Vec<Option<Recurrent>>,
     kv_dim: usize,
     len: usize,
@@ -57,8 +150,9 @@ impl SeqState {
     /// An empty state for layers of the given kinds (attention layers of width `kv_dim`).
     pub fn with_layers(layers: &[LayerKind], kv_dim: usize, max_len: usize) -> Self {
         Self {
-            keys: vec![Vec::new(); layers.len()],
-            values: vec![Vec::new(); layers.len()],
+            keys: vec![KvBuf::new(KvDtype::F32); layers.len()],
+            values: vec![KvBuf::new(KvDtype::F32); layers.len()],
+            kv_dtype: KvDtype::F32,
             recurrent: layers
                 .iter()
                 .map(|k| match *k {
@@ -74,6 +168,23 @@ impl SeqState {
             len: 0,
             max_len,
         }
+    }
+
+    /// The same state storing keys and values as `dtype` (builder style:
+    /// `model.new_cache(n).with_kv_dtype(KvDtype::F16)`). Forgets any cached token (recurrent
+    /// layers are reset too), so call it on a fresh state.
+    pub fn with_kv_dtype(mut self, dtype: KvDtype) -> Self {
+        self.clear();
+        self.kv_dtype = dtype;
+        for buf in self.keys.iter_mut().chain(self.values.iter_mut()) {
+            *buf = KvBuf::new(dtype);
+        }
+        self
+    }
+
+    /// How keys and values are stored.
+    pub fn kv_dtype(&self) -> KvDtype {
+        self.kv_dtype
     }
 
     /// The committed convolution window and recurrent state of recurrent layer `layer`.
@@ -107,7 +218,7 @@ impl SeqState {
     pub fn clear(&mut self) {
         self.len = 0;
         for buf in self.keys.iter_mut().chain(self.values.iter_mut()) {
-            buf.clear();
+            buf.truncate(0);
         }
         for r in self.recurrent.iter_mut().flatten() {
             r.conv.fill(0.0);
@@ -148,31 +259,25 @@ impl SeqState {
         Ok(())
     }
 
-    /// Appends the rows of `n` new tokens to `layer` (f32 [n, kv_dim] each), after the committed
-    /// ones, replacing anything appended to this layer since the last commit.
+    /// Appends the rows of `n` new tokens to `layer` (f32 [n, kv_dim] each, rounded to f16 in
+    /// an f16 state), after the committed ones, replacing anything appended to this layer since
+    /// the last commit.
     pub fn append(&mut self, layer: usize, k: &[f32], v: &[f32]) {
         let keep = self.len * self.kv_dim;
-        for (buf, new) in [(&mut self.keys[layer], k), (&mut self.values[layer], v)] {
-            buf.truncate(keep);
-            if buf.capacity() < keep + new.len() {
-                let want = (keep + new.len())
-                    .max(2 * buf.capacity())
-                    .min(self.max_len * self.kv_dim)
-                    .max(keep + new.len());
-                buf.reserve_exact(want - buf.len());
-            }
-            buf.extend_from_slice(new);
-        }
+        let limit = self.max_len * self.kv_dim;
+        self.keys[layer].replace_tail(keep, k, limit);
+        self.values[layer].replace_tail(keep, v, limit);
     }
 
-    /// Keys of `layer` including rows appended since the last commit: f32 [rows, kv_dim].
-    pub fn keys(&self, layer: usize) -> &[f32] {
-        &self.keys[layer]
+    /// Keys of `layer` including rows appended since the last commit: [rows, kv_dim] in the
+    /// state's [`KvDtype`].
+    pub fn keys(&self, layer: usize) -> KvRows<'_> {
+        self.keys[layer].rows()
     }
 
     /// Values of `layer`, like [`SeqState::keys`].
-    pub fn values(&self, layer: usize) -> &[f32] {
-        &self.values[layer]
+    pub fn values(&self, layer: usize) -> KvRows<'_> {
+        self.values[layer].rows()
     }
 
     /// Makes the `n` tokens appended to every layer part of the sequence.
@@ -210,7 +315,7 @@ impl SeqState {
             .keys
             .iter()
             .chain(&self.values)
-            .map(|b| b.capacity() * 4)
+            .map(KvBuf::capacity_bytes)
             .sum();
         let rec: usize = self
             .recurrent
@@ -240,11 +345,32 @@ mod tests {
             c.append(layer, &[3.0; 3], &[4.0; 3]);
         }
         c.commit(1);
-        assert_eq!(c.keys(0), &[1., 1., 1., 1., 1., 1., 3., 3., 3.]);
+        assert_eq!(
+            c.keys(0).to_f32(0..9),
+            &[1., 1., 1., 1., 1., 1., 3., 3., 3.]
+        );
         c.truncate(1);
-        assert_eq!(c.values(1), &[2.0; 3]);
+        assert_eq!(c.values(1).to_f32(0..3), &[2.0; 3]);
         assert!(c.check_room(9).is_ok());
         assert!(c.check_room(10).is_err());
+    }
+
+    #[test]
+    fn f16_state_rounds_on_append() {
+        let mut c = SeqState::new(1, 2, 4).with_kv_dtype(KvDtype::F16);
+        assert_eq!(c.kv_dtype(), KvDtype::F16);
+        c.append(0, &[1.0, 0.1], &[-2.5, 65504.0]);
+        c.commit(1);
+        let KvRows::F16(k) = c.keys(0) else {
+            panic!("an f16 state stores f16 rows")
+        };
+        assert_eq!(k, &[f16::from_f32(1.0), f16::from_f32(0.1)]);
+        // 0.1 is not a half: the stored value is the nearest one.
+        assert_eq!(c.keys(0).to_f32(0..2), &[1.0, 0.099_975_586]);
+        assert_eq!(c.values(0).to_f32(0..2), &[-2.5, 65504.0]);
+        assert_eq!(c.memory_bytes() % 2, 0);
+        c.truncate(0);
+        assert!(c.keys(0).is_empty());
     }
 
     #[test]

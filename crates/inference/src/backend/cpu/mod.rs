@@ -13,10 +13,13 @@
 //! Files: `detect` (which instruction sets are usable), `dispatch` (the tables), `gemm`,
 //! `pack`, `packed`, `microkernel` and `threads` (SGEMM), `simd` (the vector vocabulary),
 //! `vector` and `vmath` (elementwise kernels and elementary functions), `x86/` (AVX-512 and
-//! AVX2 tokens and tables), `portable` (plain-Rust vectors), `scalar` (the reference).
+//! AVX2 tokens and tables), `portable` (plain-Rust vectors), `scalar` (the reference), `attn`
+//! (single-query decode attention over f32 or f16 key/value rows, with its own selection).
 
 #![allow(unsafe_code)]
 
+pub mod attn;
+pub mod bf16;
 mod detect;
 mod dispatch;
 mod gemm;

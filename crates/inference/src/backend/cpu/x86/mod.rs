@@ -8,6 +8,7 @@ pub(super) mod avx2;
 // AVX-512 intrinsics and `target_feature(enable = "avx512f")` are stable since Rust 1.89, the
 // workspace's `rust-version`.
 pub(super) mod avx512;
+pub(super) mod gemm_bf16;
 pub(super) mod qdot_avx2;
 pub(super) mod qdot_avx512;
 
