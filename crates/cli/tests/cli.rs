@@ -2,45 +2,11 @@
 //! input (invalid UTF-8, corrupt or truncated weights, missing config, missing tensors, wrong
 //! shapes): a clear message on stderr, a non-zero exit, never a panic.
 
+mod support;
+
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 
-fn lattice(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_lattice"))
-        .args(args)
-        .output()
-        .expect("the lattice binary runs")
-}
-
-fn fixture(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../inference/tests/fixtures")
-        .join(name)
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8(o.stdout.clone()).unwrap()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-/// Asserts a clean failure whose message contains every `needle`.
-fn assert_fails_with(o: &Output, needles: &[&str]) {
-    let err = stderr(o);
-    assert!(
-        !o.status.success(),
-        "expected failure, got success; stderr: {err}"
-    );
-    assert!(
-        !err.contains("panicked"),
-        "panic instead of an error: {err}"
-    );
-    for n in needles {
-        assert!(err.contains(n), "stderr lacks `{n}`: {err}");
-    }
-}
+use support::{assert_fails_with, fixture, lattice, stderr, stdout};
 
 /// Copies a fixture directory (one level of subdirectories) into a temp dir.
 fn copy_fixture(name: &str) -> tempfile::TempDir {

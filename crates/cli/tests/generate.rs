@@ -2,38 +2,12 @@
 //! decoder fixtures (greedy output equal to transformers) and on bad input: a clear message on
 //! stderr, a non-zero exit, never a panic.
 
+mod support;
+
 use std::io::Write;
-use std::path::PathBuf;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 
-fn lattice(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_lattice"))
-        .args(args)
-        .output()
-        .expect("the lattice binary runs")
-}
-
-fn fixture(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../inference/tests/fixtures")
-        .join(name)
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-fn assert_fails_with(o: &Output, needles: &[&str]) {
-    let err = stderr(o);
-    assert!(!o.status.success(), "expected failure; stderr: {err}");
-    assert!(
-        !err.contains("panicked"),
-        "panic instead of an error: {err}"
-    );
-    for n in needles {
-        assert!(err.contains(n), "stderr lacks `{n}`: {err}");
-    }
-}
+use support::{assert_fails_with, fixture, lattice, stderr};
 
 fn reference(model: &str) -> serde_json::Value {
     let text = std::fs::read_to_string(fixture(model).join("reference.json")).unwrap();

@@ -8,6 +8,8 @@
 //! (scripts/fetch_models.sh) and, for the client test, Python 3 with pip and venv
 //! (scripts/setup_openai_client.sh makes `.cache/venv-openai`).
 
+mod support;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
@@ -16,53 +18,34 @@ use std::sync::{mpsc, Arc, Barrier, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
+use support::{fetched_model, repo_root};
 
 const KEY: &str = "sk-lattice-test-key";
 
 // ---- paths and the command line ---------------------------------------------------------
 
-fn repo_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../..")
-        .canonicalize()
-        .unwrap()
+fn path_str(p: PathBuf) -> String {
+    p.to_str().unwrap().to_owned()
 }
 
 fn fixture(name: &str) -> String {
-    let p = repo_root()
-        .join("crates/inference/tests/fixtures")
-        .join(name);
-    p.to_str().unwrap().to_owned()
+    path_str(support::fixture(name))
 }
 
 fn minilm() -> String {
-    let p = repo_root().join(".cache/models/all-MiniLM-L6-v2");
-    assert!(
-        p.join("model.safetensors").is_file(),
-        "{} is missing: run scripts/fetch_models.sh",
-        p.display()
-    );
-    p.to_str().unwrap().to_owned()
+    path_str(fetched_model("all-MiniLM-L6-v2", "model.safetensors"))
 }
 
 /// SmolLM2-135M-Instruct (Q4_1 GGUF): slow enough (about 100 tokens/s on two cores) that a
 /// request is reliably still running while the test acts; the tiny fixtures decode over 10,000
 /// tokens/s.
 fn smollm2() -> String {
-    let p = repo_root().join(".cache/models/SmolLM2-135M-Instruct.Q4_1.gguf");
-    assert!(
-        p.is_file(),
-        "{} is missing: run scripts/fetch_models.sh",
-        p.display()
-    );
-    p.to_str().unwrap().to_owned()
+    path_str(fetched_model("SmolLM2-135M-Instruct.Q4_1.gguf", ""))
 }
 
+/// Runs `lattice` and asserts success.
 fn lattice(args: &[&str]) -> Output {
-    let o = Command::new(env!("CARGO_BIN_EXE_lattice"))
-        .args(args)
-        .output()
-        .expect("the lattice binary runs");
+    let o = support::lattice(args);
     assert!(
         o.status.success(),
         "lattice {args:?} failed: {}",
