@@ -111,6 +111,11 @@ impl Reranker {
 
     /// Raw first-label logits of each (query, passage) pair.
     pub fn logits(&self, query: &str, passages: &[&str]) -> Result<Vec<f32>> {
+        Ok(self.logits_with_tokens(query, passages)?.0)
+    }
+
+    /// [`Reranker::logits`] and the number of tokens run (all pairs, special tokens included).
+    pub fn logits_with_tokens(&self, query: &str, passages: &[&str]) -> Result<(Vec<f32>, usize)> {
         let mut encodings = Vec::with_capacity(passages.len());
         for p in passages {
             encodings.push(
@@ -135,17 +140,23 @@ impl Reranker {
             out.extend(logits.chunks_exact(n_labels).map(|l| l[0]));
             start = end;
         }
-        Ok(out)
+        let tokens = encodings.iter().map(|e| e.ids.len()).sum();
+        Ok((out, tokens))
+    }
+
+    /// Applies the model's activation to raw logits in place (what [`Reranker::scores`] does).
+    pub fn activate(&self, logits: &mut [f32]) {
+        if self.activation == Activation::Sigmoid {
+            for v in logits {
+                *v = 1.0 / (1.0 + (-*v).exp());
+            }
+        }
     }
 
     /// Scores of each (query, passage) pair after the model's activation.
     pub fn scores(&self, query: &str, passages: &[&str]) -> Result<Vec<f32>> {
         let mut s = self.logits(query, passages)?;
-        if self.activation == Activation::Sigmoid {
-            for v in &mut s {
-                *v = 1.0 / (1.0 + (-*v).exp());
-            }
-        }
+        self.activate(&mut s);
         Ok(s)
     }
 }

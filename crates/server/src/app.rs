@@ -14,7 +14,7 @@ use axum::Router;
 use lattice_embed::Reranker;
 use serde_json::{json, Value};
 
-use crate::embedding::EmbedService;
+use crate::embed_batcher::EmbedService;
 use crate::error::ApiError;
 use crate::generation::Generator;
 use crate::metrics::Metrics;

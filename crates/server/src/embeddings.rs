@@ -1,6 +1,6 @@
 //! `POST /v1/embeddings` (OpenAI) and `POST /embed` (text-embeddings-inference): inputs are
 //! tokenized (truncated to the model's limit, as `lattice embed` and sentence-transformers do)
-//! and sent to the [`EmbedService`](crate::embedding::EmbedService) batcher.
+//! and sent to the [`EmbedService`](crate::embed_batcher::EmbedService) batcher.
 
 use std::sync::Arc;
 
@@ -11,7 +11,7 @@ use base64::Engine as _;
 use serde_json::{json, Value};
 
 use crate::app::AppState;
-use crate::embedding::EmbedService;
+use crate::embed_batcher::EmbedService;
 use crate::error::ApiError;
 use crate::protocol::{read_json, EmbeddingsRequest, Input, TeiEmbedRequest};
 
@@ -62,13 +62,6 @@ async fn tokenize(service: &EmbedService, inputs: Vec<Input>) -> Result<Vec<Vec<
     .map_err(|e| ApiError::internal(format!("tokenization failed: {e}")))?
 }
 
-fn l2_normalize(v: &mut [f32]) {
-    let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
-    if norm > 0.0 {
-        v.iter_mut().for_each(|x| *x /= norm);
-    }
-}
-
 /// `POST /v1/embeddings`.
 pub async fn embeddings(
     State(state): State<Arc<AppState>>,
@@ -102,7 +95,7 @@ pub async fn embeddings(
         for v in &mut vectors {
             v.truncate(d);
             if service.embedder.normalizes() {
-                l2_normalize(v);
+                lattice_embed::vector::normalize(v);
             }
         }
     }
@@ -140,7 +133,9 @@ pub async fn tei_embed(
     let ids = tokenize(service, inputs).await?;
     let mut vectors = service.embed(ids).await?;
     if req.normalize.unwrap_or(true) && !service.embedder.normalizes() {
-        vectors.iter_mut().for_each(|v| l2_normalize(v));
+        vectors
+            .iter_mut()
+            .for_each(|v| lattice_embed::vector::normalize(v));
     }
     Ok(axum::Json(vectors).into_response())
 }

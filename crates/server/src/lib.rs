@@ -6,12 +6,12 @@
 //! Layout: [`app`] builds the router (API key, metrics, shared state); [`completions`],
 //! [`embeddings`] and [`tei`] are the handlers, reading [`protocol`] shapes; [`generation`] is
 //! the scheduler thread (continuous batching over
-//! [`BatchEngine`](lattice_inference::engine::BatchEngine)) and [`embedding`] the embedding
+//! [`BatchEngine`](lattice_inference::engine::BatchEngine)) and [`embed_batcher`] the embedding
 //! batcher thread. Handlers never run a forward pass themselves.
 
 pub mod app;
 pub mod completions;
-pub mod embedding;
+pub mod embed_batcher;
 pub mod embeddings;
 mod error;
 pub mod generation;
@@ -103,8 +103,11 @@ pub fn serve(models: Models, options: ServeOptions) -> Result<()> {
         served(names, engine)
     });
     let embedding = models.embedding.map(|(names, model)| {
-        let engine =
-            embedding::EmbedService::start(model, options.max_batch_tokens, Arc::clone(&metrics));
+        let engine = embed_batcher::EmbedService::start(
+            model,
+            options.max_batch_tokens,
+            Arc::clone(&metrics),
+        );
         served(names, engine)
     });
     let rerank = models

@@ -36,16 +36,11 @@ async fn score(
     let reranker = Arc::clone(reranker);
     let (scores, texts, tokens) = tokio::task::spawn_blocking(move || {
         let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
-        let scores = if raw {
-            reranker.logits(&query, &refs)
-        } else {
-            reranker.scores(&query, &refs)
-        };
-        let tokens: usize = refs
-            .iter()
-            .map(|p| reranker.tokenizer().encode_pair(&query, p, true).ids.len())
-            .sum();
-        scores.map(|s| (s, texts, tokens))
+        let (mut scores, tokens) = reranker.logits_with_tokens(&query, &refs)?;
+        if !raw {
+            reranker.activate(&mut scores);
+        }
+        Ok::<_, lattice_embed::Error>((scores, texts, tokens))
     })
     .await
     .map_err(|e| ApiError::internal(format!("reranking failed: {e}")))??;
