@@ -12,8 +12,8 @@
 use rayon::prelude::*;
 
 use crate::backend::cpu;
-use crate::backend::cpu::attn::{self, DecodeGroup, KvRows};
-use crate::state::{KvDtype, SeqState};
+use crate::backend::cpu::attn::{self, DecodeGroup};
+use crate::state::{KvRows, KvView, SeqState};
 use crate::{Error, Result};
 
 /// Query rows per block: bounds the score buffer and the work wasted above the diagonal.
@@ -49,15 +49,36 @@ pub fn cached_attention(
 ) -> Result<Vec<f32>> {
     let (keys, values) = (state.keys(layer), state.values(layer));
     if q.len() == shape.n_heads * shape.head_dim {
-        return decode_attention(q, keys, values, shape, scale);
+        let (k, v) = (contiguous(&keys), contiguous(&values));
+        return decode_attention(q, k.rows(), v.rows(), shape, scale);
     }
-    match (keys, values) {
-        (KvRows::F32(k), KvRows::F32(v)) => causal_attention(q, k, v, shape, scale),
-        _ => {
-            debug_assert_eq!(state.kv_dtype(), KvDtype::F16);
-            let (k, v) = (keys.to_f32(0..keys.len()), values.to_f32(0..values.len()));
-            causal_attention(q, &k, &v, shape, scale)
+    let (k, v) = (
+        keys.gather_f32(0..keys.rows()),
+        values.gather_f32(0..values.rows()),
+    );
+    causal_attention(q, &k, &v, shape, scale)
+}
+
+/// A view's rows as one run: borrowed when the view is one page, else gathered (f32).
+enum Run<'a> {
+    Borrowed(KvRows<'a>),
+    Owned(Vec<f32>),
+}
+
+impl Run<'_> {
+    fn rows(&self) -> KvRows<'_> {
+        match self {
+            Run::Borrowed(r) => *r,
+            Run::Owned(v) => KvRows::F32(v),
         }
+    }
+}
+
+fn contiguous<'a>(view: &KvView<'a>) -> Run<'a> {
+    if view.pages().len() == 1 {
+        Run::Borrowed(view.pages()[0].slice(0..view.rows() * view.ld()))
+    } else {
+        Run::Owned(view.gather_f32(0..view.rows()))
     }
 }
 
@@ -116,10 +137,11 @@ pub fn cached_decode_batch(
     shape: &CausalShape,
     scale: f32,
 ) -> Result<Vec<f32>> {
-    let caches: Vec<_> = states
+    let runs: Vec<(Run<'_>, Run<'_>)> = states
         .iter()
-        .map(|s| (s.keys(layer), s.values(layer)))
+        .map(|s| (contiguous(&s.keys(layer)), contiguous(&s.values(layer))))
         .collect();
+    let caches: Vec<_> = runs.iter().map(|(k, v)| (k.rows(), v.rows())).collect();
     decode_attention_batch(q, &caches, shape, scale)
 }
 

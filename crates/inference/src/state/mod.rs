@@ -5,6 +5,7 @@
 //! values are stored as f32 or, to halve their memory and bandwidth, f16 ([`KvDtype`]).
 
 mod seq;
+mod view;
 
-pub use crate::backend::cpu::attn::KvRows;
 pub use seq::{KvDtype, LayerKind, SeqState};
+pub use view::{KvRows, KvView};

@@ -3,7 +3,7 @@
 
 use half::f16;
 
-use crate::backend::cpu::attn::KvRows;
+use super::view::{KvRows, KvView};
 use crate::{Error, Result};
 
 /// How an attention layer stores its cached keys and values.
@@ -271,13 +271,13 @@ impl SeqState {
 
     /// Keys of `layer` including rows appended since the last commit: [rows, kv_dim] in the
     /// state's [`KvDtype`].
-    pub fn keys(&self, layer: usize) -> KvRows<'_> {
-        self.keys[layer].rows()
+    pub fn keys(&self, layer: usize) -> KvView<'_> {
+        KvView::contiguous(self.keys[layer].rows(), self.kv_dim)
     }
 
     /// Values of `layer`, like [`SeqState::keys`].
-    pub fn values(&self, layer: usize) -> KvRows<'_> {
-        self.values[layer].rows()
+    pub fn values(&self, layer: usize) -> KvView<'_> {
+        KvView::contiguous(self.values[layer].rows(), self.kv_dim)
     }
 
     /// Makes the `n` tokens appended to every layer part of the sequence.
@@ -346,11 +346,11 @@ mod tests {
         }
         c.commit(1);
         assert_eq!(
-            c.keys(0).to_f32(0..9),
+            c.keys(0).gather_f32(0..3),
             &[1., 1., 1., 1., 1., 1., 3., 3., 3.]
         );
         c.truncate(1);
-        assert_eq!(c.values(1).to_f32(0..3), &[2.0; 3]);
+        assert_eq!(c.values(1).gather_f32(0..1), &[2.0; 3]);
         assert!(c.check_room(9).is_ok());
         assert!(c.check_room(10).is_err());
     }
@@ -361,13 +361,13 @@ mod tests {
         assert_eq!(c.kv_dtype(), KvDtype::F16);
         c.append(0, &[1.0, 0.1], &[-2.5, 65504.0]);
         c.commit(1);
-        let KvRows::F16(k) = c.keys(0) else {
+        let KvRows::F16(k) = c.keys(0).pages()[0] else {
             panic!("an f16 state stores f16 rows")
         };
         assert_eq!(k, &[f16::from_f32(1.0), f16::from_f32(0.1)]);
         // 0.1 is not a half: the stored value is the nearest one.
-        assert_eq!(c.keys(0).to_f32(0..2), &[1.0, 0.099_975_586]);
-        assert_eq!(c.values(0).to_f32(0..2), &[-2.5, 65504.0]);
+        assert_eq!(c.keys(0).gather_f32(0..1), &[1.0, 0.099_975_586]);
+        assert_eq!(c.values(0).gather_f32(0..1), &[-2.5, 65504.0]);
         assert_eq!(c.memory_bytes() % 2, 0);
         c.truncate(0);
         assert!(c.keys(0).is_empty());

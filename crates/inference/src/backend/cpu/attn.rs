@@ -20,46 +20,7 @@ use std::sync::OnceLock;
 #[cfg(target_arch = "x86_64")]
 use super::detect::{f16c_supported, Isa};
 use super::scalar;
-
-/// Cached key or value rows of one layer: f32 or f16, `[rows, ld]` row-major.
-#[derive(Clone, Copy, Debug)]
-pub enum KvRows<'a> {
-    /// f32 rows.
-    F32(&'a [f32]),
-    /// f16 rows (widened to f32 on load).
-    F16(&'a [f16]),
-}
-
-impl<'a> KvRows<'a> {
-    /// The rows without their first `n` values (panics if there are fewer).
-    pub fn skip(self, n: usize) -> KvRows<'a> {
-        match self {
-            KvRows::F32(x) => KvRows::F32(&x[n..]),
-            KvRows::F16(x) => KvRows::F16(&x[n..]),
-        }
-    }
-
-    /// Number of stored values.
-    pub fn len(&self) -> usize {
-        match self {
-            KvRows::F32(x) => x.len(),
-            KvRows::F16(x) => x.len(),
-        }
-    }
-
-    /// Whether no value is stored.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// The values `range` as f32 (a copy; widened exactly from f16).
-    pub fn to_f32(&self, range: std::ops::Range<usize>) -> Vec<f32> {
-        match self {
-            KvRows::F32(x) => x[range].to_vec(),
-            KvRows::F16(x) => x[range].iter().map(|h| h.to_f32()).collect(),
-        }
-    }
-}
+pub use crate::state::KvRows;
 
 /// One decode group: `g` query rows of `hd` values against `len` cached rows.
 #[derive(Clone, Copy, Debug)]
