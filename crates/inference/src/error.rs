@@ -83,6 +83,10 @@ pub enum Error {
     /// Input the model cannot process (e.g. an empty batch item with no tokens).
     #[error("invalid input: {0}")]
     InvalidInput(String),
+    /// The memory budget of the KV page pool is spent (the engine evicts cached pages or
+    /// preempts a sequence and tries again).
+    #[error("out of KV memory: {0}")]
+    OutOfMemory(String),
     /// A chat template that does not compile, or whose render failed (incl. `raise_exception`).
     #[error("chat template: {0}")]
     ChatTemplate(String),

@@ -1,11 +1,17 @@
-//! Per-sequence memory that outlives one forward pass ([`SeqState`]): the keys and values of the
-//! tokens an attention layer has seen (a KV cache), and for recurrent layers (Gated DeltaNet)
-//! their convolution window and recurrent state. A sequence's state can be extended, cloned as a
-//! snapshot and restored; attention-only states can also be truncated back to a prefix. Keys and
-//! values are stored as f32 or, to halve their memory and bandwidth, f16 ([`KvDtype`]).
+//! Per-sequence memory that outlives one forward pass, behind one interface:
+//! [`SeqState`] (one sequence: a page table over a [`PagePool`] for the attention layers' keys
+//! and values, and the convolution window and recurrent matrices of recurrent layers, Gated
+//! DeltaNet), [`KvView`] (what attention kernels read of it), [`PagePool`] (fixed-size,
+//! reference-counted pages under one byte budget) and [`PrefixCache`] (pages of earlier
+//! sequences keyed by their tokens, reused by new sequences that start with the same tokens).
+//! Keys and values are stored as f32 or, to halve their memory and bandwidth, f16 ([`KvDtype`]).
 
+mod pool;
+mod prefix;
 mod seq;
 mod view;
 
-pub use seq::{KvDtype, LayerKind, SeqState};
+pub use pool::{Charge, Page, PagePool, PageRef, PageShape, DEFAULT_PAGE_ROWS};
+pub use prefix::{PrefixCache, PrefixHit, PrefixStats};
+pub use seq::{KvDtype, LayerKind, MemoryLayout, RecurrentSnapshot, SeqState};
 pub use view::{KvRows, KvView};

@@ -1,9 +1,11 @@
-//! The state of one sequence: a contiguous key/value cache per attention layer, a fixed-size
-//! convolution window and recurrent matrix per recurrent layer.
+//! The state of one sequence: a page table over a [`PagePool`] for the attention layers (keys
+//! and values of every token), a fixed-size convolution window and recurrent matrix per
+//! recurrent layer.
 
-use half::f16;
+use std::sync::Arc;
 
-use super::view::{KvRows, KvView};
+use super::pool::{Charge, PagePool, PageRef, PageShape, DEFAULT_PAGE_ROWS};
+use super::view::KvView;
 use crate::{Error, Result};
 
 /// How an attention layer stores its cached keys and values.
@@ -27,74 +29,6 @@ impl KvDtype {
     }
 }
 
-/// The key or value rows of one attention layer.
-#[derive(Debug, Clone)]
-enum KvBuf {
-    F32(Vec<f32>),
-    F16(Vec<f16>),
-}
-
-impl KvBuf {
-    fn new(dtype: KvDtype) -> Self {
-        match dtype {
-            KvDtype::F32 => KvBuf::F32(Vec::new()),
-            KvDtype::F16 => KvBuf::F16(Vec::new()),
-        }
-    }
-
-    fn len(&self) -> usize {
-        match self {
-            KvBuf::F32(b) => b.len(),
-            KvBuf::F16(b) => b.len(),
-        }
-    }
-
-    fn capacity_bytes(&self) -> usize {
-        match self {
-            KvBuf::F32(b) => b.capacity() * 4,
-            KvBuf::F16(b) => b.capacity() * 2,
-        }
-    }
-
-    fn truncate(&mut self, n: usize) {
-        match self {
-            KvBuf::F32(b) => b.truncate(n),
-            KvBuf::F16(b) => b.truncate(n),
-        }
-    }
-
-    fn rows(&self) -> KvRows<'_> {
-        match self {
-            KvBuf::F32(b) => KvRows::F32(b),
-            KvBuf::F16(b) => KvRows::F16(b),
-        }
-    }
-
-    /// Keeps the first `keep` values, then appends `new` (converted), growing the storage by
-    /// doubling up to `limit` values.
-    fn replace_tail(&mut self, keep: usize, new: &[f32], limit: usize) {
-        fn grow<T>(buf: &mut Vec<T>, need: usize, limit: usize) {
-            if buf.capacity() < need {
-                let want = need.max(2 * buf.capacity()).min(limit).max(need);
-                buf.reserve_exact(want - buf.len());
-            }
-        }
-        let need = keep + new.len();
-        match self {
-            KvBuf::F32(b) => {
-                b.truncate(keep);
-                grow(b, need, limit);
-                b.extend_from_slice(new);
-            }
-            KvBuf::F16(b) => {
-                b.truncate(keep);
-                grow(b, need, limit);
-                b.extend(new.iter().map(|&x| f16::from_f32(x)));
-            }
-        }
-    }
-}
-
 /// What a layer keeps between forward passes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LayerKind {
@@ -110,6 +44,54 @@ pub enum LayerKind {
     },
 }
 
+/// The per-sequence memory a model needs: the kind of every layer and the width of the
+/// attention layers' key (or value) rows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemoryLayout {
+    /// One entry per layer.
+    pub kinds: Vec<LayerKind>,
+    /// Width of one attention layer's key (or value) row.
+    pub kv_dim: usize,
+    /// The longest sequence the model supports.
+    pub max_positions: usize,
+}
+
+impl MemoryLayout {
+    /// Attention layers.
+    pub fn attn_layers(&self) -> usize {
+        self.kinds
+            .iter()
+            .filter(|k| **k == LayerKind::Attention)
+            .count()
+    }
+
+    /// Whether some layer keeps a recurrent state (which cannot be rewound).
+    pub fn is_recurrent(&self) -> bool {
+        self.kinds.iter().any(|k| *k != LayerKind::Attention)
+    }
+
+    /// Bytes of one sequence's recurrent state (f32).
+    pub fn recurrent_bytes(&self) -> usize {
+        self.kinds
+            .iter()
+            .map(|k| match k {
+                LayerKind::Attention => 0,
+                LayerKind::Recurrent { conv, recurrent } => 4 * (conv + recurrent),
+            })
+            .sum()
+    }
+
+    /// The page shape of this layout.
+    pub fn page_shape(&self, page_rows: usize, dtype: KvDtype) -> PageShape {
+        PageShape {
+            page_rows,
+            attn_layers: self.attn_layers(),
+            kv_dim: self.kv_dim,
+            dtype,
+        }
+    }
+}
+
 /// Fixed-size state of a recurrent layer, with the update of the pass in flight.
 #[derive(Debug, Clone, Default)]
 struct Recurrent {
@@ -118,42 +100,125 @@ struct Recurrent {
     pending: Option<(Vec<f32>, Vec<f32>)>,
 }
 
+/// A copy of every recurrent layer's state at one position (for the prefix cache, or a
+/// session's checkpoint), charged against the pool it was taken from.
+#[derive(Debug)]
+pub struct RecurrentSnapshot {
+    layers: Vec<Option<(Vec<f32>, Vec<f32>)>>,
+    charge: Charge,
+}
+
+impl RecurrentSnapshot {
+    /// Bytes held.
+    pub fn bytes(&self) -> usize {
+        self.charge.bytes()
+    }
+}
+
 /// Everything a decoder remembers of one sequence.
 ///
-/// Attention layers keep the keys and values of every token, rows back to back: f32
-/// [len, kv_dim] (`kv_dim = n_kv_heads * head_dim`, heads contiguous). Recurrent layers keep a
+/// Attention layers keep the keys and values of every token in pages of a [`PagePool`]: row
+/// `t` of layer `l` is row `t % page_rows` of page `t / page_rows` in the sequence's page table.
+/// Pages may be shared with other sequences and the prefix cache (read-only); the page a
+/// sequence writes into is made its own first (copy on write). Recurrent layers keep a
 /// convolution window and recurrent matrices of fixed size, whatever the length.
 ///
-/// A forward pass first [`SeqState::append`]s the new rows to every attention layer (visible to
-/// that layer's attention at once) and [`SeqState::set_recurrent`]s the new state of every
-/// recurrent layer, then [`SeqState::commit`]s, which advances [`SeqState::len`]; a pass that
-/// fails before the commit leaves the state as it was. Key/value storage grows by doubling up to
-/// `max_len` tokens, in f32 unless [`SeqState::with_kv_dtype`] chose f16.
-#[derive(Debug, Clone)]
+/// A forward pass first [`SeqState::reserve`]s room for its new tokens (the only step that can
+/// fail for lack of memory), then [`SeqState::append`]s the new rows to every attention layer
+/// (visible to that layer's attention at once) and [`SeqState::set_recurrent`]s the new state
+/// of every recurrent layer, then [`SeqState::commit`]s, which advances [`SeqState::len`]; a
+/// pass that fails before the commit leaves the state as it was.
+#[derive(Debug)]
 pub struct SeqState {
-    keys: Vec<KvBuf>,
-    values: Vec<KvBuf>,
-    kv_dtype: KvDtype,
+    pool: PagePool,
+    pages: Vec<PageRef>,
+    /// Attention slot of every layer (`None` for recurrent layers).
+    slots: Arc<[Option<usize>]>,
     recurrent: Vec<Option<Recurrent>>,
+    recurrent_charge: Option<Charge>,
     kv_dim: usize,
     len: usize,
+    /// Rows appended by the pass in flight.
+    appended: usize,
     max_len: usize,
+}
+
+impl Clone for SeqState {
+    /// Shares the pages (copy on write) and copies the recurrent state, charged to the pool
+    /// even beyond its budget.
+    fn clone(&self) -> Self {
+        Self {
+            pool: self.pool.clone(),
+            pages: self.pages.clone(),
+            slots: Arc::clone(&self.slots),
+            recurrent: self.recurrent.clone(),
+            recurrent_charge: self
+                .recurrent_charge
+                .as_ref()
+                .map(|c| self.pool.force_charge(c.bytes())),
+            kv_dim: self.kv_dim,
+            len: self.len,
+            appended: self.appended,
+            max_len: self.max_len,
+        }
+    }
 }
 
 impl SeqState {
     /// An empty state for `n_layers` attention layers of width `kv_dim`, holding at most
-    /// `max_len` tokens.
+    /// `max_len` tokens, in a pool of its own.
     pub fn new(n_layers: usize, kv_dim: usize, max_len: usize) -> Self {
         Self::with_layers(&vec![LayerKind::Attention; n_layers], kv_dim, max_len)
     }
 
-    /// An empty state for layers of the given kinds (attention layers of width `kv_dim`).
+    /// An empty state for layers of the given kinds (attention layers of width `kv_dim`), in a
+    /// pool of its own with no budget.
     pub fn with_layers(layers: &[LayerKind], kv_dim: usize, max_len: usize) -> Self {
-        Self {
-            keys: vec![KvBuf::new(KvDtype::F32); layers.len()],
-            values: vec![KvBuf::new(KvDtype::F32); layers.len()],
-            kv_dtype: KvDtype::F32,
-            recurrent: layers
+        let layout = MemoryLayout {
+            kinds: layers.to_vec(),
+            kv_dim,
+            max_positions: max_len,
+        };
+        let pool = PagePool::unbounded(layout.page_shape(DEFAULT_PAGE_ROWS, KvDtype::F32));
+        Self::in_pool(&pool, &layout, max_len).expect("an unbounded pool has room")
+    }
+
+    /// An empty state in `pool` (whose page shape must be `layout`'s) holding at most
+    /// `max_len` tokens; its recurrent state is charged to the pool now.
+    pub fn in_pool(pool: &PagePool, layout: &MemoryLayout, max_len: usize) -> Result<Self> {
+        let shape = pool.shape();
+        if shape.attn_layers != layout.attn_layers() || shape.kv_dim != layout.kv_dim {
+            return Err(Error::InvalidInput(format!(
+                "a page pool of {} attention layers x {} values cannot hold a model of {} x {}",
+                shape.attn_layers,
+                shape.kv_dim,
+                layout.attn_layers(),
+                layout.kv_dim
+            )));
+        }
+        let rec_bytes = layout.recurrent_bytes();
+        let recurrent_charge = if rec_bytes > 0 {
+            Some(pool.charge(rec_bytes)?)
+        } else {
+            None
+        };
+        let mut next = 0;
+        let slots: Arc<[Option<usize>]> = layout
+            .kinds
+            .iter()
+            .map(|k| {
+                (*k == LayerKind::Attention).then(|| {
+                    next += 1;
+                    next - 1
+                })
+            })
+            .collect();
+        Ok(Self {
+            pool: pool.clone(),
+            pages: Vec::new(),
+            slots,
+            recurrent: layout
+                .kinds
                 .iter()
                 .map(|k| match *k {
                     LayerKind::Attention => None,
@@ -164,27 +229,64 @@ impl SeqState {
                     }),
                 })
                 .collect(),
-            kv_dim,
+            recurrent_charge,
+            kv_dim: layout.kv_dim,
             len: 0,
-            max_len,
+            appended: 0,
+            max_len: max_len.min(layout.max_positions),
+        })
+    }
+
+    fn layout(&self) -> MemoryLayout {
+        let kinds = self
+            .recurrent
+            .iter()
+            .map(|r| match r {
+                None => LayerKind::Attention,
+                Some(r) => LayerKind::Recurrent {
+                    conv: r.conv.len(),
+                    recurrent: r.state.len(),
+                },
+            })
+            .collect();
+        MemoryLayout {
+            kinds,
+            kv_dim: self.kv_dim,
+            max_positions: self.max_len,
         }
     }
 
-    /// The same state storing keys and values as `dtype` (builder style:
-    /// `model.new_cache(n).with_kv_dtype(KvDtype::F16)`). Forgets any cached token (recurrent
-    /// layers are reset too), so call it on a fresh state.
-    pub fn with_kv_dtype(mut self, dtype: KvDtype) -> Self {
-        self.clear();
-        self.kv_dtype = dtype;
-        for buf in self.keys.iter_mut().chain(self.values.iter_mut()) {
-            *buf = KvBuf::new(dtype);
-        }
-        self
+    /// The same layers storing keys and values as `dtype`, in a new pool of its own (builder
+    /// style: `model.new_cache(n).with_kv_dtype(KvDtype::F16)`). Forgets any cached token.
+    pub fn with_kv_dtype(self, dtype: KvDtype) -> Self {
+        let shape = self.pool.shape();
+        let pool = PagePool::unbounded(PageShape { dtype, ..shape });
+        Self::in_pool(&pool, &self.layout(), self.max_len).expect("an unbounded pool has room")
     }
 
     /// How keys and values are stored.
-    pub fn kv_dtype(&self) -> KvDtype {
-        self.kv_dtype
+    pub fn kv_dtype(&self) -> crate::state::KvDtype {
+        self.pool.shape().dtype
+    }
+
+    /// The pool holding the pages.
+    pub fn pool(&self) -> &PagePool {
+        &self.pool
+    }
+
+    /// Tokens per page.
+    pub fn page_rows(&self) -> usize {
+        self.pool.shape().page_rows
+    }
+
+    /// The page table (pages of committed tokens first).
+    pub fn pages(&self) -> &[PageRef] {
+        &self.pages
+    }
+
+    /// Whether some layer keeps a recurrent state.
+    pub fn is_recurrent(&self) -> bool {
+        self.recurrent.iter().any(Option::is_some)
     }
 
     /// The committed convolution window and recurrent state of recurrent layer `layer`.
@@ -207,19 +309,65 @@ impl SeqState {
         r.pending = Some((conv, state));
     }
 
+    /// A copy of the committed recurrent state (`None` for attention-only states), charged
+    /// to the pool; [`Error::OutOfMemory`] when it does not fit.
+    pub fn snapshot_recurrent(&self) -> Result<Option<RecurrentSnapshot>> {
+        let Some(c) = &self.recurrent_charge else {
+            return Ok(None);
+        };
+        let charge = self.pool.charge(c.bytes())?;
+        let layers = self
+            .recurrent
+            .iter()
+            .map(|r| r.as_ref().map(|r| (r.conv.clone(), r.state.clone())))
+            .collect();
+        Ok(Some(RecurrentSnapshot { layers, charge }))
+    }
+
+    /// Starts this empty state from `len` tokens of cached `pages` (shared, read-only) and, for
+    /// recurrent layers, the snapshot taken at that position.
+    ///
+    /// Panics unless the state is empty and the pages and snapshot fit it (a caller bug).
+    pub fn adopt_prefix(
+        &mut self,
+        pages: Vec<PageRef>,
+        len: usize,
+        snapshot: Option<&RecurrentSnapshot>,
+    ) {
+        assert!(
+            self.len == 0 && self.pages.is_empty(),
+            "adopt_prefix on a used state"
+        );
+        assert!(len <= pages.len() * self.page_rows() && len <= self.max_len);
+        assert_eq!(
+            snapshot.is_some(),
+            self.is_recurrent(),
+            "snapshot of another kind"
+        );
+        if let Some(s) = snapshot {
+            for (r, l) in self.recurrent.iter_mut().zip(&s.layers) {
+                if let (Some(r), Some((conv, state))) = (r, l) {
+                    r.conv.copy_from_slice(conv);
+                    r.state.copy_from_slice(state);
+                }
+            }
+        }
+        self.pages = pages;
+        self.len = len;
+    }
+
     /// Whether the state can be cut back to its first `len` tokens ([`SeqState::truncate`]):
     /// always for attention-only states, only to the current length when a recurrent layer
     /// exists (its state cannot be rewound; restore a snapshot instead).
     pub fn can_truncate_to(&self, len: usize) -> bool {
-        len >= self.len || self.recurrent.iter().all(Option::is_none)
+        len >= self.len || !self.is_recurrent()
     }
 
-    /// Back to an empty sequence (keeps the allocated buffers).
+    /// Back to an empty sequence (its pages go back to the pool unless shared).
     pub fn clear(&mut self) {
         self.len = 0;
-        for buf in self.keys.iter_mut().chain(self.values.iter_mut()) {
-            buf.truncate(0);
-        }
+        self.appended = 0;
+        self.pages.clear();
         for r in self.recurrent.iter_mut().flatten() {
             r.conv.fill(0.0);
             r.state.fill(0.0);
@@ -237,7 +385,7 @@ impl SeqState {
         self.len == 0
     }
 
-    /// The most tokens this cache may hold.
+    /// The most tokens this state may hold.
     pub fn max_len(&self) -> usize {
         self.max_len
     }
@@ -247,7 +395,7 @@ impl SeqState {
         self.kv_dim
     }
 
-    /// Checks that `n` more tokens fit.
+    /// Checks that `n` more tokens fit the state's length limit.
     pub fn check_room(&self, n: usize) -> Result<()> {
         if self.len + n > self.max_len {
             return Err(Error::InvalidInput(format!(
@@ -259,41 +407,106 @@ impl SeqState {
         Ok(())
     }
 
-    /// Appends the rows of `n` new tokens to `layer` (f32 [n, kv_dim] each, rounded to f16 in
-    /// an f16 state), after the committed ones, replacing anything appended to this layer since
-    /// the last commit.
-    pub fn append(&mut self, layer: usize, k: &[f32], v: &[f32]) {
-        let keep = self.len * self.kv_dim;
-        let limit = self.max_len * self.kv_dim;
-        self.keys[layer].replace_tail(keep, k, limit);
-        self.values[layer].replace_tail(keep, v, limit);
+    /// Pages a pass of `n` new tokens would take from the pool (new pages, plus a copy of a
+    /// shared page it would write into).
+    pub fn pages_needed(&self, n: usize) -> usize {
+        if n == 0 || !self.has_attention() {
+            return 0;
+        }
+        let p = self.page_rows();
+        let need = (self.len + n).div_ceil(p);
+        let first = self.len / p;
+        let cow =
+            usize::from(first < self.pages.len() && Arc::strong_count(&self.pages[first]) > 1);
+        need.saturating_sub(self.pages.len()) + cow
     }
 
-    /// Keys of `layer` including rows appended since the last commit: [rows, kv_dim] in the
-    /// state's [`KvDtype`].
+    fn has_attention(&self) -> bool {
+        self.slots.iter().any(Option::is_some)
+    }
+
+    /// Makes room for `n` more tokens: checks the length limit, takes new pages from the pool
+    /// and copies a shared page the new rows would go into. [`Error::OutOfMemory`] when the
+    /// pool's budget is spent (the state stays valid; pages taken so far are kept).
+    pub fn reserve(&mut self, n: usize) -> Result<()> {
+        self.check_room(n)?;
+        if n == 0 || !self.has_attention() {
+            return Ok(());
+        }
+        let p = self.page_rows();
+        let first = self.len / p;
+        let need = (self.len + n).div_ceil(p);
+        for i in first..need.min(self.pages.len()) {
+            if Arc::strong_count(&self.pages[i]) > 1 {
+                self.pages[i] = Arc::new(self.pages[i].duplicate()?);
+            }
+        }
+        while self.pages.len() < need {
+            self.pages.push(Arc::new(self.pool.alloc()?));
+        }
+        Ok(())
+    }
+
+    /// Appends the rows of `n` new tokens to `layer` (f32 [n, kv_dim] each, rounded to f16 in
+    /// an f16 state), after the committed ones, replacing anything appended to this layer since
+    /// the last commit. Reserves the room first if [`SeqState::reserve`] was not called.
+    ///
+    /// Panics if the pool has no room (reserve first to get an error instead).
+    pub fn append(&mut self, layer: usize, k: &[f32], v: &[f32]) {
+        let slot = self.slots[layer].expect("append() on a recurrent layer");
+        let n = k.len() / self.kv_dim;
+        assert_eq!(k.len(), v.len(), "keys and values of different sizes");
+        if self.pages.len() * self.page_rows() < self.len + n
+            || (n > 0 && Arc::strong_count(&self.pages[self.len / self.page_rows()]) > 1)
+        {
+            self.reserve(n).expect("KV pages for the pass");
+        }
+        let (p, d) = (self.page_rows(), self.kv_dim);
+        let mut t = 0;
+        while t < n {
+            let pos = self.len + t;
+            let (page, row) = (pos / p, pos % p);
+            let take = (p - row).min(n - t);
+            let page = Arc::get_mut(&mut self.pages[page]).expect("reserved pages are exclusive");
+            page.write(slot, false, row, &k[t * d..(t + take) * d]);
+            page.write(slot, true, row, &v[t * d..(t + take) * d]);
+            t += take;
+        }
+        self.appended = n;
+    }
+
+    fn view(&self, layer: usize, values: bool) -> KvView<'_> {
+        let slot = self.slots[layer].expect("keys() on a recurrent layer");
+        let rows = self.len + self.appended;
+        let p = self.page_rows();
+        let pages = self.pages[..rows.div_ceil(p)]
+            .iter()
+            .map(|pg| pg.rows(slot, values))
+            .collect();
+        KvView::new(pages, p, rows, self.kv_dim)
+    }
+
+    /// Keys of `layer` including rows appended since the last commit.
     pub fn keys(&self, layer: usize) -> KvView<'_> {
-        KvView::contiguous(self.keys[layer].rows(), self.kv_dim)
+        self.view(layer, false)
     }
 
     /// Values of `layer`, like [`SeqState::keys`].
     pub fn values(&self, layer: usize) -> KvView<'_> {
-        KvView::contiguous(self.values[layer].rows(), self.kv_dim)
+        self.view(layer, true)
     }
 
     /// Makes the `n` tokens appended to every layer part of the sequence.
     pub fn commit(&mut self, n: usize) {
+        debug_assert!(!self.has_attention() || self.appended == n);
         self.len += n;
+        self.appended = 0;
         for r in self.recurrent.iter_mut().flatten() {
             if let Some((conv, state)) = r.pending.take() {
                 r.conv = conv;
                 r.state = state;
             }
         }
-        debug_assert!(self
-            .keys
-            .iter()
-            .zip(&self.recurrent)
-            .all(|(k, r)| r.is_some() || k.len() == self.len * self.kv_dim));
     }
 
     /// Forgets every token from position `len` on (e.g. to reuse a shared prompt prefix).
@@ -303,37 +516,27 @@ impl SeqState {
         assert!(self.can_truncate_to(len), "cannot rewind a recurrent state");
         if len < self.len {
             self.len = len;
-            for buf in self.keys.iter_mut().chain(self.values.iter_mut()) {
-                buf.truncate(len * self.kv_dim);
-            }
+            self.appended = 0;
+            self.pages.truncate(len.div_ceil(self.page_rows()));
         }
     }
 
-    /// Bytes held by the state's buffers.
+    /// Bytes held by the state: its pages (shared ones too) and its recurrent state.
     pub fn memory_bytes(&self) -> usize {
-        let kv: usize = self
-            .keys
-            .iter()
-            .chain(&self.values)
-            .map(KvBuf::capacity_bytes)
-            .sum();
-        let rec: usize = self
-            .recurrent
-            .iter()
-            .flatten()
-            .map(|r| (r.conv.capacity() + r.state.capacity()) * 4)
-            .sum();
-        kv + rec
+        self.pages.len() * self.pool.shape().page_bytes()
+            + self.recurrent_charge.as_ref().map_or(0, Charge::bytes)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::state::KvRows;
+    use half::f16;
 
     #[test]
     fn append_commit_truncate() {
-        let mut c = SeqState::new(2, 3, 10);
+        let mut c = SeqState::new(2, 3, 100);
         for layer in 0..2 {
             c.append(layer, &[1.0; 6], &[2.0; 6]);
         }
@@ -351,8 +554,28 @@ mod tests {
         );
         c.truncate(1);
         assert_eq!(c.values(1).gather_f32(0..1), &[2.0; 3]);
-        assert!(c.check_room(9).is_ok());
-        assert!(c.check_room(10).is_err());
+        assert!(c.check_room(99).is_ok());
+        assert!(c.check_room(100).is_err());
+    }
+
+    #[test]
+    fn rows_cross_pages_and_shared_pages_are_copied_on_write() {
+        let mut a = SeqState::new(1, 2, 1000);
+        let rows: Vec<f32> = (0..2 * 40).map(|x| x as f32).collect();
+        a.append(0, &rows, &rows);
+        a.commit(40);
+        assert_eq!(a.pages().len(), 2);
+        assert_eq!(a.keys(0).gather_f32(0..40), rows);
+        // A fork shares both pages; writing into the partly filled one copies it.
+        let mut b = a.clone();
+        assert_eq!(b.pages_needed(1), 1);
+        b.append(0, &[-1.0, -1.0], &[-2.0, -2.0]);
+        b.commit(1);
+        assert!(Arc::ptr_eq(&a.pages()[0], &b.pages()[0]));
+        assert!(!Arc::ptr_eq(&a.pages()[1], &b.pages()[1]));
+        assert_eq!(a.keys(0).gather_f32(0..40), rows);
+        assert_eq!(b.keys(0).gather_f32(40..41), vec![-1.0, -1.0]);
+        assert_eq!(a.pool().pages_used(), 3);
     }
 
     #[test]
@@ -364,13 +587,30 @@ mod tests {
         let KvRows::F16(k) = c.keys(0).pages()[0] else {
             panic!("an f16 state stores f16 rows")
         };
-        assert_eq!(k, &[f16::from_f32(1.0), f16::from_f32(0.1)]);
+        assert_eq!(&k[..2], &[f16::from_f32(1.0), f16::from_f32(0.1)]);
         // 0.1 is not a half: the stored value is the nearest one.
         assert_eq!(c.keys(0).gather_f32(0..1), &[1.0, 0.099_975_586]);
         assert_eq!(c.values(0).gather_f32(0..1), &[-2.5, 65504.0]);
         assert_eq!(c.memory_bytes() % 2, 0);
         c.truncate(0);
         assert!(c.keys(0).is_empty());
+    }
+
+    #[test]
+    fn budget_refuses_pages_with_an_error() {
+        let layout = MemoryLayout {
+            kinds: vec![LayerKind::Attention],
+            kv_dim: 2,
+            max_positions: 1000,
+        };
+        let shape = layout.page_shape(4, KvDtype::F32);
+        let pool = PagePool::new(shape, 2 * shape.page_bytes());
+        let mut s = SeqState::in_pool(&pool, &layout, 1000).unwrap();
+        s.reserve(8).unwrap();
+        assert!(matches!(s.reserve(9), Err(Error::OutOfMemory(_))));
+        assert_eq!(s.len(), 0);
+        drop(s);
+        assert_eq!(pool.used_bytes(), 0);
     }
 
     #[test]
@@ -392,9 +632,14 @@ mod tests {
         assert!(!s.can_truncate_to(0));
         assert!(s.can_truncate_to(1));
         let snapshot = s.clone();
+        let saved = s.snapshot_recurrent().unwrap().unwrap();
+        let pages = s.pages().to_vec();
         s.clear();
         assert_eq!(s.len(), 0);
         assert_eq!(s.recurrent(0).0, &[0.0; 2]);
         assert_eq!(snapshot.recurrent(0).0, &[1.0; 2]);
+        s.adopt_prefix(pages, 1, Some(&saved));
+        assert_eq!(s.recurrent(0).0, &[1.0; 2]);
+        assert_eq!(s.keys(1).gather_f32(0..1), vec![5.0; 2]);
     }
 }
