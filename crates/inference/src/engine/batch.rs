@@ -1,35 +1,30 @@
-//! [`BatchEngine`]: continuous batching over one model. Requests join between steps; every
-//! step is a single [`Decoder::forward`](crate::model::decoder::Decoder::forward) over the next
-//! prompt chunk of each request still prefilling and the last sampled token of each request
-//! decoding, so the weights are read once per step for the whole batch. A request leaves as soon
-//! as it ends; its state is freed with it. [`BatchEngine::step_with`] streams each request's new
-//! text as it is produced; [`BatchEngine::cancel`] drops a request (its client went away).
+//! [`BatchEngine`]: the one engine loop every generation goes through (the server's
+//! continuous batching, and `generate` / `chat` as a batch of one). Each step is
+//! [`Scheduler::schedule`] (who runs how many tokens, with memory for them), one
+//! [`Decoder::forward`](crate::model::decoder::Decoder::forward) over all of it, and
+//! [`BatchEngine::update_from_output`] (sample, stream, publish finished pages to the prefix
+//! cache, end requests). Requests join between steps; a request's memory is freed as soon as
+//! it ends. [`BatchEngine::cancel`] drops a request (its client went away).
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
+use std::time::Instant;
 
 use crate::model::decoder::Outputs;
 use crate::state::SeqState;
 use crate::{Error, Result};
 
-use super::generate::{FinishReason, GenerateRequest, Generation, TokenLogprob, PREFILL_CHUNK};
+use super::memory::{KvMemory, MemoryConfig, MemoryStats};
+use super::request::{FinishReason, GenerateRequest, Generation, TokenLogprob};
+use super::scheduler::{Schedule, Scheduler, Slot};
 use super::sequence::Sequence;
 use super::TextModel;
 
-/// One request in flight.
-struct Slot<'m> {
-    id: u64,
-    seq: Sequence<'m>,
-    state: SeqState,
-    /// Prompt tokens already run.
-    prefilled: usize,
-    /// The token to run next once the prompt is done.
-    next: Option<u32>,
-    /// Bytes of text and log-probability entries already streamed.
-    sent_text: usize,
-    sent_logprobs: usize,
-    /// The caller asked to stop this request.
-    cancelled: bool,
-}
+/// Prompt tokens per step: bounds the activations of very long prompts.
+pub(crate) const PREFILL_CHUNK: usize = 512;
+
+/// Recurrent models keep a snapshot every this many prompt tokens (page-aligned chunk ends)
+/// besides the one at the prompt's last page boundary.
+const SNAPSHOT_EVERY: usize = PREFILL_CHUNK;
 
 /// What one request produced in one step, for streaming.
 #[derive(Debug)]
@@ -45,34 +40,103 @@ pub struct StepUpdate<'a> {
     pub generated: usize,
 }
 
+/// How an engine runs.
+#[derive(Debug, Clone, Copy)]
+pub struct EngineConfig {
+    /// Most sequences admitted at once.
+    pub max_running: usize,
+    /// Most prompt tokens run per step (decode tokens come on top).
+    pub prefill_chunk: usize,
+    /// The memory: budget, page size, prefix caching.
+    pub memory: MemoryConfig,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        Self {
+            max_running: 16,
+            prefill_chunk: PREFILL_CHUNK,
+            memory: MemoryConfig::default(),
+        }
+    }
+}
+
+/// A state handed back when its request ended (see [`BatchEngine::submit_with_state`]).
+#[derive(Debug)]
+pub struct KeptState {
+    /// The state after the request (prompt and generated tokens, but the last one).
+    pub state: SeqState,
+    /// Recurrent models: the state at the end of the prompt.
+    pub checkpoint: Option<SeqState>,
+}
+
 /// Runs many generation requests together.
 pub struct BatchEngine<'m> {
     model: &'m TextModel,
-    max_running: usize,
-    prefill_budget: usize,
-    waiting: VecDeque<(u64, GenerateRequest)>,
+    scheduler: Scheduler,
+    memory: KvMemory,
+    waiting: VecDeque<Slot<'m>>,
     running: Vec<Slot<'m>>,
+    kept: HashMap<u64, KeptState>,
     next_id: u64,
 }
 
 impl<'m> BatchEngine<'m> {
-    /// An engine that decodes at most `max_running` sequences at once and prefills at most
-    /// [`PREFILL_CHUNK`] prompt tokens per step.
+    /// An engine that runs at most `max_running` sequences at once, with unbounded memory and
+    /// prefix caching.
     pub fn new(model: &'m TextModel, max_running: usize) -> Self {
+        Self::with_config(
+            model,
+            EngineConfig {
+                max_running,
+                ..EngineConfig::default()
+            },
+        )
+    }
+
+    /// An engine set up by `config`.
+    pub fn with_config(model: &'m TextModel, config: EngineConfig) -> Self {
+        let mut layout = model.decoder.new_cache(1).layout();
+        layout.max_positions = model.decoder.info().config.max_positions;
+        let memory = KvMemory::new(layout, model.kv_dtype, &config.memory);
+        Self::with_memory(model, config, memory)
+    }
+
+    /// An engine over existing memory (a chat session's); `config.memory` is ignored.
+    pub fn with_memory(model: &'m TextModel, config: EngineConfig, memory: KvMemory) -> Self {
         Self {
             model,
-            max_running: max_running.max(1),
-            prefill_budget: PREFILL_CHUNK,
+            scheduler: Scheduler {
+                max_running: config.max_running.max(1),
+                token_budget: config.prefill_chunk.max(1),
+            },
+            memory,
             waiting: VecDeque::new(),
             running: Vec::new(),
+            kept: HashMap::new(),
             next_id: 0,
         }
     }
 
-    /// Queues a request; returns its id. Invalid requests are refused here.
-    pub fn submit(&mut self, req: GenerateRequest) -> Result<u64> {
+    /// The engine's memory, for another engine later.
+    pub fn into_memory(self) -> KvMemory {
+        self.memory
+    }
+
+    /// How much memory is in use, and the prefix cache's counters.
+    pub fn memory_stats(&self) -> MemoryStats {
+        self.memory.stats()
+    }
+
+    /// Drops every cached prefix no running request holds.
+    pub fn clear_prefix_cache(&mut self) {
+        self.memory.clear_cache();
+    }
+
+    fn check(&self, req: &GenerateRequest) -> Result<usize> {
         req.sampling.validate()?;
-        let context = self.model.decoder.info().config.max_positions;
+        let cfg = &self.model.decoder.info().config;
+        let context = cfg.max_positions;
         if req.prompt_ids.is_empty() {
             return Err(Error::InvalidInput("the prompt has no tokens".into()));
         }
@@ -82,16 +146,68 @@ impl<'m> BatchEngine<'m> {
                 req.prompt_ids.len()
             )));
         }
-        let vocab = self.model.decoder.info().config.vocab_size;
+        let vocab = cfg.vocab_size;
         if let Some(bad) = req.prompt_ids.iter().find(|&&t| t as usize >= vocab) {
             return Err(Error::InvalidInput(format!(
                 "token id {bad} is outside the vocabulary of {vocab} tokens"
             )));
         }
+        let max_len = req
+            .prompt_ids
+            .len()
+            .saturating_add(req.max_tokens.max(1))
+            .min(context);
+        // A sequence that could never fit in the memory budget on its own is refused now.
+        let stats = self.memory.stats();
+        let need = max_len.div_ceil(self.memory.page_rows()) * stats.page_bytes
+            + self.memory.layout().recurrent_bytes();
+        if need > stats.budget_bytes {
+            return Err(Error::InvalidInput(format!(
+                "the request needs up to {max_len} tokens of KV memory ({need} bytes); the budget is {} bytes (--kv-cache-memory)",
+                stats.budget_bytes
+            )));
+        }
+        Ok(max_len)
+    }
+
+    /// Queues a request; returns its id. Invalid requests are refused here.
+    pub fn submit(&mut self, req: GenerateRequest) -> Result<u64> {
+        let max_len = self.check(&req)?;
         let id = self.next_id;
         self.next_id += 1;
-        self.waiting.push_back((id, req));
+        let seq = Sequence::new(self.model, req, 0);
+        self.waiting.push_back(Slot::new(id, seq, max_len));
         Ok(id)
+    }
+
+    /// Queues a request that continues `state`, which already holds the first `state.len()`
+    /// prompt tokens (made from this engine's memory); when it ends, the state is kept for
+    /// [`BatchEngine::take_state`] (with, for recurrent models, a copy at the end of the
+    /// prompt).
+    pub fn submit_with_state(&mut self, req: GenerateRequest, state: SeqState) -> Result<u64> {
+        self.check(&req)?;
+        if state.len() >= req.prompt_ids.len() {
+            return Err(Error::InvalidInput(
+                "the state must hold less than the whole prompt".into(),
+            ));
+        }
+        let id = self.next_id;
+        self.next_id += 1;
+        let cached = state.len();
+        let seq = Sequence::new(self.model, req, cached);
+        let mut slot = Slot::new(id, seq, state.max_len());
+        slot.computed = cached;
+        slot.state = Some(state);
+        slot.keep_state = true;
+        slot.admitted_once = true;
+        slot.started = Some(Instant::now());
+        self.waiting.push_back(slot);
+        Ok(id)
+    }
+
+    /// The state of a request submitted with [`BatchEngine::submit_with_state`] once it ended.
+    pub fn take_state(&mut self, id: u64) -> Option<KeptState> {
+        self.kept.remove(&id)
     }
 
     /// Requests queued or running.
@@ -99,7 +215,7 @@ impl<'m> BatchEngine<'m> {
         self.waiting.len() + self.running.len()
     }
 
-    /// Requests queued, not yet admitted.
+    /// Requests queued, not yet admitted (preempted ones included).
     pub fn waiting(&self) -> usize {
         self.waiting.len()
     }
@@ -112,14 +228,13 @@ impl<'m> BatchEngine<'m> {
     /// Drops a request, queued or running, and frees its state. Returns what it had generated
     /// (finish reason [`FinishReason::Cancelled`]), or `None` for an unknown id.
     pub fn cancel(&mut self, id: u64) -> Option<Generation> {
-        if let Some(i) = self.waiting.iter().position(|(w, _)| *w == id) {
-            let (_, req) = self.waiting.remove(i)?;
-            let mut out = Sequence::new(self.model, req, 0).into_generation();
-            out.finish_reason = FinishReason::Cancelled;
-            return Some(out);
-        }
-        let i = self.running.iter().position(|s| s.id == id)?;
-        let mut out = self.running.swap_remove(i).seq.into_generation();
+        let slot = if let Some(i) = self.waiting.iter().position(|s| s.id == id) {
+            self.waiting.remove(i)?
+        } else {
+            let i = self.running.iter().position(|s| s.id == id)?;
+            self.running.remove(i)
+        };
+        let mut out = slot.seq.into_generation();
         out.finish_reason = FinishReason::Cancelled;
         Some(out)
     }
@@ -137,79 +252,89 @@ impl<'m> BatchEngine<'m> {
         &mut self,
         on_update: &mut dyn FnMut(StepUpdate<'_>) -> bool,
     ) -> Result<Vec<(u64, Generation)>> {
-        while self.running.len() < self.max_running {
-            let Some((id, req)) = self.waiting.pop_front() else {
-                break;
-            };
-            let max_len = req.prompt_ids.len().saturating_add(req.max_tokens.max(1));
-            let state = self.model.new_cache(max_len);
-            let seq = Sequence::new(self.model, req, 0);
-            self.running.push(Slot {
-                id,
-                seq,
-                state,
-                prefilled: 0,
-                next: None,
-                sent_text: 0,
-                sent_logprobs: 0,
-                cancelled: false,
-            });
+        let schedule =
+            self.scheduler
+                .schedule(&mut self.waiting, &mut self.running, &mut self.memory)?;
+        if !schedule.work.is_empty() {
+            let logits = self.forward(&schedule)?;
+            self.update_from_output(&schedule, &logits, on_update);
         }
-        if self.running.is_empty() {
-            return Ok(Vec::new());
-        }
-        // Build the batch, in slot order: one token for each decoding sequence, the next
-        // prompt chunk (within the step's budget) for each prefilling one.
+        Ok(self.reap())
+    }
+
+    /// One forward pass over the scheduled tokens of every request in `schedule`.
+    fn forward(&mut self, schedule: &Schedule) -> Result<Vec<f32>> {
         let mut ids = Vec::new();
-        let mut lens = Vec::new();
-        let mut members = Vec::new();
-        let mut budget = self.prefill_budget;
-        for (i, slot) in self.running.iter().enumerate() {
-            let prompt = &slot.seq.request().prompt_ids;
-            if let Some(t) = slot.next {
-                ids.push(t);
-                lens.push(1);
-                members.push(i);
-            } else if slot.prefilled < prompt.len() && budget > 0 {
-                let n = (prompt.len() - slot.prefilled).min(budget);
-                ids.extend_from_slice(&prompt[slot.prefilled..slot.prefilled + n]);
-                lens.push(n);
-                members.push(i);
-                budget -= n;
+        let mut lens = Vec::with_capacity(schedule.work.len());
+        for &(i, n) in &schedule.work {
+            let slot = &self.running[i];
+            ids.extend_from_slice(&slot.seq.history()[slot.computed..slot.computed + n]);
+            lens.push(n);
+        }
+        let mut next = schedule.work.iter().map(|&(i, _)| i).peekable();
+        let mut states: Vec<&mut SeqState> = Vec::with_capacity(lens.len());
+        for (i, slot) in self.running.iter_mut().enumerate() {
+            if next.peek() == Some(&i) {
+                next.next();
+                states.push(slot.state.as_mut().expect("scheduled slots have state"));
             }
         }
-        if members.is_empty() {
-            return Ok(Vec::new());
-        }
-        let logits = {
-            let mut states: Vec<&mut SeqState> = self
-                .running
-                .iter_mut()
-                .enumerate()
-                .filter(|(i, _)| members.binary_search(i).is_ok())
-                .map(|(_, slot)| &mut slot.state)
-                .collect();
-            self.model
-                .decoder
-                .forward(&ids, &lens, &mut states, Outputs::LastLogits)?
-        };
-        let vocab = logits.len() / members.len();
-        for (row, &i) in members.iter().enumerate() {
+        self.model
+            .decoder
+            .forward(&ids, &lens, &mut states, Outputs::LastLogits)
+    }
+
+    /// Takes the step's logits: advances each request's computed tokens, keeps finished pages
+    /// (and recurrent snapshots at page boundaries) in the prefix cache, and samples the next
+    /// token of every request whose history is now all computed.
+    fn update_from_output(
+        &mut self,
+        schedule: &Schedule,
+        logits: &[f32],
+        on_update: &mut dyn FnMut(StepUpdate<'_>) -> bool,
+    ) {
+        let vocab = logits.len() / schedule.work.len().max(1);
+        let p = self.memory.page_rows();
+        let recurrent = self.memory.layout().is_recurrent();
+        for (row, &(i, n)) in schedule.work.iter().enumerate() {
             let slot = &mut self.running[i];
-            let from_prompt = slot.next.is_none();
-            if from_prompt {
-                slot.prefilled += lens[row];
-                if slot.prefilled < slot.seq.request().prompt_ids.len() {
-                    continue; // more prompt to run before sampling
-                }
-                if slot.seq.request().max_tokens == 0 {
-                    continue;
+            slot.computed += n;
+            let prompt_len = slot.seq.request().prompt_ids.len();
+            let state = slot.state.as_ref().expect("scheduled slots have state");
+            if self.memory.caches_prefixes() {
+                let history = &slot.seq.history()[..slot.computed];
+                self.memory
+                    .publish(history, state, &mut slot.hashes, &mut slot.published);
+                if recurrent && slot.computed.is_multiple_of(p) && slot.computed > 0 {
+                    let pages = slot.computed / p;
+                    let prompt_boundary = slot.computed == prompt_len / p * p;
+                    if slot.computed <= prompt_len {
+                        if (prompt_boundary || slot.computed.is_multiple_of(SNAPSHOT_EVERY))
+                            && !self.memory.has_snapshot(&slot.hashes, pages)
+                        {
+                            if let Some(s) = self.memory.snapshot(state) {
+                                self.memory.publish_snapshot(&slot.hashes, pages, s);
+                            }
+                        }
+                    } else {
+                        slot.snapshot = None; // free the old one first
+                        slot.snapshot = self.memory.snapshot(state).map(|s| (pages, s));
+                    }
                 }
             }
-            let room = slot.state.len() < slot.state.max_len();
-            slot.next = slot
-                .seq
+            if slot.keep_state && recurrent && slot.computed == prompt_len {
+                slot.checkpoint = Some(state.clone());
+            }
+            if slot.todo() > 0 || slot.finished() {
+                continue; // more to run before sampling, or only the prompt was asked for
+            }
+            let room = slot.computed < slot.max_len;
+            let first = slot.first_token.is_none();
+            slot.seq
                 .accept(&logits[row * vocab..(row + 1) * vocab], room, &mut |_| true);
+            if first {
+                slot.first_token = Some(Instant::now());
+            }
             let out = slot.seq.generation();
             let keep = on_update(StepUpdate {
                 id: slot.id,
@@ -223,24 +348,47 @@ impl<'m> BatchEngine<'m> {
                 slot.cancelled = true;
             }
         }
+    }
+
+    /// Removes the requests that ended, keeping their last pages (and a recurrent snapshot)
+    /// in the prefix cache and their state when asked.
+    fn reap(&mut self) -> Vec<(u64, Generation)> {
         let mut finished = Vec::new();
         let mut i = 0;
         while i < self.running.len() {
             let slot = &self.running[i];
-            let prompt_done = slot.prefilled >= slot.seq.request().prompt_ids.len();
-            let ended = slot.seq.is_done() || (prompt_done && slot.seq.request().max_tokens == 0);
-            if ended || slot.cancelled {
-                let slot = self.running.swap_remove(i);
-                let mut out = slot.seq.into_generation();
-                if slot.cancelled && !ended {
-                    out.finish_reason = FinishReason::Cancelled;
-                }
-                finished.push((slot.id, out));
-            } else {
+            if !(slot.finished() || slot.cancelled) {
                 i += 1;
+                continue;
             }
+            let mut slot = self.running.remove(i);
+            let ended = slot.finished();
+            if let (Some((pages, snap)), true) = (slot.snapshot.take(), ended) {
+                self.memory.publish_snapshot(&slot.hashes, pages, snap);
+            }
+            let now = Instant::now();
+            let started = slot.started.unwrap_or(now);
+            let first = slot.first_token.unwrap_or(now);
+            slot.seq
+                .set_timing((first - started).as_secs_f64(), (now - first).as_secs_f64());
+            if slot.keep_state {
+                if let Some(state) = slot.state.take() {
+                    self.kept.insert(
+                        slot.id,
+                        KeptState {
+                            state,
+                            checkpoint: slot.checkpoint.take(),
+                        },
+                    );
+                }
+            }
+            let mut out = slot.seq.into_generation();
+            if slot.cancelled && !ended {
+                out.finish_reason = FinishReason::Cancelled;
+            }
+            finished.push((slot.id, out));
         }
-        Ok(finished)
+        finished
     }
 
     /// Steps until every queued request has ended; results in submission order.

@@ -1,108 +1,23 @@
-//! One generation request, start to finish.
+//! One request start to finish, as a batch of one through [`BatchEngine`]: [`generate`] in a
+//! fresh sequence, [`generate_in`] continuing a chat [`Session`].
 
-use std::time::Instant;
+use crate::Result;
 
-use crate::model::decoder::Outputs;
-use crate::sample::SamplingParams;
-use crate::state::SeqState;
-use crate::{Error, Result};
-
-use super::sequence::Sequence;
+use super::batch::{BatchEngine, EngineConfig};
+use super::memory::{KvMemory, MemoryConfig};
+use super::request::{GenerateRequest, Generation};
 use super::TextModel;
+use crate::state::SeqState;
 
-/// Prompt tokens per prefill pass: bounds the activations of very long prompts.
-pub(crate) const PREFILL_CHUNK: usize = 512;
-
-/// What to generate.
-#[derive(Debug, Clone)]
-pub struct GenerateRequest {
-    /// The prompt, already tokenized (see [`TextModel::encode_prompt`] / `encode_chat`).
-    pub prompt_ids: Vec<u32>,
-    /// Most tokens to generate.
-    pub max_tokens: usize,
-    /// Sampling parameters (temperature 0 = greedy).
-    pub sampling: SamplingParams,
-    /// Strings that end generation; they are not part of the returned text.
-    pub stop: Vec<String>,
-    /// When set, record each token's log-probability and the `n` most likely alternatives.
-    pub logprobs: Option<usize>,
-    /// Keep generating through end-of-sequence tokens (benchmarks, tests).
-    pub ignore_eos: bool,
-}
-
-impl GenerateRequest {
-    /// A request with default sampling and no stop strings.
-    pub fn new(prompt_ids: Vec<u32>, max_tokens: usize, sampling: SamplingParams) -> Self {
-        Self {
-            prompt_ids,
-            max_tokens,
-            sampling,
-            stop: Vec::new(),
-            logprobs: None,
-            ignore_eos: false,
-        }
-    }
-}
-
-/// Why generation ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FinishReason {
-    /// An end-of-sequence token or a stop string.
-    Stop,
-    /// `max_tokens` or the end of the context.
-    Length,
-    /// The caller's callback asked to stop (e.g. the client went away).
-    Cancelled,
-}
-
-impl FinishReason {
-    /// The OpenAI spelling (`stop`, `length`; cancelled reads as `stop`).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            FinishReason::Stop | FinishReason::Cancelled => "stop",
-            FinishReason::Length => "length",
-        }
-    }
-}
-
-/// Log-probability of one generated token (of the model's raw distribution).
-#[derive(Debug, Clone, PartialEq)]
-pub struct TokenLogprob {
-    /// The token.
-    pub token: u32,
-    /// Its log-probability.
-    pub logprob: f32,
-    /// The most likely tokens at that step with theirs, best first.
-    pub top: Vec<(u32, f32)>,
-}
-
-/// The result of a request.
-#[derive(Debug, Clone)]
-pub struct Generation {
-    /// Generated text (special tokens and stop strings left out).
-    pub text: String,
-    /// Every generated token id, a final end-of-sequence token included.
-    pub token_ids: Vec<u32>,
-    /// Prompt length in tokens.
-    pub prompt_tokens: usize,
-    /// Prompt tokens whose keys and values were reused from the session's cache (not run).
-    pub cached_prompt_tokens: usize,
-    /// Why it ended.
-    pub finish_reason: FinishReason,
-    /// Per-token log-probabilities, when requested.
-    pub logprobs: Vec<TokenLogprob>,
-    /// Seconds spent on the prompt (prefill, up to the first token's logits).
-    pub prefill_secs: f64,
-    /// Seconds spent on the decode steps after the first token.
-    pub decode_secs: f64,
-}
-
-/// A sequence kept across requests (a chat): its KV cache and the tokens in it. A new request
-/// whose prompt starts with tokens already in the cache only runs the rest.
+/// A sequence kept across requests (a chat): its state and the tokens in it. A new request
+/// whose prompt starts with tokens already in the state only runs the rest (to the token, not
+/// only whole pages as the engine's prefix cache does).
 #[derive(Debug)]
 pub struct Session {
-    cache: SeqState,
+    memory: Option<KvMemory>,
+    cache: Option<SeqState>,
     ids: Vec<u32>,
+    max_len: usize,
     /// For states that cannot be rewound (recurrent layers): a snapshot taken at the end of the
     /// last prompt, before generation, and how many tokens it holds. The next turn's prompt
     /// usually extends that prompt, so it restarts from here instead of from nothing.
@@ -112,8 +27,19 @@ pub struct Session {
 impl Session {
     /// An empty session for `model`, holding up to `max_len` tokens (capped at its context).
     pub fn new(model: &TextModel, max_len: usize) -> Self {
+        let cache = model.new_cache(max_len);
+        let memory = KvMemory::new(
+            cache.layout(),
+            model.kv_dtype,
+            &MemoryConfig {
+                prefix_cache: false,
+                ..MemoryConfig::default()
+            },
+        );
         Self {
-            cache: model.new_cache(max_len),
+            memory: Some(memory),
+            max_len: cache.max_len(),
+            cache: None,
             ids: Vec::new(),
             checkpoint: None,
         }
@@ -143,7 +69,7 @@ pub fn generate(
 }
 
 /// [`generate`] continuing `session`: the longest common prefix of the session's tokens and
-/// the prompt is reused from its cache; afterwards the session holds the prompt and the
+/// the prompt is reused from its state; afterwards the session holds the prompt and the
 /// generated tokens.
 pub fn generate_in(
     model: &TextModel,
@@ -152,17 +78,22 @@ pub fn generate_in(
     on_text: &mut dyn FnMut(&str) -> bool,
 ) -> Result<Generation> {
     req.sampling.validate()?;
-    let decoder = model.decoder.as_ref();
     let n_prompt = req.prompt_ids.len();
-    let capacity = session.cache.max_len();
+    let capacity = session.max_len;
     if n_prompt == 0 {
-        return Err(Error::InvalidInput("the prompt has no tokens".into()));
+        return Err(crate::Error::InvalidInput(
+            "the prompt has no tokens".into(),
+        ));
     }
     if n_prompt >= capacity {
-        return Err(Error::InvalidInput(format!(
+        return Err(crate::Error::InvalidInput(format!(
             "the prompt has {n_prompt} tokens; the context holds {capacity} (prompt plus at least one generated token)"
         )));
     }
+    let mut memory = session
+        .memory
+        .take()
+        .expect("a session's memory is put back");
     // Reuse the cached prefix, but always run at least the prompt's last token (its logits).
     let reuse = session
         .ids
@@ -171,51 +102,75 @@ pub fn generate_in(
         .take_while(|(a, b)| a == b)
         .count()
         .min(n_prompt - 1);
+    let mut state = match session.cache.take() {
+        Some(s) => s,
+        None => memory.new_state(capacity)?,
+    };
     // A recurrent state cannot be rewound: go back to the checkpoint when the prompt still
     // starts with it, else start over.
-    let reuse = if session.cache.can_truncate_to(reuse) {
+    let reuse = if state.can_truncate_to(reuse) {
         reuse
     } else {
         match session.checkpoint.take() {
-            Some((len, state)) if len <= reuse => {
-                session.cache = state;
+            Some((len, cp)) if len <= reuse => {
+                state = cp;
                 len
             }
             _ => {
-                session.cache.clear();
+                state.clear();
                 0
             }
         }
     };
-    session.cache.truncate(reuse);
-    session.ids.truncate(reuse);
-    let cache = &mut session.cache;
-    let mut seq = Sequence::new(model, req.clone(), reuse);
-
-    let t0 = Instant::now();
-    let mut logits = Vec::new();
-    for chunk in req.prompt_ids[reuse..].chunks(PREFILL_CHUNK) {
-        logits = decoder.forward(
-            chunk,
-            &[chunk.len()],
-            &mut [&mut *cache],
-            Outputs::LastLogits,
-        )?;
-    }
-    let prefill_secs = t0.elapsed().as_secs_f64();
-    if !cache.can_truncate_to(0) {
-        // Keep the state at the end of the prompt for the next turn (see `Session`).
-        session.checkpoint = Some((n_prompt, cache.clone()));
-    }
-    let t1 = Instant::now();
-    if req.max_tokens > 0 {
-        while let Some(token) = seq.accept(&logits, cache.len() < cache.max_len(), on_text) {
-            logits = decoder.forward(&[token], &[1], &mut [&mut *cache], Outputs::LastLogits)?;
+    state.truncate(reuse);
+    session.ids.clear();
+    // The request can hold the session's whole capacity.
+    let mut run = req.clone();
+    run.max_tokens = run.max_tokens.min(capacity - n_prompt);
+    let mut engine = BatchEngine::with_memory(
+        model,
+        EngineConfig {
+            max_running: 1,
+            ..EngineConfig::default()
+        },
+        memory,
+    );
+    let id = engine.submit_with_state(run, state);
+    let id = match id {
+        Ok(id) => id,
+        Err(e) => {
+            session.memory = Some(engine.into_memory());
+            return Err(e);
+        }
+    };
+    let mut result = None;
+    let mut failure = None;
+    while result.is_none() {
+        match engine.step_with(&mut |u| u.text.is_empty() || on_text(u.text)) {
+            Ok(done) => result = done.into_iter().find(|(i, _)| *i == id).map(|(_, g)| g),
+            Err(e) => {
+                failure = Some(e);
+                break;
+            }
         }
     }
-    session.ids = seq.history()[..cache.len()].to_vec();
-    let mut out = seq.into_generation();
-    out.prefill_secs = prefill_secs;
-    out.decode_secs = t1.elapsed().as_secs_f64();
-    Ok(out)
+    if let Some(kept) = engine.take_state(id) {
+        let len = kept.state.len();
+        if let (Some(cp), Some(g)) = (kept.checkpoint, &result) {
+            session.checkpoint = Some((g.prompt_tokens, cp));
+        }
+        let mut ids = req.prompt_ids.clone();
+        if let Some(g) = &result {
+            ids.extend_from_slice(&g.token_ids);
+        }
+        ids.truncate(len);
+        session.ids = ids;
+        session.cache = Some(kept.state);
+    }
+    session.memory = Some(engine.into_memory());
+    match (result, failure) {
+        (_, Some(e)) => Err(e),
+        (Some(g), None) => Ok(g),
+        (None, None) => unreachable!("the loop ends with a result or a failure"),
+    }
 }

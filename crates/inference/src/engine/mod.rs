@@ -1,19 +1,23 @@
-//! Text generation over a loaded model: [`TextModel`] bundles a decoder with its tokenizer,
-//! chat template and stop tokens (from a model folder or a GGUF file), and [`generate`] runs
-//! one request: prefill the prompt as one batched pass, then one-token decode steps through the
-//! sampler, detokenizing incrementally and watching stop tokens and stop strings.
-//! [`Sequence`] is one request's decode-side state; [`BatchEngine`] runs many sequences with
-//! continuous batching: every step is one forward pass over the prefill chunks of new requests
-//! and the next token of every running one.
+//! Text generation over a loaded model. [`TextModel`] bundles a decoder with its tokenizer,
+//! chat template and stop tokens (from a model folder or a GGUF file). Every request runs
+//! through [`BatchEngine`], one loop of steps: the scheduler (`scheduler.rs`) picks who runs
+//! how many tokens within the token, sequence and memory budgets; one forward pass runs them;
+//! the results are sampled and streamed ([`Sequence`]: one request's sampler, detokenizer and
+//! stop matcher). [`KvMemory`] owns the page pool and the prefix cache. [`generate`] and
+//! [`generate_in`] (a chat [`Session`]) are a batch of one through the same engine. The
+//! request vocabulary ([`GenerateRequest`], [`Generation`], ...) lives in `request.rs`.
 
 mod batch;
 mod generate;
+mod memory;
+mod request;
+mod scheduler;
 mod sequence;
 mod text_model;
 
-pub use batch::{BatchEngine, StepUpdate};
-pub use generate::{
-    generate, generate_in, FinishReason, GenerateRequest, Generation, Session, TokenLogprob,
-};
+pub use batch::{BatchEngine, EngineConfig, KeptState, StepUpdate};
+pub use generate::{generate, generate_in, Session};
+pub use memory::{KvMemory, MemoryConfig, MemoryStats};
+pub use request::{FinishReason, GenerateRequest, Generation, TokenLogprob};
 pub use sequence::Sequence;
 pub use text_model::TextModel;

@@ -1,11 +1,11 @@
 //! [`Sequence`]: what one request keeps between decode steps (sampler, streaming detokenizer,
 //! stop matcher, the tokens so far and the result being built), independent of how its logits
-//! are computed: alone ([`super::generate_in`]) or in a batch ([`super::BatchEngine`]).
+//! are computed (by [`super::BatchEngine`], alone or in a batch).
 
 use crate::sample::{top_logprobs, Sampler, StopMatcher, StopResult};
 use crate::tokenizer::DecodeStream;
 
-use super::generate::{FinishReason, GenerateRequest, Generation, TokenLogprob};
+use super::request::{FinishReason, GenerateRequest, Generation, TokenLogprob};
 use super::TextModel;
 
 /// The decode-side state of one request.
@@ -53,6 +53,17 @@ impl<'m> Sequence<'m> {
     /// Prompt and generated tokens so far.
     pub fn history(&self) -> &[u32] {
         &self.history
+    }
+
+    /// Records how many prompt tokens came from a cache instead of being run.
+    pub fn set_cached_prompt_tokens(&mut self, n: usize) {
+        self.out.cached_prompt_tokens = n;
+    }
+
+    /// Records the time spent on the prompt and on the decode steps.
+    pub fn set_timing(&mut self, prefill_secs: f64, decode_secs: f64) {
+        self.out.prefill_secs = prefill_secs;
+        self.out.decode_secs = decode_secs;
     }
 
     /// Whether the sequence has ended.

@@ -141,19 +141,16 @@ impl PrefixCache {
         let p = self.page_rows;
         let mut hashes = Vec::new();
         self.extend_hashes(&tokens[..max_tokens.min(tokens.len()) / p * p], &mut hashes);
-        let mut found = 0;
         let mut best = 0;
         for (i, &h) in hashes.iter().enumerate() {
             let parent = if i == 0 { ROOT } else { hashes[i - 1] };
             if !self.matches(h, parent, &tokens[i * p..(i + 1) * p]) {
                 break;
             }
-            found = i + 1;
             if !recurrent || self.entries[&h].snapshot.is_some() {
                 best = i + 1;
             }
         }
-        let _ = found;
         let clock = self.clock;
         let mut hit = PrefixHit::default();
         for &h in &hashes[..best] {
@@ -175,15 +172,22 @@ impl PrefixCache {
         hit
     }
 
-    /// Keeps the full pages of a sequence: page `i` of `pages` holds `tokens[i * page_rows..]`;
-    /// `hashes` are the sequence's chained page hashes (extended here). Pages already cached
-    /// (the same tokens computed by another sequence) keep the cached copy.
-    pub fn insert(&mut self, tokens: &[u32], pages: &[PageRef], hashes: &mut Vec<u64>) {
+    /// Keeps the full pages of a sequence from page `from` on: page `i` of `pages` holds
+    /// `tokens[i * page_rows..]`; `hashes` are the sequence's chained page hashes (extended
+    /// here). Pages already cached (the same tokens computed by another sequence) keep the
+    /// cached copy. Returns the number of full pages now covered.
+    pub fn insert(
+        &mut self,
+        tokens: &[u32],
+        pages: &[PageRef],
+        hashes: &mut Vec<u64>,
+        from: usize,
+    ) -> usize {
         self.clock += 1;
         let p = self.page_rows;
         let full = (tokens.len() / p).min(pages.len());
         self.extend_hashes(&tokens[..full * p], hashes);
-        for (i, page) in pages.iter().enumerate().take(full) {
+        for (i, page) in pages.iter().enumerate().take(full).skip(from) {
             let parent = if i == 0 { ROOT } else { hashes[i - 1] };
             let h = hashes[i];
             let clock = self.clock;
@@ -197,6 +201,7 @@ impl PrefixCache {
             });
             e.last_use = clock;
         }
+        full
     }
 
     /// Keeps `snapshot`, the recurrent state after the first `pages * page_rows` tokens of the
@@ -315,7 +320,7 @@ mod tests {
         let a: Vec<u32> = (0..10).collect();
         let s = filled(&pool, &lay, &a);
         let mut hashes = Vec::new();
-        cache.insert(&a, s.pages(), &mut hashes);
+        cache.insert(&a, s.pages(), &mut hashes, 0);
         assert_eq!(cache.len(), 2); // the third page is partial
         drop(s);
         let mut b = a.clone();
@@ -351,7 +356,7 @@ mod tests {
         let a: Vec<u32> = (0..12).collect();
         let s = filled(&pool, &lay, &a[..8]);
         let mut hashes = Vec::new();
-        cache.insert(&a[..8], s.pages(), &mut hashes);
+        cache.insert(&a[..8], s.pages(), &mut hashes, 0);
         assert_eq!(cache.lookup(&a, 11, true).tokens, 0);
         let snap = s.snapshot_recurrent().unwrap().unwrap();
         assert!(cache.insert_snapshot(&hashes, 1, snap));

@@ -237,7 +237,8 @@ impl SeqState {
         })
     }
 
-    fn layout(&self) -> MemoryLayout {
+    /// The layer kinds and widths this state was made for.
+    pub fn layout(&self) -> MemoryLayout {
         let kinds = self
             .recurrent
             .iter()

@@ -1,0 +1,208 @@
+//! [`KvMemory`]: the engine's memory for every sequence it runs: one [`PagePool`] under the
+//! budget, the [`PrefixCache`] over it, and the steps that need both (a new state or more
+//! pages evict unused cached pages first; snapshots of recurrent state are kept at page
+//! boundaries so hybrid models reuse prefixes too).
+
+use crate::state::{
+    KvDtype, MemoryLayout, PagePool, PrefixCache, PrefixHit, PrefixStats, RecurrentSnapshot,
+    SeqState, DEFAULT_PAGE_ROWS,
+};
+use crate::{Error, Result};
+
+/// How the engine's memory is set up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemoryConfig {
+    /// Bytes for keys, values and recurrent state of all sequences (`None`: no limit).
+    pub budget: Option<usize>,
+    /// Tokens per page.
+    pub page_rows: usize,
+    /// Whether finished pages are kept for reuse by later sequences.
+    pub prefix_cache: bool,
+}
+
+impl Default for MemoryConfig {
+    fn default() -> Self {
+        Self {
+            budget: None,
+            page_rows: DEFAULT_PAGE_ROWS,
+            prefix_cache: true,
+        }
+    }
+}
+
+/// A reading of the memory's use (for `/metrics` and benchmarks).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MemoryStats {
+    /// The budget in bytes (`usize::MAX` without one).
+    pub budget_bytes: usize,
+    /// Bytes in use (pages, recurrent state, snapshots).
+    pub used_bytes: usize,
+    /// The most bytes in use at once so far.
+    pub peak_bytes: usize,
+    /// Bytes of one page.
+    pub page_bytes: usize,
+    /// Pages allocated.
+    pub pages_used: usize,
+    /// Pages that still fit in the budget.
+    pub pages_free: usize,
+    /// Pages kept by the prefix cache (some may also be in use).
+    pub cached_pages: usize,
+    /// Recurrent snapshots kept by the prefix cache.
+    pub cached_snapshots: usize,
+    /// Prefix-cache counters.
+    pub prefix: PrefixStats,
+    /// Sequences preempted (their state dropped, to be recomputed) for lack of memory.
+    pub preemptions: u64,
+}
+
+/// The memory of every sequence of one engine.
+#[derive(Debug)]
+pub struct KvMemory {
+    layout: MemoryLayout,
+    pool: PagePool,
+    cache: Option<PrefixCache>,
+    pub(crate) preemptions: u64,
+}
+
+impl KvMemory {
+    /// Memory for sequences of a model whose states look like `layout`, keys and values
+    /// stored as `dtype`.
+    pub fn new(layout: MemoryLayout, dtype: KvDtype, config: &MemoryConfig) -> Self {
+        let shape = layout.page_shape(config.page_rows.max(1), dtype);
+        let pool = match config.budget {
+            Some(b) => PagePool::new(shape, b),
+            None => PagePool::unbounded(shape),
+        };
+        Self {
+            layout,
+            pool,
+            cache: config
+                .prefix_cache
+                .then(|| PrefixCache::new(config.page_rows.max(1))),
+            preemptions: 0,
+        }
+    }
+
+    /// The layout of the sequences' states.
+    pub fn layout(&self) -> &MemoryLayout {
+        &self.layout
+    }
+
+    /// Tokens per page.
+    pub fn page_rows(&self) -> usize {
+        self.pool.shape().page_rows
+    }
+
+    /// Whether prefix caching is on.
+    pub fn caches_prefixes(&self) -> bool {
+        self.cache.is_some()
+    }
+
+    /// Drops one unused cached entry; `false` when none is left.
+    fn evict_one(&mut self) -> bool {
+        self.cache.as_mut().is_some_and(PrefixCache::evict_one)
+    }
+
+    /// Runs `f` until it does not fail for lack of memory, evicting unused cached entries
+    /// in between; fails when nothing is left to evict.
+    fn with_room<T>(&mut self, mut f: impl FnMut(&PagePool) -> Result<T>) -> Result<T> {
+        loop {
+            match f(&self.pool) {
+                Err(Error::OutOfMemory(m)) => {
+                    if !self.evict_one() {
+                        return Err(Error::OutOfMemory(m));
+                    }
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// An empty state of at most `max_len` tokens in the pool.
+    pub fn new_state(&mut self, max_len: usize) -> Result<SeqState> {
+        let layout = self.layout.clone();
+        self.with_room(|pool| SeqState::in_pool(pool, &layout, max_len))
+    }
+
+    /// Room for `n` more tokens in `state` ([`SeqState::reserve`]), evicting as needed.
+    pub fn reserve(&mut self, state: &mut SeqState, n: usize) -> Result<()> {
+        self.with_room(|_| state.reserve(n))
+    }
+
+    /// A snapshot of `state`'s recurrent layers, if it fits (evicting as needed).
+    pub fn snapshot(&mut self, state: &SeqState) -> Option<RecurrentSnapshot> {
+        self.with_room(|_| state.snapshot_recurrent())
+            .ok()
+            .flatten()
+    }
+
+    /// The longest cached prefix of `tokens` (at most `max_tokens`), for a new state.
+    pub fn lookup(&mut self, tokens: &[u32], max_tokens: usize) -> PrefixHit {
+        let recurrent = self.layout.is_recurrent();
+        match &mut self.cache {
+            Some(c) => c.lookup(tokens, max_tokens, recurrent),
+            None => PrefixHit::default(),
+        }
+    }
+
+    /// Keeps the full pages of `state` (which holds `tokens`) from page `*published` on.
+    pub fn publish(
+        &mut self,
+        tokens: &[u32],
+        state: &SeqState,
+        hashes: &mut Vec<u64>,
+        published: &mut usize,
+    ) {
+        if let Some(c) = &mut self.cache {
+            *published = c.insert(tokens, state.pages(), hashes, *published);
+        }
+    }
+
+    /// Keeps `snapshot`, taken after the first `pages` pages of the chain `hashes`.
+    pub fn publish_snapshot(&mut self, hashes: &[u64], pages: usize, snapshot: RecurrentSnapshot) {
+        if let Some(c) = &mut self.cache {
+            c.insert_snapshot(hashes, pages, snapshot);
+        }
+    }
+
+    /// Whether a snapshot is kept after page `pages` of the chain `hashes`.
+    pub fn has_snapshot(&self, hashes: &[u64], pages: usize) -> bool {
+        self.cache
+            .as_ref()
+            .is_some_and(|c| c.has_snapshot(hashes, pages))
+    }
+
+    /// The chained page hashes of `tokens`, continuing `hashes`.
+    pub fn extend_hashes(&self, tokens: &[u32], hashes: &mut Vec<u64>) {
+        if let Some(c) = &self.cache {
+            c.extend_hashes(tokens, hashes);
+        }
+    }
+
+    /// Drops every cached entry no sequence holds.
+    pub fn clear_cache(&mut self) {
+        if let Some(c) = &mut self.cache {
+            c.clear();
+        }
+    }
+
+    /// The current reading.
+    pub fn stats(&self) -> MemoryStats {
+        MemoryStats {
+            budget_bytes: self.pool.budget(),
+            used_bytes: self.pool.used_bytes(),
+            peak_bytes: self.pool.peak_bytes(),
+            page_bytes: self.pool.shape().page_bytes(),
+            pages_used: self.pool.pages_used(),
+            pages_free: self.pool.pages_free(),
+            cached_pages: self.cache.as_ref().map_or(0, PrefixCache::len),
+            cached_snapshots: self.cache.as_ref().map_or(0, PrefixCache::snapshots),
+            prefix: self
+                .cache
+                .as_ref()
+                .map(PrefixCache::stats)
+                .unwrap_or_default(),
+            preemptions: self.preemptions,
+        }
+    }
+}

@@ -1,0 +1,89 @@
+//! The request vocabulary every part of the engine speaks: what to generate
+//! ([`GenerateRequest`]), what came out ([`Generation`], [`TokenLogprob`]) and why it ended
+//! ([`FinishReason`]).
+
+use crate::sample::SamplingParams;
+
+/// What to generate.
+#[derive(Debug, Clone)]
+pub struct GenerateRequest {
+    /// The prompt, already tokenized (see [`TextModel::encode_prompt`] / `encode_chat`).
+    pub prompt_ids: Vec<u32>,
+    /// Most tokens to generate.
+    pub max_tokens: usize,
+    /// Sampling parameters (temperature 0 = greedy).
+    pub sampling: SamplingParams,
+    /// Strings that end generation; they are not part of the returned text.
+    pub stop: Vec<String>,
+    /// When set, record each token's log-probability and the `n` most likely alternatives.
+    pub logprobs: Option<usize>,
+    /// Keep generating through end-of-sequence tokens (benchmarks, tests).
+    pub ignore_eos: bool,
+}
+
+impl GenerateRequest {
+    /// A request with default sampling and no stop strings.
+    pub fn new(prompt_ids: Vec<u32>, max_tokens: usize, sampling: SamplingParams) -> Self {
+        Self {
+            prompt_ids,
+            max_tokens,
+            sampling,
+            stop: Vec::new(),
+            logprobs: None,
+            ignore_eos: false,
+        }
+    }
+}
+
+/// Why generation ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FinishReason {
+    /// An end-of-sequence token or a stop string.
+    Stop,
+    /// `max_tokens` or the end of the context.
+    Length,
+    /// The caller's callback asked to stop (e.g. the client went away).
+    Cancelled,
+}
+
+impl FinishReason {
+    /// The OpenAI spelling (`stop`, `length`; cancelled reads as `stop`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FinishReason::Stop | FinishReason::Cancelled => "stop",
+            FinishReason::Length => "length",
+        }
+    }
+}
+
+/// Log-probability of one generated token (of the model's raw distribution).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TokenLogprob {
+    /// The token.
+    pub token: u32,
+    /// Its log-probability.
+    pub logprob: f32,
+    /// The most likely tokens at that step with theirs, best first.
+    pub top: Vec<(u32, f32)>,
+}
+
+/// The result of a request.
+#[derive(Debug, Clone)]
+pub struct Generation {
+    /// Generated text (special tokens and stop strings left out).
+    pub text: String,
+    /// Every generated token id, a final end-of-sequence token included.
+    pub token_ids: Vec<u32>,
+    /// Prompt length in tokens.
+    pub prompt_tokens: usize,
+    /// Prompt tokens whose keys and values were reused from the session's cache (not run).
+    pub cached_prompt_tokens: usize,
+    /// Why it ended.
+    pub finish_reason: FinishReason,
+    /// Per-token log-probabilities, when requested.
+    pub logprobs: Vec<TokenLogprob>,
+    /// Seconds spent on the prompt (prefill, up to the first token's logits).
+    pub prefill_secs: f64,
+    /// Seconds spent on the decode steps after the first token.
+    pub decode_secs: f64,
+}
