@@ -10,12 +10,14 @@ use std::sync::mpsc;
 use std::sync::Arc;
 
 use lattice_inference::engine::{
-    BatchEngine, GenerateRequest, Generation, TextModel, TokenLogprob,
+    default_budget, BatchEngine, EngineConfig, GenerateRequest, Generation, MemoryConfig,
+    TextModel, TokenLogprob,
 };
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 
 use crate::error::ApiError;
 use crate::metrics::Metrics;
+use crate::ServeOptions;
 
 /// What a request's receiver gets, per choice (`index`).
 #[derive(Debug)]
@@ -57,13 +59,29 @@ pub struct Generator {
 }
 
 impl Generator {
-    /// Starts the scheduler thread for `model`.
-    pub fn start(
-        model: TextModel,
-        max_running: usize,
-        max_queue: usize,
-        metrics: Arc<Metrics>,
-    ) -> Generator {
+    /// Starts the scheduler thread for `model` with the limits of `options` (sequences,
+    /// queue, KV memory budget, prefix caching).
+    pub fn start(model: TextModel, options: &ServeOptions, metrics: Arc<Metrics>) -> Generator {
+        let (max_running, max_queue) = (options.max_running, options.max_queue);
+        let mut layout = model.decoder.new_cache(1).layout();
+        layout.max_positions = model.decoder.info().config.max_positions;
+        let budget = options
+            .kv_cache_memory
+            .unwrap_or_else(|| default_budget(&layout, model.kv_dtype, max_running));
+        let config = EngineConfig {
+            max_running,
+            memory: MemoryConfig {
+                budget: Some(budget),
+                prefix_cache: options.prefix_cache,
+                ..MemoryConfig::default()
+            },
+            ..EngineConfig::default()
+        };
+        eprintln!(
+            "generation: KV memory budget {:.1} MiB, prefix cache {}",
+            budget as f64 / (1 << 20) as f64,
+            if options.prefix_cache { "on" } else { "off" }
+        );
         let model = Arc::new(model);
         let (tx, rx) = mpsc::channel::<Submit>();
         let in_flight = Arc::new(AtomicUsize::new(0));
@@ -71,7 +89,7 @@ impl Generator {
         let worker_in_flight = Arc::clone(&in_flight);
         std::thread::Builder::new()
             .name("lattice-generation".into())
-            .spawn(move || run(&worker_model, max_running, rx, &worker_in_flight, &metrics))
+            .spawn(move || run(&worker_model, config, rx, &worker_in_flight, &metrics))
             .expect("cannot start the generation thread");
         Generator {
             model,
@@ -121,12 +139,12 @@ struct Owner {
 /// The scheduler loop: admit submissions, drop abandoned requests, step, send events.
 fn run(
     model: &TextModel,
-    max_running: usize,
+    config: EngineConfig,
     rx: mpsc::Receiver<Submit>,
     in_flight: &AtomicUsize,
     metrics: &Metrics,
 ) {
-    let mut engine = BatchEngine::new(model, max_running);
+    let mut engine = BatchEngine::with_config(model, config);
     let mut owners: HashMap<u64, Owner> = HashMap::new();
     let admit = |s: Submit, engine: &mut BatchEngine<'_>, owners: &mut HashMap<u64, Owner>| {
         let n = s.requests.len();
@@ -159,6 +177,7 @@ fn run(
     loop {
         if engine.pending() == 0 {
             metrics.scheduler(0, 0);
+            metrics.memory(&engine.memory_stats());
             match rx.recv() {
                 Ok(s) => admit(s, &mut engine, &mut owners),
                 Err(_) => return, // every handle dropped: the server is shutting down
@@ -200,6 +219,7 @@ fn run(
             metrics.batch_size(stepped);
         }
         metrics.scheduler(engine.waiting(), engine.running());
+        metrics.memory(&engine.memory_stats());
         match result {
             Ok(finished) => {
                 for (id, generation) in finished {

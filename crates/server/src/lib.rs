@@ -47,6 +47,11 @@ pub struct ServeOptions {
     pub max_body_bytes: usize,
     /// Tokens per embedding batch.
     pub max_batch_tokens: usize,
+    /// Bytes of KV memory (pages, recurrent state, cached prefixes) for all sequences; `None`
+    /// derives it from the free memory and the model.
+    pub kv_cache_memory: Option<usize>,
+    /// Reuse cached prompt prefixes across requests.
+    pub prefix_cache: bool,
 }
 
 impl Default for ServeOptions {
@@ -60,6 +65,8 @@ impl Default for ServeOptions {
             max_tokens: 4096,
             max_body_bytes: 4 << 20,
             max_batch_tokens: 16_384,
+            kv_cache_memory: None,
+            prefix_cache: true,
         }
     }
 }
@@ -94,12 +101,7 @@ pub fn serve(models: Models, options: ServeOptions) -> Result<()> {
     }
     let metrics = Arc::new(metrics::Metrics::default());
     let generation = models.generation.map(|(names, model)| {
-        let engine = generation::Generator::start(
-            model,
-            options.max_running,
-            options.max_queue,
-            Arc::clone(&metrics),
-        );
+        let engine = generation::Generator::start(model, &options, Arc::clone(&metrics));
         served(names, engine)
     });
     let embedding = models.embedding.map(|(names, model)| {

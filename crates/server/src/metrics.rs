@@ -2,6 +2,7 @@
 //! Prometheus text format. Lock-free counters for the hot paths; histograms behind a mutex
 //! (one short critical section per observation).
 
+use lattice_inference::engine::MemoryStats;
 use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
@@ -76,6 +77,7 @@ pub struct Metrics {
     batch_size: Mutex<Histogram>,
     embed_batch_size: Mutex<Histogram>,
     time_to_first_token: Mutex<Histogram>,
+    memory: Mutex<Option<MemoryStats>>,
 }
 
 impl Default for Metrics {
@@ -91,6 +93,7 @@ impl Default for Metrics {
             batch_size: Mutex::new(Histogram::new(SIZES)),
             embed_batch_size: Mutex::new(Histogram::new(SIZES)),
             time_to_first_token: Mutex::new(Histogram::new(SECONDS)),
+            memory: Mutex::new(None),
         }
     }
 }
@@ -132,6 +135,11 @@ impl Metrics {
     pub fn scheduler(&self, waiting: usize, running: usize) {
         self.queue_depth.store(waiting as i64, Ordering::Relaxed);
         self.running.store(running as i64, Ordering::Relaxed);
+    }
+
+    /// The generation engine's KV memory and prefix cache after a step.
+    pub fn memory(&self, stats: &MemoryStats) {
+        *lock(&self.memory) = Some(*stats);
     }
 
     /// Sequences in one decode step.
@@ -230,6 +238,28 @@ impl Metrics {
         for (name, help, h) in hists {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
             lock(h).render(&mut out, name, "");
+        }
+        if let Some(m) = *lock(&self.memory) {
+            let budget = if m.budget_bytes == usize::MAX {
+                0
+            } else {
+                m.budget_bytes
+            };
+            let rows: [(&str, &str, &str, u64); 10] = [
+                ("lattice_kv_budget_bytes", "gauge", "KV memory budget (pages, recurrent state, cached prefixes).", budget as u64),
+                ("lattice_kv_used_bytes", "gauge", "KV memory in use.", m.used_bytes as u64),
+                ("lattice_kv_pages_used", "gauge", "KV pages allocated (in use or cached).", m.pages_used as u64),
+                ("lattice_kv_pages_free", "gauge", "KV pages that still fit in the budget.", m.pages_free as u64),
+                ("lattice_prefix_cache_pages", "gauge", "Pages kept by the prefix cache.", m.cached_pages as u64),
+                ("lattice_prefix_cache_snapshots", "gauge", "Recurrent-state snapshots kept by the prefix cache.", m.cached_snapshots as u64),
+                ("lattice_prefix_cache_lookups_total", "counter", "Prefix-cache lookups (one per admitted request).", m.prefix.lookups),
+                ("lattice_prefix_cache_queried_tokens_total", "counter", "Prompt tokens looked up in the prefix cache.", m.prefix.queried_tokens),
+                ("lattice_prefix_cache_hit_tokens_total", "counter", "Prompt tokens found in the prefix cache (not recomputed).", m.prefix.hit_tokens),
+                ("lattice_preemptions_total", "counter", "Sequences preempted for lack of KV memory (recomputed later).", m.preemptions),
+            ];
+            for (name, kind, help, v) in rows {
+                let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}");
+            }
         }
         if let Some(rss) = resident_bytes() {
             let _ = writeln!(

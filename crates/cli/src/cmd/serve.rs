@@ -56,6 +56,14 @@ pub struct Args {
     /// Store the KV caches in f16 (half the memory per sequence).
     #[arg(long)]
     kv_f16: bool,
+    /// KV memory for all sequences: pages of keys and values, recurrent state and cached
+    /// prefixes (e.g. `2GiB`, `512MiB`, `1.5G`; default: enough for --max-running full
+    /// contexts, at most half the free memory). Requests beyond it wait or are preempted.
+    #[arg(long, value_parser = parse_size)]
+    kv_cache_memory: Option<usize>,
+    /// Do not reuse cached prompt prefixes across requests (every prompt is computed whole).
+    #[arg(long)]
+    no_prefix_cache: bool,
     /// Worker threads for the forward passes (default: all cores).
     #[arg(long)]
     threads: Option<usize>,
@@ -129,7 +137,51 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         max_tokens: args.max_tokens.max(1),
         max_body_bytes: args.max_body_bytes,
         max_batch_tokens: args.max_batch_tokens.max(1),
+        kv_cache_memory: args.kv_cache_memory,
+        prefix_cache: !args.no_prefix_cache,
     };
     lattice_server::serve(models, options)?;
     Ok(())
+}
+
+/// Parses a byte size: a number with an optional unit (`B`, `K`/`KB`/`KiB`, `M`, `G`, `T`;
+/// powers of 1024), e.g. `2GiB`, `512M`, `1.5G`, `1000000`.
+pub fn parse_size(text: &str) -> Result<usize, String> {
+    let t = text.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let value: f64 = num
+        .parse()
+        .map_err(|_| format!("`{text}` is not a size (e.g. 2GiB, 512MiB)"))?;
+    let scale: f64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1.0,
+        "k" | "kb" | "kib" => 1024.0,
+        "m" | "mb" | "mib" => 1024.0 * 1024.0,
+        "g" | "gb" | "gib" => 1024.0 * 1024.0 * 1024.0,
+        "t" | "tb" | "tib" => 1024.0f64.powi(4),
+        other => return Err(format!("unknown size unit `{other}` in `{text}` (B, KiB, MiB, GiB, TiB)")),
+    };
+    let bytes = value * scale;
+    if !(bytes.is_finite() && bytes >= 1.0 && bytes < usize::MAX as f64) {
+        return Err(format!("`{text}` is not a usable size"));
+    }
+    Ok(bytes as usize)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_size;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("2GiB"), Ok(2 << 30));
+        assert_eq!(parse_size("512M"), Ok(512 << 20));
+        assert_eq!(parse_size("1.5g"), Ok(3 << 29));
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert!(parse_size("lots").is_err());
+        assert!(parse_size("2 parsecs").is_err());
+        assert!(parse_size("0").is_err());
+    }
 }

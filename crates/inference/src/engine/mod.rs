@@ -17,7 +17,7 @@ mod text_model;
 
 pub use batch::{BatchEngine, EngineConfig, KeptState, StepUpdate};
 pub use generate::{generate, generate_in, Session};
-pub use memory::{KvMemory, MemoryConfig, MemoryStats};
+pub use memory::{available_memory, default_budget, KvMemory, MemoryConfig, MemoryStats};
 pub use request::{FinishReason, GenerateRequest, Generation, TokenLogprob};
 pub use sequence::Sequence;
 pub use text_model::TextModel;
