@@ -246,19 +246,72 @@ impl Metrics {
                 m.budget_bytes
             };
             let rows: [(&str, &str, &str, u64); 10] = [
-                ("lattice_kv_budget_bytes", "gauge", "KV memory budget (pages, recurrent state, cached prefixes).", budget as u64),
-                ("lattice_kv_used_bytes", "gauge", "KV memory in use.", m.used_bytes as u64),
-                ("lattice_kv_pages_used", "gauge", "KV pages allocated (in use or cached).", m.pages_used as u64),
-                ("lattice_kv_pages_free", "gauge", "KV pages that still fit in the budget.", m.pages_free as u64),
-                ("lattice_prefix_cache_pages", "gauge", "Pages kept by the prefix cache.", m.cached_pages as u64),
-                ("lattice_prefix_cache_snapshots", "gauge", "Recurrent-state snapshots kept by the prefix cache.", m.cached_snapshots as u64),
-                ("lattice_prefix_cache_lookups_total", "counter", "Prefix-cache lookups (one per admitted request).", m.prefix.lookups),
-                ("lattice_prefix_cache_queried_tokens_total", "counter", "Prompt tokens looked up in the prefix cache.", m.prefix.queried_tokens),
-                ("lattice_prefix_cache_hit_tokens_total", "counter", "Prompt tokens found in the prefix cache (not recomputed).", m.prefix.hit_tokens),
-                ("lattice_preemptions_total", "counter", "Sequences preempted for lack of KV memory (recomputed later).", m.preemptions),
+                (
+                    "lattice_kv_budget_bytes",
+                    "gauge",
+                    "KV memory budget (pages, recurrent state, cached prefixes).",
+                    budget as u64,
+                ),
+                (
+                    "lattice_kv_used_bytes",
+                    "gauge",
+                    "KV memory in use.",
+                    m.used_bytes as u64,
+                ),
+                (
+                    "lattice_kv_pages_used",
+                    "gauge",
+                    "KV pages allocated (in use or cached).",
+                    m.pages_used as u64,
+                ),
+                (
+                    "lattice_kv_pages_free",
+                    "gauge",
+                    "KV pages that still fit in the budget.",
+                    m.pages_free as u64,
+                ),
+                (
+                    "lattice_prefix_cache_pages",
+                    "gauge",
+                    "Pages kept by the prefix cache.",
+                    m.cached_pages as u64,
+                ),
+                (
+                    "lattice_prefix_cache_snapshots",
+                    "gauge",
+                    "Recurrent-state snapshots kept by the prefix cache.",
+                    m.cached_snapshots as u64,
+                ),
+                (
+                    "lattice_prefix_cache_lookups_total",
+                    "counter",
+                    "Prefix-cache lookups (one per admitted request).",
+                    m.prefix.lookups,
+                ),
+                (
+                    "lattice_prefix_cache_queried_tokens_total",
+                    "counter",
+                    "Prompt tokens looked up in the prefix cache.",
+                    m.prefix.queried_tokens,
+                ),
+                (
+                    "lattice_prefix_cache_hit_tokens_total",
+                    "counter",
+                    "Prompt tokens found in the prefix cache (not recomputed).",
+                    m.prefix.hit_tokens,
+                ),
+                (
+                    "lattice_preemptions_total",
+                    "counter",
+                    "Sequences preempted for lack of KV memory (recomputed later).",
+                    m.preemptions,
+                ),
             ];
             for (name, kind, help, v) in rows {
-                let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}");
+                let _ = writeln!(
+                    out,
+                    "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}"
+                );
             }
         }
         if let Some(rss) = resident_bytes() {

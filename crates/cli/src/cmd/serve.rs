@@ -161,7 +161,11 @@ pub fn parse_size(text: &str) -> Result<usize, String> {
         "m" | "mb" | "mib" => 1024.0 * 1024.0,
         "g" | "gb" | "gib" => 1024.0 * 1024.0 * 1024.0,
         "t" | "tb" | "tib" => 1024.0f64.powi(4),
-        other => return Err(format!("unknown size unit `{other}` in `{text}` (B, KiB, MiB, GiB, TiB)")),
+        other => {
+            return Err(format!(
+                "unknown size unit `{other}` in `{text}` (B, KiB, MiB, GiB, TiB)"
+            ))
+        }
     };
     let bytes = value * scale;
     if !(bytes.is_finite() && bytes >= 1.0 && bytes < usize::MAX as f64) {

@@ -42,9 +42,12 @@ pub fn available_memory() -> Option<usize> {
 /// for each of them to reach the full context, but at most half the memory available now
 /// (4 GiB when that is unknown), and at least 64 pages.
 pub fn default_budget(layout: &MemoryLayout, dtype: KvDtype, max_running: usize) -> usize {
-    let page = layout.page_shape(DEFAULT_PAGE_ROWS, dtype).page_bytes().max(1);
-    let per_seq = layout.max_positions.div_ceil(DEFAULT_PAGE_ROWS) * page
-        + layout.recurrent_bytes();
+    let page = layout
+        .page_shape(DEFAULT_PAGE_ROWS, dtype)
+        .page_bytes()
+        .max(1);
+    let per_seq =
+        layout.max_positions.div_ceil(DEFAULT_PAGE_ROWS) * page + layout.recurrent_bytes();
     let want = per_seq.saturating_mul(max_running.max(1));
     let half = available_memory().map_or(4 << 30, |a| a / 2);
     want.min(half).max(64 * page + layout.recurrent_bytes())

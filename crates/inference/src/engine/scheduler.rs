@@ -215,14 +215,29 @@ impl Scheduler {
         if todo == 1 && !slot.prefilling() {
             return Some(1);
         }
+        if !slot.prefilling() && memory.layout().is_recurrent() {
+            // A preempted recurrent request replays its generated tokens one per step, as it
+            // first ran them: the delta rule over a chunk rounds differently from token by
+            // token, and the replay must give the same state.
+            return Some(1);
+        }
         let mut n = todo.min(*budget);
-        // Always, cache or not, so a cold run, a run with the cache off and a run resumed from
-        // the snapshot there split the prompt alike and compute the same numbers.
         if memory.layout().is_recurrent() {
+            // Chunks of a recurrent model's prompt end at fixed positions (multiples of the
+            // step budget, the prompt's last page boundary, its end), cache or not, budget
+            // left or not: the chunked delta rule rounds by chunk, so a request computes the
+            // same numbers alone, in a batch, with the cache off, and when it resumes from the
+            // snapshot kept at that boundary. A chunk that does not fit waits for a step.
             let p = memory.page_rows();
             let boundary = slot.prompt_len() / p * p;
-            if slot.computed < boundary && slot.computed + n > boundary {
-                n = boundary - slot.computed;
+            let mut end = (slot.computed / self.token_budget + 1) * self.token_budget;
+            end = end.min(slot.prompt_len());
+            if slot.computed < boundary {
+                end = end.min(boundary);
+            }
+            n = end - slot.computed;
+            if n > *budget {
+                return None;
             }
         }
         if n == 0 {
