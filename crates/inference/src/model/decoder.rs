@@ -1,7 +1,7 @@
 //! What every decoder (causal language model) shares: its validated configuration
 //! ([`DecoderConfig`], read from a transformers `config.json` or from GGUF metadata), the
-//! [`Decoder`] trait the generation loop drives, and [`load_decoder`], which picks the
-//! architecture from a model directory or a `.gguf` file.
+//! [`Decoder`] trait the generation loop drives. [`load_decoder`] (the registry in
+//! [`crate::model`]) picks the architecture from a model directory or a `.gguf` file.
 
 use std::path::Path;
 
@@ -12,7 +12,7 @@ use crate::ops::{Linear, RmsNorm, RopeConfig, RopeScaling};
 use crate::state::SeqState;
 use crate::{Error, Result};
 
-use super::source::{EmbeddingTable, TensorSource, WeightMode};
+use super::source::{EmbeddingTable, WeightMode};
 
 /// Decoder architectures that share the Llama block structure.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -99,18 +99,16 @@ impl DecoderConfig {
             .and_then(Value::as_str)
             .ok_or_else(|| bad("missing `model_type`".into()))?
             .to_string();
-        let arch = match model_type.as_str() {
-            "llama" | "mistral" => DecoderArch::Llama,
-            "qwen2" => DecoderArch::Qwen2,
-            "qwen3" => DecoderArch::Qwen3,
-            "qwen3_5" | "qwen3_5_text" => DecoderArch::Qwen35,
-            other => {
-                return Err(Error::UnsupportedModel(format!(
-                    "{}: model_type `{other}` is not a supported decoder (llama, mistral, qwen2, qwen3, qwen3_5)",
-                    path.display()
-                )))
-            }
-        };
+        let arch = super::decoder_family(&model_type, false)
+            .ok_or_else(|| {
+                Error::UnsupportedModel(format!(
+                    "{}: model_type `{other}` is not a supported decoder ({})",
+                    path.display(),
+                    super::supported_decoders(false),
+                    other = model_type
+                ))
+            })?
+            .arch;
         let usize_of = |key: &str| -> Result<Option<usize>> {
             match v.get(key) {
                 None | Some(Value::Null) => Ok(None),
@@ -235,18 +233,16 @@ impl DecoderConfig {
             .and_then(|v| v.as_str())
             .ok_or_else(|| bad("missing `general.architecture`".into()))?
             .to_string();
-        let arch = match model_type.as_str() {
-            "llama" => DecoderArch::Llama,
-            "qwen2" => DecoderArch::Qwen2,
-            "qwen3" => DecoderArch::Qwen3,
-            "qwen35" => DecoderArch::Qwen35,
-            other => {
-                return Err(Error::UnsupportedModel(format!(
-                "{}: GGUF architecture `{other}` is not a supported decoder (llama, qwen2, qwen3, qwen35)",
-                path.display()
-            )))
-            }
-        };
+        let arch = super::decoder_family(&model_type, true)
+            .ok_or_else(|| {
+                Error::UnsupportedModel(format!(
+                    "{}: GGUF architecture `{other}` is not a supported decoder ({})",
+                    path.display(),
+                    super::supported_decoders(true),
+                    other = model_type
+                ))
+            })?
+            .arch;
         let key = |k: &str| format!("{model_type}.{k}");
         let get = |k: &str| -> Option<u64> { file.metadata(&key(k)).and_then(|v| v.as_u64()) };
         let need = |k: &str| -> Result<usize> {
@@ -550,33 +546,4 @@ pub(crate) fn finish_batch(
     }
 }
 
-/// Loads a decoder from a model directory (`config.json` + safetensors) or a `.gguf` file.
-///
-/// `mode` picks how GGUF weights are held: [`WeightMode::Quantized`] multiplies with the blocks
-/// directly; [`WeightMode::F32`] dequantizes everything at load (the reference path).
-/// Safetensors weights are always f32.
-pub fn load_decoder(path: &Path, mode: WeightMode) -> Result<Box<dyn Decoder>> {
-    load_decoder_from(&TensorSource::open(path)?, mode)
-}
-
-/// [`load_decoder`] from an already opened source (whose GGUF header the caller may also read,
-/// e.g. for the tokenizer).
-pub fn load_decoder_from(source: &TensorSource, mode: WeightMode) -> Result<Box<dyn Decoder>> {
-    let config = source.decoder_config()?;
-    // Safetensors weights are f32 unless Q8 or bf16 was asked; GGUF files keep their own types.
-    let mode = match (source, mode) {
-        (TensorSource::Safetensors { .. }, WeightMode::Q8) => WeightMode::Q8,
-        (TensorSource::Safetensors { .. }, WeightMode::Bf16) => WeightMode::Bf16,
-        (TensorSource::Safetensors { .. }, _) => WeightMode::F32,
-        (TensorSource::Gguf(_), WeightMode::F32) => WeightMode::F32,
-        (TensorSource::Gguf(_), _) => WeightMode::Quantized,
-    };
-    if config.arch == DecoderArch::Qwen35 {
-        return Ok(Box::new(super::qwen35::Qwen35Model::load(
-            config, source, mode,
-        )?));
-    }
-    Ok(Box::new(super::llama::LlamaModel::load(
-        config, source, mode, true,
-    )?))
-}
+pub use super::{load_decoder, load_decoder_from};

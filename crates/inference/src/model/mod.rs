@@ -5,9 +5,10 @@
 //! return the last hidden state of every token. [`load_encoder`] picks the architecture from
 //! `config.json`'s `model_type`.
 //!
-//! Decoders ([`decoder::Decoder`]: Llama, Qwen2, Qwen3 in [`llama`]) extend per-sequence KV
-//! caches and return logits; [`decoder::load_decoder`] reads a model folder or a GGUF file
-//! through [`source::TensorSource`].
+//! Decoders ([`decoder::Decoder`]: Llama, Qwen2, Qwen3 in [`llama`], Qwen3.5 in [`qwen35`])
+//! extend per-sequence states and return logits; [`load_decoder`] reads a model folder or a
+//! GGUF file through [`source::TensorSource`] and picks the architecture from
+//! [`DECODER_FAMILIES`], the registry: a new architecture is one model file plus a row there.
 
 pub mod bert;
 pub mod decoder;
@@ -24,6 +25,110 @@ use serde::de::DeserializeOwned;
 
 use crate::io::store::WeightStore;
 use crate::{Error, Result};
+
+use decoder::{Decoder, DecoderArch, DecoderConfig};
+use source::{TensorSource, WeightMode};
+
+/// Builds a decoder of one family from its configuration and weights.
+pub type DecoderLoader = fn(DecoderConfig, &TensorSource, WeightMode) -> Result<Box<dyn Decoder>>;
+
+/// One row of the decoder registry.
+#[derive(Debug)]
+pub struct DecoderFamily {
+    /// The architecture.
+    pub arch: DecoderArch,
+    /// `model_type` values of transformers `config.json` files.
+    pub hf_model_types: &'static [&'static str],
+    /// `general.architecture` values of GGUF files.
+    pub gguf_archs: &'static [&'static str],
+    /// The loader.
+    pub load: DecoderLoader,
+}
+
+fn load_llama(c: DecoderConfig, s: &TensorSource, m: WeightMode) -> Result<Box<dyn Decoder>> {
+    Ok(Box::new(llama::LlamaModel::load(c, s, m, true)?))
+}
+
+fn load_qwen35(c: DecoderConfig, s: &TensorSource, m: WeightMode) -> Result<Box<dyn Decoder>> {
+    Ok(Box::new(qwen35::Qwen35Model::load(c, s, m)?))
+}
+
+/// The decoder registry.
+pub const DECODER_FAMILIES: &[DecoderFamily] = &[
+    DecoderFamily {
+        arch: DecoderArch::Llama,
+        hf_model_types: &["llama", "mistral"],
+        gguf_archs: &["llama"],
+        load: load_llama,
+    },
+    DecoderFamily {
+        arch: DecoderArch::Qwen2,
+        hf_model_types: &["qwen2"],
+        gguf_archs: &["qwen2"],
+        load: load_llama,
+    },
+    DecoderFamily {
+        arch: DecoderArch::Qwen3,
+        hf_model_types: &["qwen3"],
+        gguf_archs: &["qwen3"],
+        load: load_llama,
+    },
+    DecoderFamily {
+        arch: DecoderArch::Qwen35,
+        hf_model_types: &["qwen3_5", "qwen3_5_text"],
+        gguf_archs: &["qwen35"],
+        load: load_qwen35,
+    },
+];
+
+/// The registry row of a `model_type` (or, with `gguf`, a GGUF architecture name).
+pub fn decoder_family(name: &str, gguf: bool) -> Option<&'static DecoderFamily> {
+    DECODER_FAMILIES.iter().find(|f| {
+        let names = if gguf { f.gguf_archs } else { f.hf_model_types };
+        names.contains(&name)
+    })
+}
+
+/// The names the registry accepts, for error messages.
+fn supported_decoders(gguf: bool) -> String {
+    let names: Vec<&str> = DECODER_FAMILIES
+        .iter()
+        .flat_map(|f| {
+            if gguf { f.gguf_archs } else { f.hf_model_types }
+                .iter()
+                .copied()
+        })
+        .collect();
+    names.join(", ")
+}
+
+/// Loads a decoder from a model directory (`config.json` + safetensors) or a `.gguf` file.
+///
+/// `mode` picks how GGUF weights are held: [`WeightMode::Quantized`] multiplies with the blocks
+/// directly; [`WeightMode::F32`] dequantizes everything at load (the reference path).
+/// Safetensors weights are f32 unless Q8 or bf16 is asked.
+pub fn load_decoder(path: &Path, mode: WeightMode) -> Result<Box<dyn Decoder>> {
+    load_decoder_from(&TensorSource::open(path)?, mode)
+}
+
+/// [`load_decoder`] from an already opened source (whose GGUF header the caller may also read,
+/// e.g. for the tokenizer).
+pub fn load_decoder_from(source: &TensorSource, mode: WeightMode) -> Result<Box<dyn Decoder>> {
+    let config = source.decoder_config()?;
+    // Safetensors weights are f32 unless Q8 or bf16 was asked; GGUF files keep their own types.
+    let mode = match (source, mode) {
+        (TensorSource::Safetensors { .. }, WeightMode::Q8) => WeightMode::Q8,
+        (TensorSource::Safetensors { .. }, WeightMode::Bf16) => WeightMode::Bf16,
+        (TensorSource::Safetensors { .. }, _) => WeightMode::F32,
+        (TensorSource::Gguf(_), WeightMode::F32) => WeightMode::F32,
+        (TensorSource::Gguf(_), _) => WeightMode::Quantized,
+    };
+    let family = DECODER_FAMILIES
+        .iter()
+        .find(|f| f.arch == config.arch)
+        .expect("every architecture has a registry row");
+    (family.load)(config, source, mode)
+}
 
 /// A batch of sequences packed back to back.
 #[derive(Debug, Clone, Default)]
