@@ -7,7 +7,7 @@
 //! transformers names, so safetensors checkpoints and GGUF files load through the same code.
 
 use crate::attention::{cached_attention, cached_decode_batch, CausalShape};
-use crate::ops::{silu_mul, Linear, RmsNorm, Rope};
+use crate::ops::{silu_mul, split_columns, Linear, RmsNorm, Rope};
 use crate::state::SeqState;
 use crate::Result;
 
@@ -174,16 +174,7 @@ impl LlamaModel {
 
         let mut hn = x.clone();
         b.attn_norm.forward_inplace(&mut hn);
-        let qkv = b.qkv.forward(&hn);
-        let width = q_dim + 2 * kv_dim;
-        let mut q = Vec::with_capacity(n * q_dim);
-        let mut k = Vec::with_capacity(n * kv_dim);
-        let mut v = Vec::with_capacity(n * kv_dim);
-        for row in qkv.chunks_exact(width) {
-            q.extend_from_slice(&row[..q_dim]);
-            k.extend_from_slice(&row[q_dim..q_dim + kv_dim]);
-            v.extend_from_slice(&row[q_dim + kv_dim..]);
-        }
+        let [mut q, mut k, v] = split_columns(&b.qkv.forward(&hn), [q_dim, kv_dim, kv_dim]);
         if let (Some(qn), Some(kn)) = (&b.q_norm, &b.k_norm) {
             qn.forward_inplace(&mut q);
             kn.forward_inplace(&mut k);
