@@ -73,15 +73,15 @@ fn read_hybrid(
         },
         conv_kernel: num("linear_conv_kernel_dim", Some(4))?,
     };
-    let hd = &gdn.heads;
-    if hd.n_k_heads == 0
-        || !hd.n_v_heads.is_multiple_of(hd.n_k_heads)
-        || hd.k_dim == 0
-        || hd.v_dim == 0
+    let heads = &gdn.heads;
+    if heads.n_k_heads == 0
+        || !heads.n_v_heads.is_multiple_of(heads.n_k_heads)
+        || heads.k_dim == 0
+        || heads.v_dim == 0
     {
         return Err(format!(
             "linear attention: {} value heads cannot share {} key heads (widths {} / {})",
-            hd.n_v_heads, hd.n_k_heads, hd.k_dim, hd.v_dim
+            heads.n_v_heads, heads.n_k_heads, heads.k_dim, heads.v_dim
         ));
     }
     if !(1..=64).contains(&gdn.conv_kernel) {
@@ -188,7 +188,7 @@ enum Mixer {
 }
 
 #[derive(Debug)]
-struct Block {
+struct Layer {
     input_norm: RmsNorm,
     mixer: Mixer,
     post_norm: RmsNorm,
@@ -203,7 +203,7 @@ pub struct Qwen35Model {
     gdn: GdnConfig,
     kinds: Vec<LayerKind>,
     embed: EmbeddingTable,
-    blocks: Vec<Block>,
+    layers: Vec<Layer>,
     norm: RmsNorm,
     lm_head: Linear,
     rope: Rope,
@@ -231,7 +231,7 @@ impl Qwen35Model {
         let (h, hd, eps) = (cfg.hidden_size, cfg.head_dim, cfg.rms_norm_eps);
         let (q_dim, kv_dim, inter) = (cfg.q_dim(), cfg.kv_dim(), cfg.intermediate_size);
         let embed = src.embedding("model.embed_tokens", cfg.vocab_size, h, mode)?;
-        let mut blocks = Vec::with_capacity(cfg.n_layers);
+        let mut layers = Vec::with_capacity(cfg.n_layers);
         let mut kinds = Vec::with_capacity(cfg.n_layers);
         for (i, &is_full) in full.iter().enumerate() {
             let p = format!("model.layers.{i}");
@@ -283,7 +283,7 @@ impl Qwen35Model {
                 })
             };
             let mlp = format!("{p}.mlp");
-            blocks.push(Block {
+            layers.push(Layer {
                 input_norm: offset_norm(src, &format!("{p}.input_layernorm"), h, eps)?,
                 mixer,
                 post_norm: offset_norm(src, &format!("{p}.post_attention_layernorm"), h, eps)?,
@@ -312,16 +312,16 @@ impl Qwen35Model {
             src.linear(&["lm_head"], &[cfg.vocab_size], h, false, mode, &[])?
         };
         let rope = Rope::new(&cfg.rope, hd)?;
-        let weight_bytes = blocks
+        let weight_bytes = layers
             .iter()
-            .map(|b| {
-                let mixer = match &b.mixer {
+            .map(|l| {
+                let mixer = match &l.mixer {
                     Mixer::Linear(g) => g.in_proj.weight_bytes() + g.out_proj.weight_bytes(),
                     Mixer::Full(a) => {
                         a.q_proj.weight_bytes() + a.kv_proj.weight_bytes() + a.o_proj.weight_bytes()
                     }
                 };
-                mixer + b.gate_up.weight_bytes() + b.down.weight_bytes()
+                mixer + l.gate_up.weight_bytes() + l.down.weight_bytes()
             })
             .sum::<usize>()
             + lm_head.weight_bytes();
@@ -334,7 +334,7 @@ impl Qwen35Model {
             gdn,
             kinds,
             embed,
-            blocks,
+            layers,
             norm,
             lm_head,
             rope,
@@ -488,17 +488,17 @@ impl Decoder for Qwen35Model {
         let cfg = self.config();
         let positions = batch_positions(ids, lens, caches, cfg.kv_dim())?;
         let mut x = embed_tokens(&self.embed, ids, cfg.hidden_size)?;
-        for (layer, b) in self.blocks.iter().enumerate() {
+        for (layer, l) in self.layers.iter().enumerate() {
             let mut hn = x.clone();
-            b.input_norm.forward_inplace(&mut hn);
-            x = match &b.mixer {
+            l.input_norm.forward_inplace(&mut hn);
+            x = match &l.mixer {
                 Mixer::Linear(g) => self.gdn(layer, g, &hn, &x, lens, caches),
                 Mixer::Full(a) => self.attention(layer, a, &hn, &x, lens, &positions, caches)?,
             };
             let mut hn = x.clone();
-            b.post_norm.forward_inplace(&mut hn);
-            let act = silu_mul(&b.gate_up.forward(&hn), cfg.intermediate_size);
-            x = b.down.forward_residual(&act, &x);
+            l.post_norm.forward_inplace(&mut hn);
+            let act = silu_mul(&l.gate_up.forward(&hn), cfg.intermediate_size);
+            x = l.down.forward_residual(&act, &x);
         }
         finish_batch(x, lens, caches, outputs, &self.norm, Some(&self.lm_head))
     }
