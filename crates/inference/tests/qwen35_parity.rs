@@ -3,11 +3,12 @@
 //! names, as the real checkpoints): last-position logits within 1e-4 relative error and 64
 //! greedy tokens equal, for prompts from 1 to 2,100 tokens (the long ones through the chunked
 //! delta rule); chunked prefill equal to token-by-token decoding of the same prompt (state and
-//! logits); snapshots of the per-sequence state restore exactly.
+//! logits); snapshots of the per-sequence state restore exactly; a batch mixing prefill chunks
+//! and single tokens gives each sequence the logits it gets alone.
 
 mod common;
 
-use common::{argmax, f32s, fixture, read_json, rel_err, u32s};
+use common::{argmax, f32s, fixture, max_abs_diff, read_json, rel_err, u32s};
 use lattice_inference::model::decoder::{load_decoder, Decoder, DecoderArch, Outputs};
 use lattice_inference::model::source::WeightMode;
 
@@ -145,6 +146,88 @@ fn snapshots_restore_and_batches_match() {
     let vocab = both.len() / 2;
     assert!(rel_err(&both[..vocab], &f32s(&prompts[1]["last_logits"])) < 1e-4);
     assert!(rel_err(&both[vocab..], &f32s(&prompts[0]["last_logits"])) < 1e-4);
+}
+
+/// Sequences of different histories in one pass (a long prefill chunk through the chunked delta
+/// rule, short chunks and single tokens token by token, then a decode step of one token each
+/// through the batched decode attention): every logit within 1e-5 of the sequence alone.
+#[test]
+fn mixed_batches_equal_each_sequence_alone() {
+    let m = model();
+    let r = read_json(&fixture("tiny-qwen35").join("reference.json"));
+    let long = u32s(
+        &r["prompts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"] == "long")
+            .unwrap()["ids"],
+    );
+    // Histories (tokens already in the state) and the new tokens of the batched pass.
+    let plan: [(&[u32], &[u32]); 5] = [
+        (&long[..30], &long[30..31]),
+        (&[], &long[40..110]),
+        (&long[120..123], &long[123..135]),
+        (&long[150..151], &long[151..152]),
+        (&[], &long[200..205]),
+    ];
+    let mut states: Vec<_> = plan
+        .iter()
+        .map(|(history, _)| {
+            let mut s = m.new_cache(512);
+            if !history.is_empty() {
+                m.forward(
+                    history,
+                    &[history.len()],
+                    &mut [&mut s],
+                    Outputs::LastLogits,
+                )
+                .unwrap();
+            }
+            s
+        })
+        .collect();
+    let mut alone_states = states.clone();
+    let ids: Vec<u32> = plan
+        .iter()
+        .flat_map(|(_, new)| new.iter().copied())
+        .collect();
+    let lens: Vec<usize> = plan.iter().map(|(_, new)| new.len()).collect();
+    let mut refs: Vec<_> = states.iter_mut().collect();
+    let batched = m
+        .forward(&ids, &lens, &mut refs, Outputs::AllLogits)
+        .unwrap();
+    let vocab = batched.len() / ids.len();
+    let mut worst = 0f32;
+    let mut row0 = 0;
+    for ((_, new), s) in plan.iter().zip(alone_states.iter_mut()) {
+        let alone = m
+            .forward(new, &[new.len()], &mut [s], Outputs::AllLogits)
+            .unwrap();
+        worst = worst.max(max_abs_diff(
+            &batched[row0 * vocab..(row0 + new.len()) * vocab],
+            &alone,
+        ));
+        row0 += new.len();
+    }
+    eprintln!("mixed batch vs alone: worst logit difference {worst:.2e}");
+    assert!(worst < 1e-5, "mixed batch: {worst:e}");
+
+    // A decode step: one new token each, all sequences in one pass.
+    let next: Vec<u32> = (0..plan.len() as u32).map(|i| 7 + i).collect();
+    let mut refs: Vec<_> = states.iter_mut().collect();
+    let batched = m
+        .forward(&next, &vec![1; next.len()], &mut refs, Outputs::LastLogits)
+        .unwrap();
+    let mut worst = 0f32;
+    for (i, s) in alone_states.iter_mut().enumerate() {
+        let alone = m
+            .forward(&next[i..i + 1], &[1], &mut [s], Outputs::LastLogits)
+            .unwrap();
+        worst = worst.max(max_abs_diff(&batched[i * vocab..(i + 1) * vocab], &alone));
+    }
+    eprintln!("decode batch vs alone: worst logit difference {worst:.2e}");
+    assert!(worst < 1e-5, "decode batch: {worst:e}");
 }
 
 #[test]

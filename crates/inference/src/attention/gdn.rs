@@ -10,12 +10,168 @@
 //! 1/√dk by the caller). [`delta_rule_sequential`] runs it token by token (decode);
 //! [`delta_rule_chunked`] runs chunks of 64 tokens in the WY (UT-transform) form as matrix
 //! products, equal to the sequential form up to rounding, as transformers'
-//! `torch_chunk_gated_delta_rule` does.
+//! `torch_chunk_gated_delta_rule` does. [`delta_rule_heads`] runs a whole layer's heads over
+//! one sequence's packed rows (heads in parallel), choosing between the two forms; [`log_decay`]
+//! computes its per-token decay.
+
+use std::ops::Range;
+
+use rayon::prelude::*;
 
 use crate::backend::cpu;
+use crate::ops::{put_columns, softplus, take_columns};
 
 /// Tokens per chunk of the parallel form.
 pub const CHUNK: usize = 64;
+
+/// Fewer new tokens than this run the delta rule token by token, more in chunks.
+pub const MIN_CHUNKED: usize = 8;
+
+/// Head layout of a Gated DeltaNet layer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GdnHeads {
+    /// Key (and query) heads.
+    pub n_k_heads: usize,
+    /// Value heads (a multiple of the key heads).
+    pub n_v_heads: usize,
+    /// Key head width.
+    pub k_dim: usize,
+    /// Value head width.
+    pub v_dim: usize,
+    /// Value heads in llama.cpp's tiled order (head `h` reads key head `h % n_k_heads`) instead
+    /// of transformers' grouping by key head (`h / (n_v_heads / n_k_heads)`).
+    pub v_tiled: bool,
+}
+
+impl GdnHeads {
+    /// The key head value head `h` reads.
+    pub fn key_head(&self, h: usize) -> usize {
+        if self.v_tiled {
+            h % self.n_k_heads
+        } else {
+            h / (self.n_v_heads / self.n_k_heads)
+        }
+    }
+
+    /// Width of a packed query (or key) row: `n_k_heads * k_dim`.
+    pub fn key_dim(&self) -> usize {
+        self.n_k_heads * self.k_dim
+    }
+
+    /// Width of a packed value (or output) row: `n_v_heads * v_dim`.
+    pub fn value_dim(&self) -> usize {
+        self.n_v_heads * self.v_dim
+    }
+
+    /// Values in a layer's recurrent state: `n_v_heads` matrices of [k_dim, v_dim].
+    pub fn state_len(&self) -> usize {
+        self.n_v_heads * self.k_dim * self.v_dim
+    }
+}
+
+/// One sequence's inputs to a Gated DeltaNet layer over its `n` new tokens, heads packed per
+/// token: `q`, `k` f32 [n, key_dim], `v` f32 [n, value_dim], `g` (log decay) and `beta` f32
+/// [n, n_v_heads].
+#[derive(Debug, Clone, Copy)]
+pub struct GdnInputs<'a> {
+    /// Queries (normalized and scaled).
+    pub q: &'a [f32],
+    /// Keys (normalized).
+    pub k: &'a [f32],
+    /// Values.
+    pub v: &'a [f32],
+    /// Log decay per token and value head.
+    pub g: &'a [f32],
+    /// Write strength per token and value head.
+    pub beta: &'a [f32],
+}
+
+/// The log decay `g = −exp(A_log) · softplus(a + dt_bias)` of every token and value head:
+/// `a` f32 [n, n_v_heads] (the layer's `a` projection), `a_log_exp` (`exp(A_log)`) and
+/// `dt_bias` f32 [n_v_heads]. Returns f32 [n, n_v_heads].
+pub fn log_decay(a: &[f32], a_log_exp: &[f32], dt_bias: &[f32]) -> Vec<f32> {
+    let nv = a_log_exp.len();
+    assert!(
+        dt_bias.len() == nv && nv > 0 && a.len().is_multiple_of(nv),
+        "log_decay: {} values for {nv} heads",
+        a.len()
+    );
+    let mut g = vec![0.0f32; a.len()];
+    for (row, out) in a.chunks_exact(nv).zip(g.chunks_exact_mut(nv)) {
+        for (((o, &x), &ae), &dt) in out.iter_mut().zip(row).zip(a_log_exp).zip(dt_bias) {
+            *o = -ae * softplus(x + dt);
+        }
+    }
+    g
+}
+
+/// The gated delta rule of every value head of a layer over one sequence's new tokens, heads in
+/// parallel (chunked from [`MIN_CHUNKED`] tokens, else token by token). `state` is the
+/// layer's recurrent state f32 [n_v_heads, k_dim, v_dim] before the tokens. Returns the outputs
+/// f32 [n, value_dim] (heads packed per token) and the state after them.
+pub fn delta_rule_heads(
+    x: &GdnInputs<'_>,
+    heads: &GdnHeads,
+    state: &[f32],
+) -> (Vec<f32>, Vec<f32>) {
+    let GdnHeads {
+        n_v_heads: nv,
+        k_dim: dk,
+        v_dim: dv,
+        ..
+    } = *heads;
+    let (kd, vd) = (heads.key_dim(), heads.value_dim());
+    let n = x.g.len() / nv.max(1);
+    assert!(
+        x.q.len() == n * kd
+            && x.k.len() == n * kd
+            && x.v.len() == n * vd
+            && x.g.len() == n * nv
+            && x.beta.len() == n * nv
+            && state.len() == heads.state_len(),
+        "delta_rule_heads: inputs do not match {heads:?} over {n} tokens"
+    );
+    let head_cols = |h: usize, d: usize| -> Range<usize> { h * d..(h + 1) * d };
+    let results: Vec<(Vec<f32>, Vec<f32>)> = (0..nv)
+        .into_par_iter()
+        .with_min_len(if n * dk * dv < 1 << 14 { nv } else { 1 })
+        .map(|h| {
+            let kh = heads.key_head(h);
+            let (q, k, v) = (
+                take_columns(x.q, kd, head_cols(kh, dk)),
+                take_columns(x.k, kd, head_cols(kh, dk)),
+                take_columns(x.v, vd, head_cols(h, dv)),
+            );
+            let (g, beta) = (
+                take_columns(x.g, nv, h..h + 1),
+                take_columns(x.beta, nv, h..h + 1),
+            );
+            let inputs = HeadInputs {
+                q: &q,
+                k: &k,
+                v: &v,
+                g: &g,
+                beta: &beta,
+                dk,
+                dv,
+            };
+            let mut s = state[head_cols(h, dk * dv)].to_vec();
+            let o = if n >= MIN_CHUNKED {
+                delta_rule_chunked(&inputs, &mut s)
+            } else {
+                delta_rule_sequential(&inputs, &mut s)
+            };
+            (o, s)
+        })
+        .collect();
+    let mut out = vec![0.0f32; n * vd];
+    let mut new_state = Vec::with_capacity(state.len());
+    for (h, (o, s)) in results.into_iter().enumerate() {
+        put_columns(&mut out, vd, head_cols(h, dv), &o);
+        new_state.extend_from_slice(&s);
+    }
+    (out, new_state)
+}
 
 /// One value head's inputs over `n` tokens: `q`, `k` f32 [n, dk], `v` f32 [n, dv], `g` (log
 /// decay) and `beta` f32 [n].
@@ -216,6 +372,70 @@ mod tests {
         for row in v.chunks_exact_mut(d) {
             let n = row.iter().map(|x| x * x).sum::<f32>().sqrt();
             row.iter_mut().for_each(|x| *x /= n);
+        }
+    }
+
+    #[test]
+    fn heads_match_each_head_alone() {
+        for v_tiled in [false, true] {
+            let heads = GdnHeads {
+                n_k_heads: 2,
+                n_v_heads: 4,
+                k_dim: 8,
+                v_dim: 6,
+                v_tiled,
+            };
+            for n in [1, 3, MIN_CHUNKED, 70] {
+                let (kd, vd, nv) = (heads.key_dim(), heads.value_dim(), heads.n_v_heads);
+                let mut q = data(n * kd, 1, 2.0);
+                let mut k = data(n * kd, 2, 2.0);
+                normalize_rows(&mut q, heads.k_dim);
+                normalize_rows(&mut k, heads.k_dim);
+                let v = data(n * vd, 3, 2.0);
+                let g: Vec<f32> = data(n * nv, 4, 1.0).iter().map(|x| -x.abs()).collect();
+                let beta: Vec<f32> = data(n * nv, 5, 1.0).iter().map(|x| x.abs()).collect();
+                let state = data(heads.state_len(), 6, 0.5);
+                let x = GdnInputs {
+                    q: &q,
+                    k: &k,
+                    v: &v,
+                    g: &g,
+                    beta: &beta,
+                };
+                let (out, new_state) = delta_rule_heads(&x, &heads, &state);
+                let (dk, dv) = (heads.k_dim, heads.v_dim);
+                for h in 0..nv {
+                    let key = heads.key_head(h);
+                    let col = |s: &[f32], w: usize, c: usize, d: usize| -> Vec<f32> {
+                        s.chunks_exact(w)
+                            .flat_map(|r| r[c * d..(c + 1) * d].to_vec())
+                            .collect()
+                    };
+                    let (qh, kh, vh) = (
+                        col(&q, kd, key, dk),
+                        col(&k, kd, key, dk),
+                        col(&v, vd, h, dv),
+                    );
+                    let (gh, bh) = (col(&g, nv, h, 1), col(&beta, nv, h, 1));
+                    let one = HeadInputs {
+                        q: &qh,
+                        k: &kh,
+                        v: &vh,
+                        g: &gh,
+                        beta: &bh,
+                        dk,
+                        dv,
+                    };
+                    let mut s = state[h * dk * dv..(h + 1) * dk * dv].to_vec();
+                    let o = if n >= MIN_CHUNKED {
+                        delta_rule_chunked(&one, &mut s)
+                    } else {
+                        delta_rule_sequential(&one, &mut s)
+                    };
+                    assert_eq!(col(&out, vd, h, dv), o, "n={n} head {h}");
+                    assert_eq!(&new_state[h * dk * dv..(h + 1) * dk * dv], &s[..]);
+                }
+            }
         }
     }
 

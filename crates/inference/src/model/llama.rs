@@ -1,5 +1,5 @@
-//! The Llama block structure, shared by Llama / Mistral / SmolLM, Qwen2 and Qwen3 (also the
-//! Qwen3-Embedding encoder): pre-norm RMSNorm blocks, grouped-query causal attention with RoPE
+//! The Llama layer structure, shared by Llama / Mistral / SmolLM, Qwen2 and Qwen3 (also the
+//! Qwen3-Embedding encoder): pre-norm RMSNorm layers, grouped-query causal attention with RoPE
 //! (Qwen2: Q/K/V biases; Qwen3: per-head Q/K RMSNorm before RoPE), a SwiGLU MLP, a final RMSNorm
 //! and an output head that may reuse the embedding table.
 //!
@@ -7,7 +7,7 @@
 //! transformers names, so safetensors checkpoints and GGUF files load through the same code.
 
 use crate::attention::{cached_attention, cached_decode_batch, CausalShape};
-use crate::ops::{silu_mul, Linear, RmsNorm, Rope};
+use crate::ops::{silu_mul, split_columns, Linear, RmsNorm, Rope};
 use crate::state::SeqState;
 use crate::Result;
 
@@ -17,9 +17,9 @@ use super::decoder::{
 use super::source::{EmbeddingTable, TensorSource, WeightMode};
 use super::{Encoder, EncoderInfo, PackedBatch};
 
-/// One transformer block.
+/// One transformer layer.
 #[derive(Debug)]
-struct Block {
+struct Layer {
     attn_norm: RmsNorm,
     qkv: Linear, // [q_dim + 2 kv_dim, hidden]
     q_norm: Option<RmsNorm>,
@@ -35,7 +35,7 @@ struct Block {
 pub struct LlamaModel {
     info: DecoderInfo,
     embed: EmbeddingTable,
-    blocks: Vec<Block>,
+    layers: Vec<Layer>,
     norm: RmsNorm,
     lm_head: Option<Linear>, // None when loaded as an encoder
     rope: Rope,
@@ -54,7 +54,7 @@ impl LlamaModel {
         let (h, hd) = (cfg.hidden_size, cfg.head_dim);
         let (q_dim, kv_dim, inter) = (cfg.q_dim(), cfg.kv_dim(), cfg.intermediate_size);
         let embed = src.embedding("model.embed_tokens", cfg.vocab_size, h, mode)?;
-        let mut blocks = Vec::with_capacity(cfg.n_layers);
+        let mut layers = Vec::with_capacity(cfg.n_layers);
         for i in 0..cfg.n_layers {
             let p = format!("model.layers.{i}");
             let attn = format!("{p}.self_attn");
@@ -81,7 +81,7 @@ impl LlamaModel {
                 ))
             };
             let mlp = format!("{p}.mlp");
-            blocks.push(Block {
+            layers.push(Layer {
                 attn_norm: norm("input_layernorm")?,
                 qkv: src.linear(
                     &[&q, &k, &v],
@@ -122,13 +122,13 @@ impl LlamaModel {
             Some(src.linear(&["lm_head"], &[cfg.vocab_size], h, false, mode, &[])?)
         };
         let rope = Rope::new(&cfg.rope, hd)?;
-        let weight_bytes = blocks
+        let weight_bytes = layers
             .iter()
-            .map(|b| {
-                b.qkv.weight_bytes()
-                    + b.o_proj.weight_bytes()
-                    + b.gate_up.weight_bytes()
-                    + b.down.weight_bytes()
+            .map(|l| {
+                l.qkv.weight_bytes()
+                    + l.o_proj.weight_bytes()
+                    + l.gate_up.weight_bytes()
+                    + l.down.weight_bytes()
             })
             .sum::<usize>()
             + lm_head.as_ref().map_or(0, Linear::weight_bytes);
@@ -146,7 +146,7 @@ impl LlamaModel {
                 weight_bytes,
             },
             embed,
-            blocks,
+            layers,
             norm,
             lm_head,
             rope,
@@ -158,8 +158,8 @@ impl LlamaModel {
         &self.info.config
     }
 
-    /// One block over the packed new tokens of every sequence.
-    fn block(
+    /// One layer over the packed new tokens of every sequence.
+    fn forward_layer(
         &self,
         layer: usize,
         x: Vec<f32>,
@@ -168,23 +168,14 @@ impl LlamaModel {
         caches: &mut [&mut SeqState],
     ) -> Result<Vec<f32>> {
         let cfg = self.config();
-        let b = &self.blocks[layer];
+        let l = &self.layers[layer];
         let (q_dim, kv_dim) = (cfg.q_dim(), cfg.kv_dim());
         let n = positions.len();
 
         let mut hn = x.clone();
-        b.attn_norm.forward_inplace(&mut hn);
-        let qkv = b.qkv.forward(&hn);
-        let width = q_dim + 2 * kv_dim;
-        let mut q = Vec::with_capacity(n * q_dim);
-        let mut k = Vec::with_capacity(n * kv_dim);
-        let mut v = Vec::with_capacity(n * kv_dim);
-        for row in qkv.chunks_exact(width) {
-            q.extend_from_slice(&row[..q_dim]);
-            k.extend_from_slice(&row[q_dim..q_dim + kv_dim]);
-            v.extend_from_slice(&row[q_dim + kv_dim..]);
-        }
-        if let (Some(qn), Some(kn)) = (&b.q_norm, &b.k_norm) {
+        l.attn_norm.forward_inplace(&mut hn);
+        let [mut q, mut k, v] = split_columns(&l.qkv.forward(&hn), [q_dim, kv_dim, kv_dim]);
+        if let (Some(qn), Some(kn)) = (&l.q_norm, &l.k_norm) {
             qn.forward_inplace(&mut q);
             kn.forward_inplace(&mut k);
         }
@@ -206,7 +197,7 @@ impl LlamaModel {
             }
             let states: Vec<&SeqState> = caches.iter().map(|c| &**c).collect();
             let ctx = cached_decode_batch(&q, &states, layer, &shape, scale)?;
-            return Ok(self.mlp(b, b.o_proj.forward_residual(&ctx, &x)));
+            return Ok(self.mlp(l, l.o_proj.forward_residual(&ctx, &x)));
         }
         let mut ctx = Vec::with_capacity(n * q_dim);
         let mut row0 = 0;
@@ -226,15 +217,15 @@ impl LlamaModel {
             )?);
             row0 += len;
         }
-        Ok(self.mlp(b, b.o_proj.forward_residual(&ctx, &x)))
+        Ok(self.mlp(l, l.o_proj.forward_residual(&ctx, &x)))
     }
 
-    /// The feed-forward half of a block, with its residual.
-    fn mlp(&self, b: &Block, x: Vec<f32>) -> Vec<f32> {
+    /// The feed-forward half of a layer, with its residual.
+    fn mlp(&self, l: &Layer, x: Vec<f32>) -> Vec<f32> {
         let mut hn = x.clone();
-        b.mlp_norm.forward_inplace(&mut hn);
-        let act = silu_mul(&b.gate_up.forward(&hn), self.config().intermediate_size);
-        b.down.forward_residual(&act, &x)
+        l.mlp_norm.forward_inplace(&mut hn);
+        let act = silu_mul(&l.gate_up.forward(&hn), self.config().intermediate_size);
+        l.down.forward_residual(&act, &x)
     }
 }
 
@@ -258,8 +249,8 @@ impl Decoder for LlamaModel {
         let cfg = self.config();
         let positions = batch_positions(ids, lens, caches, cfg.kv_dim())?;
         let mut x = embed_tokens(&self.embed, ids, cfg.hidden_size)?;
-        for layer in 0..self.blocks.len() {
-            x = self.block(layer, x, lens, &positions, caches)?;
+        for layer in 0..self.layers.len() {
+            x = self.forward_layer(layer, x, lens, &positions, caches)?;
         }
         finish_batch(x, lens, caches, outputs, &self.norm, self.lm_head.as_ref())
     }

@@ -10,17 +10,21 @@
 //! token by token for decoding); a gated RMSNorm `w ⊙ norm(o) ⊙ silu(z)`; `out_proj`.
 //!
 //! Also loads llama.cpp's GGUF files (arch `qwen35`): hybrid settings from `qwen35.ssm.*` and
-//! `qwen35.attention.recurrent_layers`; the converter stores `1 + w` norms, `ssm_a = −exp(A_log)`,
-//! a 2-D conv kernel, and (when value heads outnumber key heads) the value heads in tiled order.
+//! `qwen35.attention.recurrent_layers`, and (when value heads outnumber key heads) the value
+//! heads in tiled order; the converter's value transforms (`1 + w` norms, `ssm_a = −exp(A_log)`,
+//! a 2-D conv kernel) are undone by the [`TensorSource`].
+//!
+//! A pass runs every projection over the packed rows of all sequences at once; only the
+//! convolution and delta rule (over each sequence's recurrent state) and the attention (over
+//! each sequence's cache; one batched call when every sequence decodes one token) run per
+//! sequence.
 
-use rayon::prelude::*;
-
-use crate::attention::gdn::{delta_rule_chunked, delta_rule_sequential, HeadInputs};
-use crate::attention::{cached_attention, CausalShape};
+use crate::attention::gdn::{delta_rule_heads, log_decay, GdnHeads, GdnInputs};
+use crate::attention::{cached_attention, cached_decode_batch, CausalShape};
 use crate::io::gguf::{GgufArray, GgufFile};
-use crate::io::store::Weight;
 use crate::ops::{
-    causal_conv1d, l2_normalize_rows, silu, silu_mul, softplus, Linear, RmsNorm, Rope,
+    causal_conv1d, l2_normalize_rows, scale, sigmoid, sigmoid_gate, silu, silu_gate, silu_mul,
+    split_columns, Linear, RmsNorm, Rope,
 };
 use crate::state::{LayerKind, SeqState};
 use crate::{Error, Result};
@@ -30,45 +34,19 @@ use super::decoder::{
 };
 use super::source::{EmbeddingTable, TensorSource, WeightMode};
 
-/// Prompts shorter than this run the delta rule token by token.
-const MIN_CHUNKED: usize = 8;
-
 /// The linear-attention hyper-parameters of `text_config`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GdnConfig {
-    /// Key heads.
-    pub n_k_heads: usize,
-    /// Value heads (a multiple of the key heads).
-    pub n_v_heads: usize,
-    /// Key head width.
-    pub k_dim: usize,
-    /// Value head width.
-    pub v_dim: usize,
+    /// Head layout.
+    pub heads: GdnHeads,
     /// Convolution kernel size.
     pub conv_kernel: usize,
-    /// Value heads in llama.cpp's tiled order (head `h` reads key head `h % n_k_heads`) instead
-    /// of transformers' grouping by key head (`h / (n_v_heads / n_k_heads)`).
-    pub v_tiled: bool,
 }
 
 impl GdnConfig {
-    /// The key head value head `h` reads.
-    fn key_head(&self, h: usize) -> usize {
-        if self.v_tiled {
-            h % self.n_k_heads
-        } else {
-            h / (self.n_v_heads / self.n_k_heads)
-        }
-    }
-    fn key_dim(&self) -> usize {
-        self.n_k_heads * self.k_dim
-    }
-    fn value_dim(&self) -> usize {
-        self.n_v_heads * self.v_dim
-    }
     /// Channels of the convolution: Q, K and V side by side.
     fn conv_dim(&self) -> usize {
-        2 * self.key_dim() + self.value_dim()
+        2 * self.heads.key_dim() + self.heads.value_dim()
     }
 }
 
@@ -86,21 +64,24 @@ fn read_hybrid(
             .ok_or_else(|| format!("missing `{k}`"))
     };
     let gdn = GdnConfig {
-        n_k_heads: num("linear_num_key_heads", Some(16))?,
-        n_v_heads: num("linear_num_value_heads", Some(32))?,
-        k_dim: num("linear_key_head_dim", Some(128))?,
-        v_dim: num("linear_value_head_dim", Some(128))?,
+        heads: GdnHeads {
+            n_k_heads: num("linear_num_key_heads", Some(16))?,
+            n_v_heads: num("linear_num_value_heads", Some(32))?,
+            k_dim: num("linear_key_head_dim", Some(128))?,
+            v_dim: num("linear_value_head_dim", Some(128))?,
+            v_tiled: false,
+        },
         conv_kernel: num("linear_conv_kernel_dim", Some(4))?,
-        v_tiled: false,
     };
-    if gdn.n_k_heads == 0
-        || !gdn.n_v_heads.is_multiple_of(gdn.n_k_heads)
-        || gdn.k_dim == 0
-        || gdn.v_dim == 0
+    let heads = &gdn.heads;
+    if heads.n_k_heads == 0
+        || !heads.n_v_heads.is_multiple_of(heads.n_k_heads)
+        || heads.k_dim == 0
+        || heads.v_dim == 0
     {
         return Err(format!(
             "linear attention: {} value heads cannot share {} key heads (widths {} / {})",
-            gdn.n_v_heads, gdn.n_k_heads, gdn.k_dim, gdn.v_dim
+            heads.n_v_heads, heads.n_k_heads, heads.k_dim, heads.v_dim
         ));
     }
     if !(1..=64).contains(&gdn.conv_kernel) {
@@ -177,7 +158,7 @@ fn read_hybrid_gguf(
         None => t["full_attention_interval"] = num("full_attention_interval")?.into(),
     }
     let (mut gdn, full) = read_hybrid(&t, n_layers)?;
-    gdn.v_tiled = true;
+    gdn.heads.v_tiled = true;
     Ok((gdn, full))
 }
 
@@ -207,7 +188,7 @@ enum Mixer {
 }
 
 #[derive(Debug)]
-struct Block {
+struct Layer {
     input_norm: RmsNorm,
     mixer: Mixer,
     post_norm: RmsNorm,
@@ -222,22 +203,15 @@ pub struct Qwen35Model {
     gdn: GdnConfig,
     kinds: Vec<LayerKind>,
     embed: EmbeddingTable,
-    blocks: Vec<Block>,
+    layers: Vec<Layer>,
     norm: RmsNorm,
     lm_head: Linear,
     rope: Rope,
 }
 
-/// A zero-centred RMSNorm: stores `1 + w` (GGUF files hold `1 + w` already).
+/// A zero-centred RMSNorm, holding its scale `1 + w`.
 fn offset_norm(src: &TensorSource, prefix: &str, dim: usize, eps: f32) -> Result<RmsNorm> {
-    let w = src.f32(prefix, "weight", &[dim])?;
-    let one = if matches!(src, TensorSource::Gguf(_)) {
-        0.0
-    } else {
-        1.0
-    };
-    let shifted: Vec<f32> = w.as_slice().iter().map(|x| one + x).collect();
-    Ok(RmsNorm::new(Weight::from_vec(shifted, vec![dim]), eps))
+    Ok(RmsNorm::new(src.zero_centred_norm(prefix, dim)?, eps))
 }
 
 impl Qwen35Model {
@@ -254,11 +228,10 @@ impl Qwen35Model {
             } => read_hybrid(config, cfg.n_layers).map_err(|reason| (config_path.clone(), reason)),
         }
         .map_err(|(path, reason)| Error::InvalidConfig { path, reason })?;
-        let gguf = matches!(src, TensorSource::Gguf(_));
         let (h, hd, eps) = (cfg.hidden_size, cfg.head_dim, cfg.rms_norm_eps);
         let (q_dim, kv_dim, inter) = (cfg.q_dim(), cfg.kv_dim(), cfg.intermediate_size);
         let embed = src.embedding("model.embed_tokens", cfg.vocab_size, h, mode)?;
-        let mut blocks = Vec::with_capacity(cfg.n_layers);
+        let mut layers = Vec::with_capacity(cfg.n_layers);
         let mut kinds = Vec::with_capacity(cfg.n_layers);
         for (i, &is_full) in full.iter().enumerate() {
             let p = format!("model.layers.{i}");
@@ -281,50 +254,28 @@ impl Qwen35Model {
                 })
             } else {
                 let a = format!("{p}.linear_attn");
-                let conv_dim = gdn.conv_dim();
+                let (conv_dim, heads) = (gdn.conv_dim(), &gdn.heads);
+                let (vd, nv) = (heads.value_dim(), heads.n_v_heads);
                 kinds.push(LayerKind::Recurrent {
                     conv: (gdn.conv_kernel - 1) * conv_dim,
-                    recurrent: gdn.n_v_heads * gdn.k_dim * gdn.v_dim,
+                    recurrent: heads.state_len(),
                 });
                 let names = ["in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a"]
                     .map(|n| format!("{a}.{n}"));
                 let refs: Vec<&str> = names.iter().map(String::as_str).collect();
-                let conv_shape = if gguf {
-                    vec![conv_dim, gdn.conv_kernel]
-                } else {
-                    vec![conv_dim, 1, gdn.conv_kernel]
-                };
-                let conv = src
-                    .f32(&format!("{a}.conv1d"), "weight", &conv_shape)?
-                    .as_slice()
-                    .to_vec();
-                // GGUF's `ssm_a` holds −exp(A_log).
-                let a_log = src.f32(&a, "A_log", &[gdn.n_v_heads])?;
-                let a_log_exp = a_log
-                    .as_slice()
-                    .iter()
-                    .map(|&x| if gguf { -x } else { x.exp() })
-                    .collect();
                 Mixer::Linear(Gdn {
-                    in_proj: src.linear(
-                        &refs,
-                        &[conv_dim, gdn.value_dim(), gdn.n_v_heads, gdn.n_v_heads],
-                        h,
-                        false,
-                        mode,
-                        &[],
-                    )?,
-                    conv,
-                    a_log_exp,
-                    dt_bias: src
-                        .f32(&a, "dt_bias", &[gdn.n_v_heads])?
-                        .as_slice()
-                        .to_vec(),
-                    norm: RmsNorm::new(src.f32(&format!("{a}.norm"), "weight", &[gdn.v_dim])?, eps),
+                    in_proj: src.linear(&refs, &[conv_dim, vd, nv, nv], h, false, mode, &[])?,
+                    conv: src.conv_kernel(&format!("{a}.conv1d"), conv_dim, gdn.conv_kernel)?,
+                    a_log_exp: src.a_log_exp(&a, nv)?,
+                    dt_bias: src.f32(&a, "dt_bias", &[nv])?.as_slice().to_vec(),
+                    norm: RmsNorm::new(
+                        src.f32(&format!("{a}.norm"), "weight", &[heads.v_dim])?,
+                        eps,
+                    ),
                     out_proj: src.linear(
                         &[&format!("{a}.out_proj")],
                         &[h],
-                        gdn.value_dim(),
+                        vd,
                         false,
                         mode,
                         &[],
@@ -332,7 +283,7 @@ impl Qwen35Model {
                 })
             };
             let mlp = format!("{p}.mlp");
-            blocks.push(Block {
+            layers.push(Layer {
                 input_norm: offset_norm(src, &format!("{p}.input_layernorm"), h, eps)?,
                 mixer,
                 post_norm: offset_norm(src, &format!("{p}.post_attention_layernorm"), h, eps)?,
@@ -361,16 +312,16 @@ impl Qwen35Model {
             src.linear(&["lm_head"], &[cfg.vocab_size], h, false, mode, &[])?
         };
         let rope = Rope::new(&cfg.rope, hd)?;
-        let weight_bytes = blocks
+        let weight_bytes = layers
             .iter()
-            .map(|b| {
-                let mixer = match &b.mixer {
+            .map(|l| {
+                let mixer = match &l.mixer {
                     Mixer::Linear(g) => g.in_proj.weight_bytes() + g.out_proj.weight_bytes(),
                     Mixer::Full(a) => {
                         a.q_proj.weight_bytes() + a.kv_proj.weight_bytes() + a.o_proj.weight_bytes()
                     }
                 };
-                mixer + b.gate_up.weight_bytes() + b.down.weight_bytes()
+                mixer + l.gate_up.weight_bytes() + l.down.weight_bytes()
             })
             .sum::<usize>()
             + lm_head.weight_bytes();
@@ -383,7 +334,7 @@ impl Qwen35Model {
             gdn,
             kinds,
             embed,
-            blocks,
+            layers,
             norm,
             lm_head,
             rope,
@@ -394,153 +345,126 @@ impl Qwen35Model {
         &self.info.config
     }
 
-    /// A GDN layer over the `n` new tokens of one sequence (`x` already normalized).
-    fn gdn(&self, layer: usize, g: &Gdn, x: &[f32], state: &mut SeqState) -> Vec<f32> {
-        let c = &self.gdn;
-        let (conv_dim, vd, nv, kk) = (c.conv_dim(), c.value_dim(), c.n_v_heads, c.conv_kernel);
-        let width = conv_dim + vd + 2 * nv;
-        let proj = g.in_proj.forward(x);
-        let n = proj.len() / width;
-        let (conv_state, rec_state) = state.recurrent(layer);
+    /// A GDN layer over the packed new tokens of every sequence (`hn` the normalized residual
+    /// stream `x`); returns `x` plus the layer's output.
+    fn gdn(
+        &self,
+        layer: usize,
+        g: &Gdn,
+        hn: &[f32],
+        x: &[f32],
+        lens: &[usize],
+        caches: &mut [&mut SeqState],
+    ) -> Vec<f32> {
+        let (c, heads) = (&self.gdn, &self.gdn.heads);
+        let (conv_dim, kd, vd, nv) = (
+            c.conv_dim(),
+            heads.key_dim(),
+            heads.value_dim(),
+            heads.n_v_heads,
+        );
+        let [qkv, z, mut beta, a] = split_columns(&g.in_proj.forward(hn), [conv_dim, vd, nv, nv]);
+        sigmoid(&mut beta);
+        let decay = log_decay(&a, &g.a_log_exp, &g.dt_bias);
+        let q_scale = 1.0 / (heads.k_dim as f32).sqrt();
 
-        // Causal depthwise convolution over [window; new inputs], then SiLU.
-        let mut inputs = Vec::with_capacity((kk - 1 + n) * conv_dim);
-        inputs.extend_from_slice(conv_state);
-        for row in proj.chunks_exact(width) {
-            inputs.extend_from_slice(&row[..conv_dim]);
-        }
-        let mut mixed = causal_conv1d(&inputs, &g.conv, conv_dim, kk);
-        silu(&mut mixed);
-        let new_conv = inputs[n * conv_dim..].to_vec();
+        let mut core = Vec::with_capacity(z.len());
+        let mut row0 = 0;
+        for (&n, cache) in lens.iter().zip(caches.iter_mut()) {
+            let rows = row0..row0 + n;
+            row0 += n;
+            let (conv_state, rec_state) = cache.recurrent(layer);
+            // Causal depthwise convolution over [window; new inputs], then SiLU.
+            let mut inputs = Vec::with_capacity(conv_state.len() + n * conv_dim);
+            inputs.extend_from_slice(conv_state);
+            inputs.extend_from_slice(&qkv[rows.start * conv_dim..rows.end * conv_dim]);
+            let mut mixed = causal_conv1d(&inputs, &g.conv, conv_dim, c.conv_kernel);
+            silu(&mut mixed);
+            let new_conv = inputs[n * conv_dim..].to_vec();
 
-        // Split, normalize, gates.
-        let (kd, dk, dv) = (c.key_dim(), c.k_dim, c.v_dim);
-        let mut q = Vec::with_capacity(n * kd);
-        let mut k = Vec::with_capacity(n * kd);
-        let mut v = Vec::with_capacity(n * vd);
-        for row in mixed.chunks_exact(conv_dim) {
-            q.extend_from_slice(&row[..kd]);
-            k.extend_from_slice(&row[kd..2 * kd]);
-            v.extend_from_slice(&row[2 * kd..]);
+            let [mut q, mut k, v] = split_columns(&mixed, [kd, kd, vd]);
+            l2_normalize_rows(&mut q, heads.k_dim, 1e-6);
+            l2_normalize_rows(&mut k, heads.k_dim, 1e-6);
+            scale(&mut q, q_scale);
+            let per_head = rows.start * nv..rows.end * nv;
+            let x = GdnInputs {
+                q: &q,
+                k: &k,
+                v: &v,
+                g: &decay[per_head.clone()],
+                beta: &beta[per_head],
+            };
+            let (o, new_state) = delta_rule_heads(&x, heads, rec_state);
+            cache.set_recurrent(layer, new_conv, new_state);
+            core.extend(o);
         }
-        l2_normalize_rows(&mut q, dk, 1e-6);
-        l2_normalize_rows(&mut k, dk, 1e-6);
-        let scale = 1.0 / (dk as f32).sqrt();
-        q.iter_mut().for_each(|x| *x *= scale);
-        let mut beta = vec![0.0f32; n * nv];
-        let mut decay = vec![0.0f32; n * nv];
-        for (t, row) in proj.chunks_exact(width).enumerate() {
-            let b = &row[conv_dim + vd..conv_dim + vd + nv];
-            let a = &row[conv_dim + vd + nv..];
-            for hh in 0..nv {
-                beta[t * nv + hh] = 1.0 / (1.0 + (-b[hh]).exp());
-                decay[t * nv + hh] = -g.a_log_exp[hh] * softplus(a[hh] + g.dt_bias[hh]);
-            }
-        }
-
-        // The delta rule per value head, heads in parallel.
-        let gather = |src: &[f32], d: usize, heads: usize, hh: usize| -> Vec<f32> {
-            src.chunks_exact(heads * d)
-                .flat_map(|row| &row[hh * d..(hh + 1) * d])
-                .copied()
-                .collect()
-        };
-        let results: Vec<(Vec<f32>, Vec<f32>)> = (0..nv)
-            .into_par_iter()
-            .with_min_len(if n * dk * dv < 1 << 14 { nv } else { 1 })
-            .map(|hh| {
-                let kh = c.key_head(hh);
-                let (qh, khd, vh) = (
-                    gather(&q, dk, c.n_k_heads, kh),
-                    gather(&k, dk, c.n_k_heads, kh),
-                    gather(&v, dv, nv, hh),
-                );
-                let gh: Vec<f32> = (0..n).map(|t| decay[t * nv + hh]).collect();
-                let bh: Vec<f32> = (0..n).map(|t| beta[t * nv + hh]).collect();
-                let inputs = HeadInputs {
-                    q: &qh,
-                    k: &khd,
-                    v: &vh,
-                    g: &gh,
-                    beta: &bh,
-                    dk,
-                    dv,
-                };
-                let mut s = rec_state[hh * dk * dv..(hh + 1) * dk * dv].to_vec();
-                let o = if n >= MIN_CHUNKED {
-                    delta_rule_chunked(&inputs, &mut s)
-                } else {
-                    delta_rule_sequential(&inputs, &mut s)
-                };
-                (o, s)
-            })
-            .collect();
-        let mut core = vec![0.0f32; n * vd];
-        let mut new_state = Vec::with_capacity(nv * dk * dv);
-        for (hh, (o, s)) in results.into_iter().enumerate() {
-            for (t, row) in o.chunks_exact(dv).enumerate() {
-                core[t * vd + hh * dv..t * vd + (hh + 1) * dv].copy_from_slice(row);
-            }
-            new_state.extend_from_slice(&s);
-        }
-        state.set_recurrent(layer, new_conv, new_state);
 
         // Gated RMSNorm per head: w ⊙ norm(o) ⊙ silu(z).
         g.norm.forward_inplace(&mut core);
-        let mut z: Vec<f32> = proj
-            .chunks_exact(width)
-            .flat_map(|row| &row[conv_dim..conv_dim + vd])
-            .copied()
-            .collect();
-        silu(&mut z);
-        for (o, zz) in core.iter_mut().zip(&z) {
-            *o *= zz;
-        }
-        g.out_proj.forward(&core)
+        silu_gate(&mut core, &z);
+        g.out_proj.forward_residual(&core, x)
     }
 
-    /// A gated full-attention layer over the `n` new tokens of one sequence.
+    /// A gated full-attention layer over the packed new tokens of every sequence (`hn` the
+    /// normalized residual stream `x`, at `positions`); returns `x` plus the layer's output.
+    #[allow(clippy::too_many_arguments)]
     fn attention(
         &self,
         layer: usize,
         a: &GatedAttention,
+        hn: &[f32],
         x: &[f32],
+        lens: &[usize],
         positions: &[usize],
-        state: &mut SeqState,
+        caches: &mut [&mut SeqState],
     ) -> Result<Vec<f32>> {
         let cfg = self.config();
         let (hd, q_dim, kv_dim) = (cfg.head_dim, cfg.q_dim(), cfg.kv_dim());
-        let qg = a.q_proj.forward(x);
-        let kv = a.kv_proj.forward(x);
-        let n = positions.len();
-        let mut q = Vec::with_capacity(n * q_dim);
-        let mut gate = Vec::with_capacity(n * q_dim);
-        for head in qg.chunks_exact(2 * hd) {
-            q.extend_from_slice(&head[..hd]);
-            gate.extend_from_slice(&head[hd..]);
-        }
-        let mut k = Vec::with_capacity(n * kv_dim);
-        let mut v = Vec::with_capacity(n * kv_dim);
-        for row in kv.chunks_exact(2 * kv_dim) {
-            k.extend_from_slice(&row[..kv_dim]);
-            v.extend_from_slice(&row[kv_dim..]);
-        }
+        // q_proj holds a query and a gate per head.
+        let [mut q, gate] = split_columns(&a.q_proj.forward(hn), [hd, hd]);
+        let [mut k, v] = split_columns(&a.kv_proj.forward(hn), [kv_dim, kv_dim]);
         a.q_norm.forward_inplace(&mut q);
         a.k_norm.forward_inplace(&mut k);
         self.rope.apply(&mut q, cfg.n_heads, positions);
         self.rope.apply(&mut k, cfg.n_kv_heads, positions);
-        state.append(layer, &k, &v);
         let shape = CausalShape {
             n_heads: cfg.n_heads,
             n_kv_heads: cfg.n_kv_heads,
             head_dim: hd,
             sliding_window: None,
         };
-        let mut ctx = cached_attention(&q, state, layer, &shape, 1.0 / (hd as f32).sqrt())?;
-        for (c, &gt) in ctx.iter_mut().zip(&gate) {
-            *c *= 1.0 / (1.0 + (-gt).exp());
-        }
-        Ok(a.o_proj.forward(&ctx))
+        let scale = 1.0 / (hd as f32).sqrt();
+        let mut ctx = if lens.iter().all(|&l| l == 1) {
+            // Decode: one token per sequence, every (sequence, key/value head) in one batch.
+            for (i, cache) in caches.iter_mut().enumerate() {
+                let rows = i * kv_dim..(i + 1) * kv_dim;
+                cache.append(layer, &k[rows.clone()], &v[rows]);
+            }
+            let states: Vec<&SeqState> = caches.iter().map(|c| &**c).collect();
+            cached_decode_batch(&q, &states, layer, &shape, scale)?
+        } else {
+            let mut ctx = Vec::with_capacity(q.len());
+            let mut row0 = 0;
+            for (&len, cache) in lens.iter().zip(caches.iter_mut()) {
+                let rows = row0..row0 + len;
+                row0 += len;
+                cache.append(
+                    layer,
+                    &k[rows.start * kv_dim..rows.end * kv_dim],
+                    &v[rows.start * kv_dim..rows.end * kv_dim],
+                );
+                ctx.extend(cached_attention(
+                    &q[rows.start * q_dim..rows.end * q_dim],
+                    cache,
+                    layer,
+                    &shape,
+                    scale,
+                )?);
+            }
+            ctx
+        };
+        sigmoid_gate(&mut ctx, &gate);
+        Ok(a.o_proj.forward_residual(&ctx, x))
     }
 }
 
@@ -562,33 +486,19 @@ impl Decoder for Qwen35Model {
         outputs: Outputs,
     ) -> Result<Vec<f32>> {
         let cfg = self.config();
-        batch_positions(ids, lens, caches, cfg.kv_dim())?;
-        let h = cfg.hidden_size;
-        let mut x = embed_tokens(&self.embed, ids, h)?;
-        for (layer, b) in self.blocks.iter().enumerate() {
+        let positions = batch_positions(ids, lens, caches, cfg.kv_dim())?;
+        let mut x = embed_tokens(&self.embed, ids, cfg.hidden_size)?;
+        for (layer, l) in self.layers.iter().enumerate() {
             let mut hn = x.clone();
-            b.input_norm.forward_inplace(&mut hn);
-            let mut mixed = Vec::with_capacity(x.len());
-            let mut row0 = 0;
-            for (&len, cache) in lens.iter().zip(caches.iter_mut()) {
-                let rows = &hn[row0 * h..(row0 + len) * h];
-                let out = match &b.mixer {
-                    Mixer::Linear(g) => self.gdn(layer, g, rows, cache),
-                    Mixer::Full(a) => {
-                        let positions: Vec<usize> = (cache.len()..cache.len() + len).collect();
-                        self.attention(layer, a, rows, &positions, cache)?
-                    }
-                };
-                mixed.extend(out);
-                row0 += len;
-            }
-            for (xv, m) in x.iter_mut().zip(&mixed) {
-                *xv += m;
-            }
+            l.input_norm.forward_inplace(&mut hn);
+            x = match &l.mixer {
+                Mixer::Linear(g) => self.gdn(layer, g, &hn, &x, lens, caches),
+                Mixer::Full(a) => self.attention(layer, a, &hn, &x, lens, &positions, caches)?,
+            };
             let mut hn = x.clone();
-            b.post_norm.forward_inplace(&mut hn);
-            let act = silu_mul(&b.gate_up.forward(&hn), cfg.intermediate_size);
-            x = b.down.forward_residual(&act, &x);
+            l.post_norm.forward_inplace(&mut hn);
+            let act = silu_mul(&l.gate_up.forward(&hn), cfg.intermediate_size);
+            x = l.down.forward_residual(&act, &x);
         }
         finish_batch(x, lens, caches, outputs, &self.norm, Some(&self.lm_head))
     }

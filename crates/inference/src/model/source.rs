@@ -3,8 +3,10 @@
 //! (`model.layers.3.self_attn.q_proj`); the GGUF side translates them to llama.cpp's names
 //! (`blk.3.attn_q`) and undoes the row permutation llama.cpp's converter applies to Llama's
 //! query and key projections, so one model file serves both. Value transforms the converter
-//! applies to other architectures (Qwen3.5's `ssm_a = −exp(A_log)`, its `1 + w` norms) are left
-//! to the model code, which knows them.
+//! applies to other architectures are undone here too, by methods that return one meaning
+//! whatever the format: [`TensorSource::zero_centred_norm`] (Qwen3.5's `1 + w` norms),
+//! [`TensorSource::a_log_exp`] (`exp(A_log)`; GGUF stores `−exp(A_log)`) and
+//! [`TensorSource::conv_kernel`] (a depthwise kernel as [channels, kernel]).
 
 use std::path::Path;
 
@@ -131,7 +133,8 @@ impl EmbeddingTable {
 
 /// Translates transformers tensor `prefix.suffix` to llama.cpp's GGUF name in a file of
 /// architecture `arch`. Qwen3.5's per-head GDN parameters (`linear_attn.A_log`, `.dt_bias`) are
-/// tensors of their own there (`ssm_a`, holding `−exp(A_log)`, and `ssm_dt.bias`).
+/// tensors of their own there (`ssm_a`, holding `−exp(A_log)`: see [`TensorSource::a_log_exp`],
+/// and `ssm_dt.bias`).
 fn gguf_tensor_name(prefix: &str, suffix: &str, arch: &str) -> Option<String> {
     if matches!(suffix, "A_log" | "dt_bias") {
         return gguf_name(&format!("{prefix}.{suffix}"), arch);
@@ -288,6 +291,40 @@ impl TensorSource {
             } => store.get(&Self::st_name(model_prefix, prefix, suffix), shape),
             Self::Gguf(g) => g.f32(&Self::gguf_full(g, prefix, suffix)?, shape),
         }
+    }
+
+    /// The scale `1 + w` f32 [dim] of the zero-centred RMSNorm `prefix` (`y = (1 + w) ⊙
+    /// norm(x)`, Qwen3.5's): transformers checkpoints store `w`, llama.cpp's converter `1 + w`.
+    pub fn zero_centred_norm(&self, prefix: &str, dim: usize) -> Result<Weight> {
+        let w = self.f32(prefix, "weight", &[dim])?;
+        match self {
+            Self::Gguf(_) => Ok(w),
+            Self::Safetensors { .. } => {
+                let shifted = w.as_slice().iter().map(|x| 1.0 + x).collect();
+                Ok(Weight::from_vec(shifted, vec![dim]))
+            }
+        }
+    }
+
+    /// `exp(A_log)` f32 [n_heads] of the Gated DeltaNet layer `prefix` (its per-head decay
+    /// rate): transformers checkpoints store `A_log`, llama.cpp's converter `ssm_a = −exp(A_log)`.
+    pub fn a_log_exp(&self, prefix: &str, n_heads: usize) -> Result<Vec<f32>> {
+        let a = self.f32(prefix, "A_log", &[n_heads])?;
+        let a = a.as_slice().iter();
+        Ok(match self {
+            Self::Gguf(_) => a.map(|&x| -x).collect(),
+            Self::Safetensors { .. } => a.map(|&x| x.exp()).collect(),
+        })
+    }
+
+    /// The depthwise convolution kernel `prefix.weight` as f32 [channels, kernel]: transformers
+    /// stores `Conv1d(groups = channels)`'s [channels, 1, kernel], GGUF [channels, kernel].
+    pub fn conv_kernel(&self, prefix: &str, channels: usize, kernel: usize) -> Result<Vec<f32>> {
+        let shape = match self {
+            Self::Gguf(_) => vec![channels, kernel],
+            Self::Safetensors { .. } => vec![channels, 1, kernel],
+        };
+        Ok(self.f32(prefix, "weight", &shape)?.as_slice().to_vec())
     }
 
     /// The embedding table `prefix.weight` [rows, dim].

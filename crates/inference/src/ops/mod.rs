@@ -1,19 +1,21 @@
 //! Shape-checked building blocks over the CPU kernels: linear layers (with fused bias, exact
-//! GELU and residual epilogues), layer and RMS norms, rotary embeddings, embedding lookup and
-//! activations. Model files call these; they never call `backend` directly for anything these
-//! cover.
+//! GELU and residual epilogues), layer and RMS norms, rotary embeddings, embedding lookup,
+//! column splits of packed rows, activations and gates. Model files call these; they never call
+//! `backend` directly for anything these cover.
 
 mod conv;
 mod embed;
 mod linear;
 mod norm;
 mod rope;
+mod split;
 
 pub use conv::causal_conv1d;
 pub use embed::Embedding;
 pub use linear::Linear;
 pub use norm::{LayerNorm, RmsNorm};
 pub use rope::{Rope, RopeConfig, RopeScaling};
+pub use split::{put_columns, split_columns, take_columns};
 
 use crate::backend::cpu;
 
@@ -29,6 +31,37 @@ pub fn silu(x: &mut [f32]) {
     for (v, t) in x.iter_mut().zip(&e) {
         *v /= 1.0 + t;
     }
+}
+
+/// `x ⊙= silu(gate)` elementwise, with the exact SiLU of [`silu`] (the output gate of a
+/// Gated DeltaNet layer's norm).
+pub fn silu_gate(x: &mut [f32], gate: &[f32]) {
+    assert_eq!(x.len(), gate.len(), "silu_gate: length mismatch");
+    let mut g = gate.to_vec();
+    silu(&mut g);
+    for (v, s) in x.iter_mut().zip(&g) {
+        *v *= s;
+    }
+}
+
+/// The logistic sigmoid in place: `1 / (1 + exp(-x))`.
+pub fn sigmoid(x: &mut [f32]) {
+    for v in x {
+        *v = 1.0 / (1.0 + (-*v).exp());
+    }
+}
+
+/// `x ⊙= σ(gate)` elementwise, σ as in [`sigmoid`] (a sigmoid output gate).
+pub fn sigmoid_gate(x: &mut [f32], gate: &[f32]) {
+    assert_eq!(x.len(), gate.len(), "sigmoid_gate: length mismatch");
+    for (v, &g) in x.iter_mut().zip(gate) {
+        *v *= 1.0 / (1.0 + (-g).exp());
+    }
+}
+
+/// `x *= s` elementwise.
+pub fn scale(x: &mut [f32], s: f32) {
+    cpu::scale(x, s)
 }
 
 /// `log(1 + exp(x))`, and `x` itself above 20, as `torch.nn.functional.softplus`.

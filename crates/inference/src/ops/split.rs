@@ -1,0 +1,78 @@
+//! Column groups of packed rows: splitting a fused projection's output (Q | K | V, a query |
+//! gate pair per head, ...) into one buffer per group, and taking or writing back one column
+//! range (e.g. one head) of every row.
+
+use std::ops::Range;
+
+/// Splits every row of `x` (rows of `widths.iter().sum()` values) into `N` column groups:
+/// group `i` holds columns of width `widths[i]` of every row, in row order, f32
+/// [n, widths[i]]. A "row" may be narrower than a token: `[head_dim, head_dim]` splits
+/// per-head (query, gate) pairs into queries and gates.
+pub fn split_columns<const N: usize>(x: &[f32], widths: [usize; N]) -> [Vec<f32>; N] {
+    let width: usize = widths.iter().sum();
+    assert!(
+        width > 0 && x.len().is_multiple_of(width),
+        "split_columns: {} values are not rows of {width}",
+        x.len()
+    );
+    let n = x.len() / width;
+    let mut parts = widths.map(|w| Vec::with_capacity(n * w));
+    for row in x.chunks_exact(width) {
+        let mut col = 0;
+        for (part, &w) in parts.iter_mut().zip(&widths) {
+            part.extend_from_slice(&row[col..col + w]);
+            col += w;
+        }
+    }
+    parts
+}
+
+/// Columns `cols` of every row of `x` (rows of `width`): f32 [n, cols.len()].
+pub fn take_columns(x: &[f32], width: usize, cols: Range<usize>) -> Vec<f32> {
+    assert!(
+        cols.end <= width && x.len().is_multiple_of(width),
+        "take_columns: columns {cols:?} of {} values in rows of {width}",
+        x.len()
+    );
+    let mut out = Vec::with_capacity(x.len() / width * cols.len());
+    for row in x.chunks_exact(width) {
+        out.extend_from_slice(&row[cols.clone()]);
+    }
+    out
+}
+
+/// Writes `part` (rows of `cols.len()`) into columns `cols` of the rows of `x` (rows of
+/// `width`, as many as `part` has): the inverse of [`take_columns`].
+pub fn put_columns(x: &mut [f32], width: usize, cols: Range<usize>, part: &[f32]) {
+    let w = cols.len();
+    assert!(
+        cols.end <= width && w > 0 && part.len() / w * width <= x.len(),
+        "put_columns: {} values into columns {cols:?} of {} values in rows of {width}",
+        part.len(),
+        x.len()
+    );
+    for (row, src) in x.chunks_exact_mut(width).zip(part.chunks_exact(w)) {
+        row[cols.clone()].copy_from_slice(src);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn split_take_and_put_agree() {
+        // Two rows of widths 2 | 1 | 3.
+        let x: Vec<f32> = (0..12).map(|i| i as f32).collect();
+        let [a, b, c] = split_columns(&x, [2, 1, 3]);
+        assert_eq!(a, [0.0, 1.0, 6.0, 7.0]);
+        assert_eq!(b, [2.0, 8.0]);
+        assert_eq!(c, [3.0, 4.0, 5.0, 9.0, 10.0, 11.0]);
+        assert_eq!(take_columns(&x, 6, 3..6), c);
+        let mut y = vec![0.0f32; 12];
+        put_columns(&mut y, 6, 0..2, &a);
+        put_columns(&mut y, 6, 2..3, &b);
+        put_columns(&mut y, 6, 3..6, &c);
+        assert_eq!(y, x);
+    }
+}
