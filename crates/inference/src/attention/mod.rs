@@ -8,12 +8,14 @@
 //! softmax, then `O = S·V`, all reading Q, K, V in place through strides.
 
 mod causal;
+mod entry;
 pub mod gdn;
 
 pub use causal::{
     cached_attention, cached_decode_batch, causal_attention, decode_attention,
     decode_attention_batch, CausalShape,
 };
+pub use entry::attend;
 
 use rayon::prelude::*;
 

@@ -1,7 +1,8 @@
 //! [`BatchEngine`]: the one engine loop every generation goes through (the server's
 //! continuous batching, and `generate` / `chat` as a batch of one). Each step is
-//! [`Scheduler::schedule`] (who runs how many tokens, with memory for them), one
-//! [`Decoder::forward`](crate::model::decoder::Decoder::forward) over all of it, and
+//! `Scheduler::schedule` (who runs how many tokens, with memory for them), one
+//! [`ForwardBatch`] through
+//! [`Decoder::forward_batch`](crate::model::decoder::Decoder::forward_batch), and
 //! [`BatchEngine::update_from_output`] (sample, stream, publish finished pages to the prefix
 //! cache, end requests). Requests join between steps; a request's memory is freed as soon as
 //! it ends. [`BatchEngine::cancel`] drops a request (its client went away).
@@ -9,7 +10,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::time::Instant;
 
-use crate::model::decoder::Outputs;
+use crate::model::batch::{ForwardBatch, RowOutputs};
 use crate::state::SeqState;
 use crate::{Error, Result};
 
@@ -279,9 +280,8 @@ impl<'m> BatchEngine<'m> {
                 states.push(slot.state.as_mut().expect("scheduled slots have state"));
             }
         }
-        self.model
-            .decoder
-            .forward(&ids, &lens, &mut states, Outputs::LastLogits)
+        let batch = ForwardBatch::tokens(&ids, &lens, RowOutputs::LastLogits);
+        self.model.decoder.forward_batch(&batch, &mut states)
     }
 
     /// Takes the step's logits: advances each request's computed tokens, keeps finished pages

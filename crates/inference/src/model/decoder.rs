@@ -12,6 +12,7 @@ use crate::ops::{Linear, RmsNorm, RopeConfig, RopeScaling};
 use crate::state::SeqState;
 use crate::{Error, Result};
 
+use super::batch::{BatchInput, ForwardBatch, RowOutputs};
 use super::source::{EmbeddingTable, WeightMode};
 
 /// Decoder architectures that share the Llama block structure.
@@ -415,7 +416,8 @@ fn rope_scaling_from_json(
     })
 }
 
-/// Which outputs a forward pass computes.
+/// Which outputs a forward pass over token ids computes ([`Decoder::forward`]; a
+/// [`ForwardBatch`] can also ask for chosen rows).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outputs {
     /// Logits of the last new token of each sequence: f32 [n_seqs, vocab].
@@ -424,6 +426,16 @@ pub enum Outputs {
     AllLogits,
     /// Final-norm hidden states of every new token: f32 [n_tokens, hidden] (for embeddings).
     AllHidden,
+}
+
+impl From<Outputs> for RowOutputs {
+    fn from(o: Outputs) -> Self {
+        match o {
+            Outputs::LastLogits => RowOutputs::LastLogits,
+            Outputs::AllLogits => RowOutputs::AllLogits,
+            Outputs::AllHidden => RowOutputs::AllHidden,
+        }
+    }
 }
 
 /// Shape facts about a loaded decoder.
@@ -437,16 +449,28 @@ pub struct DecoderInfo {
     pub weight_bytes: usize,
 }
 
-/// A causal language model over per-sequence KV caches.
+/// A causal language model over per-sequence states.
 pub trait Decoder: Send + Sync {
     /// Shape facts.
     fn info(&self) -> &DecoderInfo;
 
-    /// An empty per-sequence state holding up to `max_len` tokens (capped at the model's context).
+    /// An empty per-sequence state holding up to `max_len` tokens (capped at the model's
+    /// context), in a pool of its own.
     fn new_cache(&self, max_len: usize) -> SeqState;
 
-    /// Runs a batch: sequence `i` contributes `lens[i]` new tokens (taken from `ids` in order)
-    /// after the tokens already in `caches[i]`, which it extends. Returns `outputs`.
+    /// Runs a batch: sequence `i` contributes `batch.seq_lens[i]` new rows after what
+    /// `states[i]` already holds, and its state is extended by them. Returns what
+    /// `batch.outputs` asks for.
+    fn forward_batch(
+        &self,
+        batch: &ForwardBatch<'_>,
+        states: &mut [&mut SeqState],
+    ) -> Result<Vec<f32>> {
+        crate::backend::cpu::on_pool(|| self.forward_on_pool(batch, states))
+    }
+
+    /// [`Decoder::forward_batch`] over token ids (`lens[i]` of them for sequence `i`, taken
+    /// from `ids` in order), implicit positions, no adapters.
     fn forward(
         &self,
         ids: &[u32],
@@ -454,91 +478,63 @@ pub trait Decoder: Send + Sync {
         caches: &mut [&mut SeqState],
         outputs: Outputs,
     ) -> Result<Vec<f32>> {
-        crate::backend::cpu::on_pool(|| self.forward_on_pool(ids, lens, caches, outputs))
+        self.forward_batch(&ForwardBatch::tokens(ids, lens, outputs.into()), caches)
     }
 
-    /// [`Decoder::forward`]'s body, run on a worker of the thread pool (see
+    /// [`Decoder::forward_batch`]'s body, run on a worker of the thread pool (see
     /// [`crate::backend::cpu::on_pool`]); implementations provide this one.
     fn forward_on_pool(
         &self,
-        ids: &[u32],
-        lens: &[usize],
-        caches: &mut [&mut SeqState],
-        outputs: Outputs,
+        batch: &ForwardBatch<'_>,
+        states: &mut [&mut SeqState],
     ) -> Result<Vec<f32>>;
 }
 
-/// Checks a batch for [`Decoder::forward`] (lengths add up, no empty sequence, room in every
-/// state, states of this model's width) and returns the position of every new token.
-pub(crate) fn batch_positions(
-    ids: &[u32],
-    lens: &[usize],
-    caches: &[&mut SeqState],
-    kv_dim: usize,
-) -> Result<Vec<usize>> {
-    if lens.len() != caches.len() || lens.iter().sum::<usize>() != ids.len() {
-        return Err(Error::InvalidInput(format!(
-            "{} token ids for sequences of lengths {lens:?} with {} states",
-            ids.len(),
-            caches.len()
-        )));
-    }
-    if lens.contains(&0) {
-        return Err(Error::InvalidInput(
-            "a sequence in the batch has no new tokens".into(),
-        ));
-    }
-    let mut positions = Vec::with_capacity(ids.len());
-    for (&len, cache) in lens.iter().zip(caches.iter()) {
-        if cache.kv_dim() != kv_dim {
-            return Err(Error::InvalidInput(
-                "the state belongs to another model".into(),
-            ));
+/// The input rows of a batch: embedding rows of its token ids, or its input embeddings as
+/// given. f32 [rows, width].
+pub(crate) fn embed_rows(
+    table: &EmbeddingTable,
+    batch: &ForwardBatch<'_>,
+    width: usize,
+) -> Result<Vec<f32>> {
+    match batch.input {
+        BatchInput::Tokens(ids) => {
+            let mut x = vec![0.0f32; ids.len() * width];
+            for (&id, row) in ids.iter().zip(x.chunks_exact_mut(width)) {
+                table.lookup(id, row)?;
+            }
+            Ok(x)
         }
-        cache.check_room(len)?;
-        positions.extend(cache.len()..cache.len() + len);
+        BatchInput::Embeddings(x) => Ok(x.to_vec()),
     }
-    Ok(positions)
 }
 
-/// The embedding rows of `ids`: f32 [ids.len(), width].
-pub(crate) fn embed_tokens(table: &EmbeddingTable, ids: &[u32], width: usize) -> Result<Vec<f32>> {
-    let mut x = vec![0.0f32; ids.len() * width];
-    for (&id, row) in ids.iter().zip(x.chunks_exact_mut(width)) {
-        table.lookup(id, row)?;
-    }
-    Ok(x)
-}
-
-/// Ends a pass: commits the new tokens to every state, then applies the final norm and head
-/// to the rows `outputs` asks for (`x` f32 [n_tokens, width], the residual stream).
+/// Ends a pass: commits the new rows to every state, then applies the final norm and head
+/// to the rows `batch.outputs` asks for (`x` f32 [rows, width], the residual stream).
 pub(crate) fn finish_batch(
     x: Vec<f32>,
-    lens: &[usize],
-    caches: &mut [&mut SeqState],
-    outputs: Outputs,
+    batch: &ForwardBatch<'_>,
+    states: &mut [&mut SeqState],
     norm: &RmsNorm,
     head: Option<&Linear>,
 ) -> Result<Vec<f32>> {
-    for (&len, cache) in lens.iter().zip(caches.iter_mut()) {
-        cache.commit(len);
+    for (&len, state) in batch.seq_lens.iter().zip(states.iter_mut()) {
+        state.commit(len);
     }
     let width = norm.dim();
-    let mut hidden = match outputs {
-        Outputs::LastLogits => {
-            let mut last = Vec::with_capacity(lens.len() * width);
-            let mut end = 0;
-            for &len in lens {
-                end += len;
-                last.extend_from_slice(&x[(end - 1) * width..end * width]);
+    let mut hidden = match batch.output_rows() {
+        Some(rows) => {
+            let mut kept = Vec::with_capacity(rows.len() * width);
+            for r in rows {
+                kept.extend_from_slice(&x[r * width..(r + 1) * width]);
             }
-            last
+            kept
         }
-        Outputs::AllLogits | Outputs::AllHidden => x,
+        None => x,
     };
     norm.forward_inplace(&mut hidden);
-    match (outputs, head) {
-        (Outputs::AllHidden, _) => Ok(hidden),
+    match (&batch.outputs, head) {
+        (RowOutputs::AllHidden, _) => Ok(hidden),
         (_, Some(head)) => Ok(head.forward(&hidden)),
         (_, None) => Err(Error::InvalidInput(
             "this model was loaded without its output head (as an encoder)".into(),

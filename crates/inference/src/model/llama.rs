@@ -6,14 +6,13 @@
 //! Written as calls to `ops` and `attention`; the weights come from a [`TensorSource`] by their
 //! transformers names, so safetensors checkpoints and GGUF files load through the same code.
 
-use crate::attention::{cached_attention, cached_decode_batch, CausalShape};
+use crate::attention::{attend, CausalShape};
 use crate::ops::{silu_mul, split_columns, Linear, RmsNorm, Rope};
 use crate::state::SeqState;
 use crate::Result;
 
-use super::decoder::{
-    batch_positions, embed_tokens, finish_batch, Decoder, DecoderConfig, DecoderInfo, Outputs,
-};
+use super::batch::ForwardBatch;
+use super::decoder::{embed_rows, finish_batch, Decoder, DecoderConfig, DecoderInfo, Outputs};
 use super::source::{EmbeddingTable, TensorSource, WeightMode};
 use super::{Encoder, EncoderInfo, PackedBatch};
 
@@ -170,7 +169,6 @@ impl LlamaModel {
         let cfg = self.config();
         let l = &self.layers[layer];
         let (q_dim, kv_dim) = (cfg.q_dim(), cfg.kv_dim());
-        let n = positions.len();
 
         let mut hn = x.clone();
         l.attn_norm.forward_inplace(&mut hn);
@@ -189,34 +187,7 @@ impl LlamaModel {
             sliding_window: cfg.sliding_window,
         };
         let scale = 1.0 / (cfg.head_dim as f32).sqrt();
-        if lens.iter().all(|&l| l == 1) {
-            // Decode: one token per sequence, every (sequence, key/value head) in one batch.
-            for (i, cache) in caches.iter_mut().enumerate() {
-                let rows = i * kv_dim..(i + 1) * kv_dim;
-                cache.append(layer, &k[rows.clone()], &v[rows]);
-            }
-            let states: Vec<&SeqState> = caches.iter().map(|c| &**c).collect();
-            let ctx = cached_decode_batch(&q, &states, layer, &shape, scale)?;
-            return Ok(self.mlp(l, l.o_proj.forward_residual(&ctx, &x)));
-        }
-        let mut ctx = Vec::with_capacity(n * q_dim);
-        let mut row0 = 0;
-        for (&len, cache) in lens.iter().zip(caches.iter_mut()) {
-            let rows = row0..row0 + len;
-            cache.append(
-                layer,
-                &k[rows.start * kv_dim..rows.end * kv_dim],
-                &v[rows.start * kv_dim..rows.end * kv_dim],
-            );
-            ctx.extend(cached_attention(
-                &q[rows.start * q_dim..rows.end * q_dim],
-                cache,
-                layer,
-                &shape,
-                scale,
-            )?);
-            row0 += len;
-        }
+        let ctx = attend(&q, &k, &v, lens, caches, layer, &shape, scale)?;
         Ok(self.mlp(l, l.o_proj.forward_residual(&ctx, &x)))
     }
 
@@ -241,18 +212,16 @@ impl Decoder for LlamaModel {
 
     fn forward_on_pool(
         &self,
-        ids: &[u32],
-        lens: &[usize],
-        caches: &mut [&mut SeqState],
-        outputs: Outputs,
+        batch: &ForwardBatch<'_>,
+        states: &mut [&mut SeqState],
     ) -> Result<Vec<f32>> {
         let cfg = self.config();
-        let positions = batch_positions(ids, lens, caches, cfg.kv_dim())?;
-        let mut x = embed_tokens(&self.embed, ids, cfg.hidden_size)?;
+        let positions = batch.validate(states, cfg.kv_dim(), cfg.hidden_size, false)?;
+        let mut x = embed_rows(&self.embed, batch, cfg.hidden_size)?;
         for layer in 0..self.layers.len() {
-            x = self.forward_layer(layer, x, lens, &positions, caches)?;
+            x = self.forward_layer(layer, x, &batch.seq_lens, &positions, states)?;
         }
-        finish_batch(x, lens, caches, outputs, &self.norm, self.lm_head.as_ref())
+        finish_batch(x, batch, states, &self.norm, self.lm_head.as_ref())
     }
 }
 

@@ -10,6 +10,7 @@
 //! GGUF file through [`source::TensorSource`] and picks the architecture from
 //! [`DECODER_FAMILIES`], the registry: a new architecture is one model file plus a row there.
 
+pub mod batch;
 pub mod bert;
 pub mod decoder;
 pub mod heads;

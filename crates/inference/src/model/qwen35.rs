@@ -20,7 +20,7 @@
 //! sequence.
 
 use crate::attention::gdn::{delta_rule_heads, log_decay, GdnHeads, GdnInputs};
-use crate::attention::{cached_attention, cached_decode_batch, CausalShape};
+use crate::attention::{attend, CausalShape};
 use crate::io::gguf::{GgufArray, GgufFile};
 use crate::ops::{
     causal_conv1d, l2_normalize_rows, scale, sigmoid, sigmoid_gate, silu, silu_gate, silu_mul,
@@ -29,9 +29,8 @@ use crate::ops::{
 use crate::state::{LayerKind, SeqState};
 use crate::{Error, Result};
 
-use super::decoder::{
-    batch_positions, embed_tokens, finish_batch, Decoder, DecoderConfig, DecoderInfo, Outputs,
-};
+use super::batch::ForwardBatch;
+use super::decoder::{embed_rows, finish_batch, Decoder, DecoderConfig, DecoderInfo};
 use super::source::{EmbeddingTable, TensorSource, WeightMode};
 
 /// The linear-attention hyper-parameters of `text_config`.
@@ -419,7 +418,7 @@ impl Qwen35Model {
         caches: &mut [&mut SeqState],
     ) -> Result<Vec<f32>> {
         let cfg = self.config();
-        let (hd, q_dim, kv_dim) = (cfg.head_dim, cfg.q_dim(), cfg.kv_dim());
+        let (hd, kv_dim) = (cfg.head_dim, cfg.kv_dim());
         // q_proj holds a query and a gate per head.
         let [mut q, gate] = split_columns(&a.q_proj.forward(hn), [hd, hd]);
         let [mut k, v] = split_columns(&a.kv_proj.forward(hn), [kv_dim, kv_dim]);
@@ -434,35 +433,7 @@ impl Qwen35Model {
             sliding_window: None,
         };
         let scale = 1.0 / (hd as f32).sqrt();
-        let mut ctx = if lens.iter().all(|&l| l == 1) {
-            // Decode: one token per sequence, every (sequence, key/value head) in one batch.
-            for (i, cache) in caches.iter_mut().enumerate() {
-                let rows = i * kv_dim..(i + 1) * kv_dim;
-                cache.append(layer, &k[rows.clone()], &v[rows]);
-            }
-            let states: Vec<&SeqState> = caches.iter().map(|c| &**c).collect();
-            cached_decode_batch(&q, &states, layer, &shape, scale)?
-        } else {
-            let mut ctx = Vec::with_capacity(q.len());
-            let mut row0 = 0;
-            for (&len, cache) in lens.iter().zip(caches.iter_mut()) {
-                let rows = row0..row0 + len;
-                row0 += len;
-                cache.append(
-                    layer,
-                    &k[rows.start * kv_dim..rows.end * kv_dim],
-                    &v[rows.start * kv_dim..rows.end * kv_dim],
-                );
-                ctx.extend(cached_attention(
-                    &q[rows.start * q_dim..rows.end * q_dim],
-                    cache,
-                    layer,
-                    &shape,
-                    scale,
-                )?);
-            }
-            ctx
-        };
+        let mut ctx = attend(&q, &k, &v, lens, caches, layer, &shape, scale)?;
         sigmoid_gate(&mut ctx, &gate);
         Ok(a.o_proj.forward_residual(&ctx, x))
     }
@@ -480,14 +451,13 @@ impl Decoder for Qwen35Model {
 
     fn forward_on_pool(
         &self,
-        ids: &[u32],
-        lens: &[usize],
+        batch: &ForwardBatch<'_>,
         caches: &mut [&mut SeqState],
-        outputs: Outputs,
     ) -> Result<Vec<f32>> {
         let cfg = self.config();
-        let positions = batch_positions(ids, lens, caches, cfg.kv_dim())?;
-        let mut x = embed_tokens(&self.embed, ids, cfg.hidden_size)?;
+        let positions = batch.validate(caches, cfg.kv_dim(), cfg.hidden_size, false)?;
+        let lens = &batch.seq_lens;
+        let mut x = embed_rows(&self.embed, batch, cfg.hidden_size)?;
         for (layer, l) in self.layers.iter().enumerate() {
             let mut hn = x.clone();
             l.input_norm.forward_inplace(&mut hn);
@@ -500,6 +470,6 @@ impl Decoder for Qwen35Model {
             let act = silu_mul(&l.gate_up.forward(&hn), cfg.intermediate_size);
             x = l.down.forward_residual(&act, &x);
         }
-        finish_batch(x, lens, caches, outputs, &self.norm, Some(&self.lm_head))
+        finish_batch(x, batch, caches, &self.norm, Some(&self.lm_head))
     }
 }

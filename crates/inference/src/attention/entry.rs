@@ -1,0 +1,74 @@
+//! [`attend`]: the one entry point decoder models call for causal attention over their
+//! sequences' states. It writes the new rows' keys and values into each state and picks the
+//! kernel from the batch, not from the model: one decode pass over every (sequence, key/value
+//! head) when each sequence brings a single row, the blocked causal kernel per sequence
+//! otherwise.
+
+use crate::state::SeqState;
+use crate::{Error, Result};
+
+use super::causal::{cached_attention, cached_decode_batch, CausalShape};
+
+/// Attention of the new rows of every sequence of a batch over its state's attention layer
+/// `layer`, after appending their keys and values to it.
+///
+/// `q` f32 [rows, n_heads * head_dim], `k` and `v` f32 [rows, n_kv_heads * head_dim], the rows
+/// of sequence `i` (`seq_lens[i]` of them) after those of the sequences before it, already
+/// normalized and rotated. Returns the context f32 [rows, n_heads * head_dim] in row order.
+#[allow(clippy::too_many_arguments)]
+pub fn attend(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    seq_lens: &[usize],
+    states: &mut [&mut SeqState],
+    layer: usize,
+    shape: &CausalShape,
+    scale: f32,
+) -> Result<Vec<f32>> {
+    let (q_dim, kv_dim) = (
+        shape.n_heads * shape.head_dim,
+        shape.n_kv_heads * shape.head_dim,
+    );
+    let rows: usize = seq_lens.iter().sum();
+    if q.len() != rows * q_dim || k.len() != rows * kv_dim || v.len() != rows * kv_dim {
+        return Err(Error::Shape {
+            op: "attend",
+            reason: format!(
+                "{rows} rows: q has {} values (rows of {q_dim}), k {} and v {} (rows of {kv_dim})",
+                q.len(),
+                k.len(),
+                v.len()
+            ),
+        });
+    }
+    if seq_lens.len() != states.len() {
+        return Err(Error::Shape {
+            op: "attend",
+            reason: format!("{} sequences, {} states", seq_lens.len(), states.len()),
+        });
+    }
+    let mut row0 = 0;
+    for (&n, state) in seq_lens.iter().zip(states.iter_mut()) {
+        let r = row0 * kv_dim..(row0 + n) * kv_dim;
+        state.append(layer, &k[r.clone()], &v[r]);
+        row0 += n;
+    }
+    if seq_lens.iter().all(|&n| n == 1) {
+        let views: Vec<&SeqState> = states.iter().map(|s| &**s).collect();
+        return cached_decode_batch(q, &views, layer, shape, scale);
+    }
+    let mut ctx = Vec::with_capacity(rows * q_dim);
+    let mut row0 = 0;
+    for (&n, state) in seq_lens.iter().zip(states.iter()) {
+        ctx.extend(cached_attention(
+            &q[row0 * q_dim..(row0 + n) * q_dim],
+            state,
+            layer,
+            shape,
+            scale,
+        )?);
+        row0 += n;
+    }
+    Ok(ctx)
+}
