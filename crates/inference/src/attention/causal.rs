@@ -410,6 +410,73 @@ mod tests {
         }
     }
 
+    /// The prefill path copies only the rows from the first query's window start; the result
+    /// must still be the definition's, with and without a window, and decode alike.
+    #[test]
+    fn cached_attention_matches_definition() {
+        let (nh, nkv, hd) = (4, 2, 8);
+        let kv = nkv * hd;
+        for window in [None, Some(1), Some(5), Some(30)] {
+            let s = CausalShape {
+                n_heads: nh,
+                n_kv_heads: nkv,
+                head_dim: hd,
+                sliding_window: window,
+            };
+            for (past, n) in [(20, 6), (0, 9), (40, 1)] {
+                let k = data((past + n) * kv, 2);
+                let v = data((past + n) * kv, 3);
+                let mut st = SeqState::new(1, kv, 64);
+                st.append(0, &k[..past * kv], &v[..past * kv]);
+                st.commit(past);
+                st.append(0, &k[past * kv..], &v[past * kv..]);
+                let q = data(n * nh * hd, 1);
+                let got = cached_attention(&q, &st, 0, &s, 0.3).unwrap();
+                let want = reference(&q, &k, &v, &s, 0.3);
+                for (a, b) in got.iter().zip(&want) {
+                    assert!((a - b).abs() < 1e-5, "{window:?} {past}+{n}: {a} vs {b}");
+                }
+            }
+        }
+    }
+
+    /// Decode over pages of 32 rows (window starts mid-page) equals decode over the same rows
+    /// in one buffer.
+    #[test]
+    fn paged_decode_equals_contiguous() {
+        let (nh, nkv, hd) = (14, 2, 64);
+        let kv = nkv * hd;
+        let totals = [1, 40, 300];
+        let ks: Vec<Vec<f32>> = (0..3).map(|i| data(totals[i] * kv, 2 + i)).collect();
+        let vs: Vec<Vec<f32>> = (0..3).map(|i| data(totals[i] * kv, 5 + i)).collect();
+        let q = data(3 * nh * hd, 1);
+        fn pages(x: &[f32], rows: usize, ld: usize) -> KvView<'_> {
+            KvView::new(x.chunks(32 * ld).map(KvRows::F32).collect(), 32, rows, ld)
+        }
+        for window in [None, Some(77)] {
+            let s = CausalShape {
+                n_heads: nh,
+                n_kv_heads: nkv,
+                head_dim: hd,
+                sliding_window: window,
+            };
+            let flat: Vec<_> = (0..3)
+                .map(|i| (KvRows::F32(&ks[i]), KvRows::F32(&vs[i])))
+                .collect();
+            let want = decode_attention_batch(&q, &flat, &s, 0.125).unwrap();
+            let views: Vec<_> = (0..3)
+                .map(|i| (pages(&ks[i], totals[i], kv), pages(&vs[i], totals[i], kv)))
+                .collect();
+            let got = decode_attention_views(&q, &views, &s, 0.125).unwrap();
+            for (a, b) in got.iter().zip(&want) {
+                assert!(
+                    (a - b).abs() <= 1e-6 * (1.0 + b.abs()),
+                    "{window:?}: {a} vs {b}"
+                );
+            }
+        }
+    }
+
     #[test]
     fn rejects_bad_shapes() {
         let s = CausalShape {
@@ -419,5 +486,14 @@ mod tests {
             sliding_window: None,
         };
         assert!(causal_attention(&[0.0; 12], &[0.0; 8], &[0.0; 8], &s, 1.0).is_err());
+        let s = CausalShape { n_kv_heads: 1, ..s };
+        let (k, v16) = ([0.0f32; 8], [half::f16::ZERO; 8]);
+        let wide = KvView::contiguous(KvRows::F32(&k), 8);
+        let narrow = KvView::contiguous(KvRows::F32(&k), 4);
+        let h16 = KvView::contiguous(KvRows::F16(&v16), 4);
+        let q = [0.0; 12];
+        assert!(decode_attention_views(&q, &[(wide.clone(), wide)], &s, 1.0).is_err());
+        assert!(decode_attention_views(&q, &[(narrow.clone(), h16)], &s, 1.0).is_err());
+        assert!(decode_attention_views(&q[..4], &[(narrow.clone(), narrow)], &s, 1.0).is_err());
     }
 }
