@@ -497,7 +497,7 @@ fn paged_decode_attention_matches_portable_reference() {
         for total in [1, 2, 31, 33, 100, 257] {
             // 2 or 3 key/value heads per row, sometimes padded; the group reads one of them.
             let n_kv = 2 + case % 2;
-            let ld = n_kv * hd + if case % 3 == 0 { 3 } else { 0 };
+            let ld = n_kv * hd + if case.is_multiple_of(3) { 3 } else { 0 };
             let col = (case % n_kv) * hd;
             case += 1;
             let k = rng.vec(total * ld, -1.0, 1.0);
