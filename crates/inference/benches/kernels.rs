@@ -12,16 +12,24 @@
 //! cargo bench -p lattice-inference --bench kernels -- --quick    # fewer shapes
 //! cargo bench -p lattice-inference --bench kernels -- --isa avx512 --threads 1
 //! cargo bench -p lattice-inference --bench kernels -- --bf16     # only bf16 against f32
+//! cargo bench -p lattice-inference --bench kernels -- --decode   # only decode attention
 //! ```
 //!
 //! The bf16 group compares `bf16::gemm_bt_bf16` (`vdpbf16ps` where the CPU has AVX512_BF16)
 //! with the f32 `gemm_bt_packed` on the Qwen3.5-0.8B prefill shapes (512 tokens); its
 //! `%meas` is against twice the measured f32 peak, since `vdpbf16ps` does twice the flops of
 //! an FMA per instruction at the same rate.
+//!
+//! The decode group times `attn::DecodeKernels` at 4,096 cached keys (one thread, all key/value
+//! heads of a layer, on the Qwen2.5-Coder-0.5B and Qwen3.5 head shapes), reading K/V from pages
+//! of 32 rows scattered in a pool against one contiguous buffer, f32 and f16; the two layouts
+//! alternate step by step so that a noisy neighbour slows both alike.
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
+use half::f16;
+use lattice_inference::backend::cpu::attn::{DecodeGroup, DecodeKernels, KvRows, KvView};
 use lattice_inference::backend::cpu::{bf16, kernels, kernels_for, Isa, Kernels};
 
 /// Nominal f32 peak of one core of the machine we were asked to target, GFLOP/s.
@@ -34,6 +42,7 @@ const MEASURED_PEAK_PER_CORE: f64 = 114.0;
 struct Args {
     quick: bool,
     bf16_only: bool,
+    decode_only: bool,
     isa: Option<String>,
     threads: Option<usize>,
 }
@@ -42,6 +51,7 @@ fn parse_args() -> Args {
     let mut args = Args {
         quick: false,
         bf16_only: false,
+        decode_only: false,
         isa: None,
         threads: None,
     };
@@ -50,6 +60,7 @@ fn parse_args() -> Args {
         match a.as_str() {
             "--quick" => args.quick = true,
             "--bf16" => args.bf16_only = true,
+            "--decode" => args.decode_only = true,
             "--isa" => args.isa = it.next(),
             "--threads" => args.threads = it.next().and_then(|t| t.parse().ok()),
             _ => {} // `cargo bench` passes `--bench`; ignore what we do not know.
@@ -352,8 +363,197 @@ fn bench_bf16(threads: usize, quick: bool) {
     }
 }
 
+/// Cached keys of the decode benchmark.
+const DECODE_KEYS: usize = 4096;
+/// Rows per page of the paged layout.
+const DECODE_PAGE_ROWS: usize = 32;
+/// Fewest timed pairs (contiguous, paged) per case.
+const MIN_PAIRS: usize = 40;
+/// Layers cycled per timed run, so that each layer's rows come from beyond L2 as in a step.
+const DECODE_LAYERS: usize = 8;
+
+/// One layer's keys or values in both layouts, f32 and f16: rows in order, and the same rows in
+/// pages of [`DECODE_PAGE_ROWS`] placed in a pool in a shuffled order.
+struct DecodeRows {
+    flat: Vec<f32>,
+    flat16: Vec<f16>,
+    pool: Vec<f32>,
+    pool16: Vec<f16>,
+    /// Pool slot of each page.
+    slots: Vec<usize>,
+    ld: usize,
+}
+
+impl DecodeRows {
+    fn new(ld: usize, seed: u32) -> Self {
+        let flat = data(DECODE_KEYS * ld, seed);
+        let n_pages = DECODE_KEYS.div_ceil(DECODE_PAGE_ROWS);
+        // A fixed permutation: page i goes to slot (i · 37) mod n (37 is prime to 128).
+        let slots: Vec<usize> = (0..n_pages)
+            .map(|i| (i * 37 + seed as usize) % n_pages)
+            .collect();
+        let page = DECODE_PAGE_ROWS * ld;
+        let mut pool = vec![0.0f32; n_pages * page];
+        for (i, rows) in flat.chunks(page).enumerate() {
+            pool[slots[i] * page..][..rows.len()].copy_from_slice(rows);
+        }
+        let half = |x: &[f32]| x.iter().map(|&v| f16::from_f32(v)).collect::<Vec<_>>();
+        Self {
+            flat16: half(&flat),
+            pool16: half(&pool),
+            flat,
+            pool,
+            slots,
+            ld,
+        }
+    }
+
+    /// The rows as a view: contiguous or paged, f32 or f16.
+    fn view(&self, paged: bool, f16: bool) -> KvView<'_> {
+        let page = DECODE_PAGE_ROWS * self.ld;
+        if !paged {
+            let rows = if f16 {
+                KvRows::F16(&self.flat16)
+            } else {
+                KvRows::F32(&self.flat)
+            };
+            return KvView::contiguous(rows, self.ld);
+        }
+        let pages = self
+            .slots
+            .iter()
+            .map(|&s| {
+                if f16 {
+                    KvRows::F16(&self.pool16[s * page..][..page])
+                } else {
+                    KvRows::F32(&self.pool[s * page..][..page])
+                }
+            })
+            .collect();
+        KvView::new(pages, DECODE_PAGE_ROWS, DECODE_KEYS, self.ld)
+    }
+}
+
+/// Decode attention at [`DECODE_KEYS`] keys, paged against contiguous (see the module comment).
+fn bench_decode(quick: bool, only: Option<&str>) {
+    let budget = Duration::from_millis(if quick { 1000 } else { 4000 });
+    // (name, query heads, key/value heads, head dim)
+    let shapes = [
+        ("qwen2.5-coder 14/2x64", 14, 2, 64),
+        ("qwen3.5 8/2x256", 8, 2, 256),
+    ];
+    for (name, n_heads, n_kv, hd) in shapes {
+        let ld = n_kv * hd;
+        let g = n_heads / n_kv;
+        let layers: Vec<(DecodeRows, DecodeRows)> = (0..DECODE_LAYERS as u32)
+            .map(|l| {
+                (
+                    DecodeRows::new(ld, 2 * l + 1),
+                    DecodeRows::new(ld, 2 * l + 2),
+                )
+            })
+            .collect();
+        let q = data(n_heads * hd, 99);
+        let available = DecodeKernels::available();
+        for &kernels in available
+            .iter()
+            .filter(|k| only.is_none_or(|n| n == k.name()))
+        {
+            for f16 in [false, true] {
+                let views = |paged| -> Vec<(KvView<'_>, KvView<'_>)> {
+                    layers
+                        .iter()
+                        .map(|(k, v)| (k.view(paged, f16), v.view(paged, f16)))
+                        .collect()
+                };
+                let (flat, paged) = (views(false), views(true));
+                let mut scores = Vec::new();
+                let mut out = vec![0.0f32; n_heads * hd];
+                // One layer: every key/value head's group.
+                let mut step = |(k, v): &(KvView<'_>, KvView<'_>)| {
+                    for h in 0..n_kv {
+                        let sh = DecodeGroup {
+                            g,
+                            hd,
+                            first: 0,
+                            col: h * hd,
+                            scale: 1.0 / (hd as f32).sqrt(),
+                        };
+                        let o = &mut out[h * g * hd..(h + 1) * g * hd];
+                        kernels.run(&sh, &q[h * g * hd..], k, v, &mut scores, o);
+                    }
+                    black_box(&mut out);
+                };
+                // Layer steps of the two layouts alternate (the order swapped every pair, the
+                // layer advancing), so that the load of a shared machine hits both alike.
+                for l in 0..DECODE_LAYERS {
+                    step(&flat[l]);
+                    step(&paged[l]);
+                }
+                let deadline = Instant::now() + budget;
+                let (mut t_flat, mut t_paged, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+                while ratios.len() < MIN_PAIRS || Instant::now() < deadline {
+                    let i = ratios.len();
+                    let l = i % DECODE_LAYERS;
+                    let mut pair = [0.0f64; 2];
+                    for which in if i % 2 == 0 { [0, 1] } else { [1, 0] } {
+                        let t = Instant::now();
+                        step(if which == 0 { &flat[l] } else { &paged[l] });
+                        pair[which] = t.elapsed().as_secs_f64() * 1e6;
+                    }
+                    t_flat.push(pair[0]);
+                    t_paged.push(pair[1]);
+                    ratios.push(pair[1] / pair[0]);
+                }
+                for x in [&mut t_flat, &mut t_paged, &mut ratios] {
+                    x.sort_by(f64::total_cmp);
+                }
+                // Median and 10th percentile (preemptions only ever add time).
+                let (med, p10) = (|x: &[f64]| x[x.len() / 2], |x: &[f64]| x[x.len() / 10]);
+                let bytes = 2.0 * (DECODE_KEYS * ld * if f16 { 2 } else { 4 }) as f64;
+                println!(
+                    "{:<10} {:<22} {:<4} {:>8.1} {:>8.1} {:>8.1} {:>8.1} {:>7.3} {:>7.3} {:>6.1} {:>6}",
+                    kernels.name(),
+                    name,
+                    if f16 { "f16" } else { "f32" },
+                    med(&t_flat),
+                    med(&t_paged),
+                    p10(&t_flat),
+                    p10(&t_paged),
+                    med(&ratios),
+                    p10(&t_paged) / p10(&t_flat),
+                    bytes / p10(&t_flat) / 1e3,
+                    ratios.len(),
+                );
+            }
+        }
+    }
+}
+
+/// Prints the decode attention table.
+fn decode_table(quick: bool, only: Option<&str>) {
+    println!(
+        "decode attention, {DECODE_KEYS} keys, 1 thread, µs per layer (all key/value heads), \
+         {DECODE_LAYERS} layers cycled; paged = pages of {DECODE_PAGE_ROWS} rows scattered in a \
+         pool; med / p10 of alternating layer steps; p/c = median of the pairs' ratios and \
+         ratio of the p10s"
+    );
+    println!(
+        "kernels    shape                  kv    med(c)   med(p)   p10(c)   p10(p) p/c med p/c p10  GB/s  pairs"
+    );
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(1)
+        .build()
+        .expect("building a rayon pool only fails if threads cannot be spawned");
+    pool.install(|| bench_decode(quick, only));
+}
+
 fn main() {
     let args = parse_args();
+    if args.decode_only {
+        decode_table(args.quick, args.isa.as_deref());
+        return;
+    }
     if args.bf16_only {
         let thread_counts = args.threads.map_or(vec![1, 2], |t| vec![t]);
         println!("bf16 vs f32 (packed weights), prefill shapes of Qwen3.5-0.8B");
@@ -415,4 +615,6 @@ fn main() {
             .expect("building a rayon pool only fails if threads cannot be spawned");
         pool.install(|| bench_bf16(threads, args.quick));
     }
+    println!();
+    decode_table(args.quick, args.isa.as_deref());
 }

@@ -7,7 +7,8 @@
 //!
 //! One new token (decode) takes a fused path instead: per key/value head, the kernel
 //! `backend::cpu::attn` scores all the query heads of the group while each key row is in L1,
-//! so every cached row is read from memory once per step, and it reads f16 caches directly.
+//! so every cached row is read from memory once per step, in place from the cache's pages
+//! (f32 or f16), never copied.
 
 use rayon::prelude::*;
 
@@ -36,10 +37,11 @@ pub struct CausalShape {
 }
 
 /// [`causal_attention`] over the cache of attention layer `layer` of `state` (which already
-/// holds the new tokens' rows), whatever its [`KvDtype`].
+/// holds the new tokens' rows), whatever its [`KvDtype`](crate::state::KvDtype) and paging.
 ///
-/// One new token reads the cache in place; several, in an f16 state, attend over an f32 copy
-/// of the visible rows (prompt processing is compute bound, the copy is small beside it).
+/// One new token reads the cached pages in place ([`decode_attention_views`]); several attend
+/// over an f32 copy of the rows they can see (from the sliding-window start of the first
+/// query; prompt processing is compute bound, the copy is small beside it).
 pub fn cached_attention(
     q: &[f32],
     state: &SeqState,
@@ -48,38 +50,24 @@ pub fn cached_attention(
     scale: f32,
 ) -> Result<Vec<f32>> {
     let (keys, values) = (state.keys(layer), state.values(layer));
-    if q.len() == shape.n_heads * shape.head_dim {
-        let (k, v) = (contiguous(&keys), contiguous(&values));
-        return decode_attention(q, k.rows(), v.rows(), shape, scale);
+    let q_dim = shape.n_heads * shape.head_dim;
+    if q.len() == q_dim {
+        return decode_attention_views(q, &[(keys, values)], shape, scale);
     }
+    let total = keys.rows().min(values.rows());
+    // Rows before the window of the first query are seen by no query; shapes that do not add
+    // up gather everything and are rejected by `causal_attention`.
+    let first = match (q.len().checked_div(q_dim), shape.sliding_window) {
+        (Some(n), Some(w)) if q.len().is_multiple_of(q_dim) && n <= total => {
+            (total - n + 1).saturating_sub(w.max(1))
+        }
+        _ => 0,
+    };
     let (k, v) = (
-        keys.gather_f32(0..keys.rows()),
-        values.gather_f32(0..values.rows()),
+        keys.gather_f32(first..keys.rows()),
+        values.gather_f32(first..values.rows()),
     );
     causal_attention(q, &k, &v, shape, scale)
-}
-
-/// A view's rows as one run: borrowed when the view is one page, else gathered (f32).
-enum Run<'a> {
-    Borrowed(KvRows<'a>),
-    Owned(Vec<f32>),
-}
-
-impl Run<'_> {
-    fn rows(&self) -> KvRows<'_> {
-        match self {
-            Run::Borrowed(r) => *r,
-            Run::Owned(v) => KvRows::F32(v),
-        }
-    }
-}
-
-fn contiguous<'a>(view: &KvView<'a>) -> Run<'a> {
-    if view.pages().len() == 1 {
-        Run::Borrowed(view.pages()[0].slice(0..view.rows() * view.ld()))
-    } else {
-        Run::Owned(view.gather_f32(0..view.rows()))
-    }
 }
 
 /// Checks the layout and returns `(queries, cached rows)`.
@@ -128,8 +116,8 @@ pub fn decode_attention(
     decode_attention_batch(q, &[(keys, values)], shape, scale)
 }
 
-/// [`decode_attention_batch`] over attention layer `layer` of each state (which already holds
-/// its sequence's new row), whatever their [`KvDtype`]s.
+/// [`decode_attention_views`] over attention layer `layer` of each state (which already holds
+/// its sequence's new row), whatever their [`KvDtype`](crate::state::KvDtype)s and paging.
 pub fn cached_decode_batch(
     q: &[f32],
     states: &[&SeqState],
@@ -137,23 +125,44 @@ pub fn cached_decode_batch(
     shape: &CausalShape,
     scale: f32,
 ) -> Result<Vec<f32>> {
-    let runs: Vec<(Run<'_>, Run<'_>)> = states
+    let caches: Vec<_> = states
         .iter()
-        .map(|s| (contiguous(&s.keys(layer)), contiguous(&s.values(layer))))
+        .map(|s| (s.keys(layer), s.values(layer)))
         .collect();
-    let caches: Vec<_> = runs.iter().map(|(k, v)| (k.rows(), v.rows())).collect();
-    decode_attention_batch(q, &caches, shape, scale)
+    decode_attention_views(q, &caches, shape, scale)
+}
+
+/// [`decode_attention_views`] over contiguous caches: `(keys, values)` of sequence `i`, each
+/// f32 or f16 [rows, n_kv_heads * head_dim].
+pub fn decode_attention_batch(
+    q: &[f32],
+    caches: &[(KvRows<'_>, KvRows<'_>)],
+    shape: &CausalShape,
+    scale: f32,
+) -> Result<Vec<f32>> {
+    let q_dim = shape.n_heads * shape.head_dim;
+    let kv_dim = shape.n_kv_heads * shape.head_dim;
+    let mut views = Vec::with_capacity(caches.len());
+    for (k, v) in caches {
+        check(q_dim, k.len(), v.len(), shape)?;
+        views.push((
+            KvView::contiguous(*k, kv_dim),
+            KvView::contiguous(*v, kv_dim),
+        ));
+    }
+    decode_attention_views(q, &views, shape, scale)
 }
 
 /// Attention of one new token per sequence: `q` f32 [n_seqs, n_heads * head_dim], row `i`
-/// against the cached `(keys, values)` of sequence `i` (its new token's row last; f32 or f16).
+/// against the cached `(keys, values)` views of sequence `i` (rows of n_kv_heads * head_dim,
+/// its new token's row last; f32 or f16, in pages or not), read in place.
 /// Returns f32 [n_seqs, n_heads * head_dim].
 ///
 /// One task per (sequence, key/value head), run on the pool when the work is large; each task
 /// reads its head's cached rows once for all the query heads of its group.
-pub fn decode_attention_batch(
+pub fn decode_attention_views(
     q: &[f32],
-    caches: &[(KvRows<'_>, KvRows<'_>)],
+    caches: &[(KvView<'_>, KvView<'_>)],
     shape: &CausalShape,
     scale: f32,
 ) -> Result<Vec<f32>> {
@@ -164,49 +173,61 @@ pub fn decode_attention_batch(
         sliding_window,
     } = *shape;
     let q_dim = n_heads * hd;
-    if q.len() != caches.len() * q_dim {
-        return Err(Error::Shape {
+    let kv_dim = n_kv_heads * hd;
+    let bad = |reason: String| {
+        Err(Error::Shape {
             op: "decode attention",
-            reason: format!(
-                "q has {} values for {} sequences of {q_dim}",
-                q.len(),
-                caches.len()
-            ),
-        });
+            reason,
+        })
+    };
+    if q.len() != caches.len() * q_dim {
+        return bad(format!(
+            "q has {} values for {} sequences of {q_dim}",
+            q.len(),
+            caches.len()
+        ));
     }
-    let mut visible = Vec::with_capacity(caches.len());
+    // The layout of the heads (one query against one row), then each view against it.
+    check(q_dim, kv_dim, kv_dim, shape)?;
+    let mut first = Vec::with_capacity(caches.len());
     let window = sliding_window.unwrap_or(usize::MAX).max(1);
     for (k, v) in caches {
-        let (_, total) = check(q_dim, k.len(), v.len(), shape)?;
-        if std::mem::discriminant(k) != std::mem::discriminant(v) {
-            return Err(Error::Shape {
-                op: "decode attention",
-                reason: "keys and values are stored in different types".into(),
-            });
+        if k.ld() != kv_dim || v.ld() != kv_dim {
+            return bad(format!(
+                "rows of {} keys and {} values for {n_kv_heads} heads of {hd}",
+                k.ld(),
+                v.ld()
+            ));
         }
-        let k0 = total.saturating_sub(window);
-        visible.push((k0, total - k0));
+        if k.rows() != v.rows() || k.is_empty() {
+            return bad(format!("{} cached keys and {} values", k.rows(), v.rows()));
+        }
+        if k.is_f16() != v.is_f16() {
+            return bad("keys and values are stored in different types".into());
+        }
+        first.push(k.rows().saturating_sub(window));
     }
-    let kv_dim = n_kv_heads * hd;
     let group = n_heads / n_kv_heads;
     let mut out = vec![0.0f32; q.len()];
     let task = |(t, o): (usize, &mut [f32])| {
         let (i, g) = (t / n_kv_heads, t % n_kv_heads);
-        let (k0, len) = visible[i];
         let dg = DecodeGroup {
             g: group,
             hd,
-            len,
-            ld: kv_dim,
+            first: first[i],
+            col: g * hd,
             scale,
         };
         let qg = &q[t * group * hd..(t + 1) * group * hd];
-        let off = k0 * kv_dim + g * hd;
-        let (k, v) = caches[i];
-        attn::decode_group(&dg, qg, k.skip(off), v.skip(off), &mut Vec::new(), o);
+        let (k, v) = &caches[i];
+        attn::decode_group(&dg, qg, k, v, &mut Vec::new(), o);
     };
     // Short contexts: one task (spreading a few microseconds of work costs more than it saves).
-    let work: usize = visible.iter().map(|&(_, len)| len * q_dim).sum();
+    let work: usize = caches
+        .iter()
+        .zip(&first)
+        .map(|((k, _), &f)| (k.rows() - f) * q_dim)
+        .sum();
     if work < SERIAL_WORK {
         out.chunks_exact_mut(group * hd).enumerate().for_each(task);
     } else {
@@ -389,6 +410,73 @@ mod tests {
         }
     }
 
+    /// The prefill path copies only the rows from the first query's window start; the result
+    /// must still be the definition's, with and without a window, and decode alike.
+    #[test]
+    fn cached_attention_matches_definition() {
+        let (nh, nkv, hd) = (4, 2, 8);
+        let kv = nkv * hd;
+        for window in [None, Some(1), Some(5), Some(30)] {
+            let s = CausalShape {
+                n_heads: nh,
+                n_kv_heads: nkv,
+                head_dim: hd,
+                sliding_window: window,
+            };
+            for (past, n) in [(20, 6), (0, 9), (40, 1)] {
+                let k = data((past + n) * kv, 2);
+                let v = data((past + n) * kv, 3);
+                let mut st = SeqState::new(1, kv, 64);
+                st.append(0, &k[..past * kv], &v[..past * kv]);
+                st.commit(past);
+                st.append(0, &k[past * kv..], &v[past * kv..]);
+                let q = data(n * nh * hd, 1);
+                let got = cached_attention(&q, &st, 0, &s, 0.3).unwrap();
+                let want = reference(&q, &k, &v, &s, 0.3);
+                for (a, b) in got.iter().zip(&want) {
+                    assert!((a - b).abs() < 1e-5, "{window:?} {past}+{n}: {a} vs {b}");
+                }
+            }
+        }
+    }
+
+    /// Decode over pages of 32 rows (window starts mid-page) equals decode over the same rows
+    /// in one buffer.
+    #[test]
+    fn paged_decode_equals_contiguous() {
+        let (nh, nkv, hd) = (14, 2, 64);
+        let kv = nkv * hd;
+        let totals = [1, 40, 300];
+        let ks: Vec<Vec<f32>> = (0..3).map(|i| data(totals[i] * kv, 2 + i)).collect();
+        let vs: Vec<Vec<f32>> = (0..3).map(|i| data(totals[i] * kv, 5 + i)).collect();
+        let q = data(3 * nh * hd, 1);
+        fn pages(x: &[f32], rows: usize, ld: usize) -> KvView<'_> {
+            KvView::new(x.chunks(32 * ld).map(KvRows::F32).collect(), 32, rows, ld)
+        }
+        for window in [None, Some(77)] {
+            let s = CausalShape {
+                n_heads: nh,
+                n_kv_heads: nkv,
+                head_dim: hd,
+                sliding_window: window,
+            };
+            let flat: Vec<_> = (0..3)
+                .map(|i| (KvRows::F32(&ks[i]), KvRows::F32(&vs[i])))
+                .collect();
+            let want = decode_attention_batch(&q, &flat, &s, 0.125).unwrap();
+            let views: Vec<_> = (0..3)
+                .map(|i| (pages(&ks[i], totals[i], kv), pages(&vs[i], totals[i], kv)))
+                .collect();
+            let got = decode_attention_views(&q, &views, &s, 0.125).unwrap();
+            for (a, b) in got.iter().zip(&want) {
+                assert!(
+                    (a - b).abs() <= 1e-6 * (1.0 + b.abs()),
+                    "{window:?}: {a} vs {b}"
+                );
+            }
+        }
+    }
+
     #[test]
     fn rejects_bad_shapes() {
         let s = CausalShape {
@@ -398,5 +486,14 @@ mod tests {
             sliding_window: None,
         };
         assert!(causal_attention(&[0.0; 12], &[0.0; 8], &[0.0; 8], &s, 1.0).is_err());
+        let s = CausalShape { n_kv_heads: 1, ..s };
+        let (k, v16) = ([0.0f32; 8], [half::f16::ZERO; 8]);
+        let wide = KvView::contiguous(KvRows::F32(&k), 8);
+        let narrow = KvView::contiguous(KvRows::F32(&k), 4);
+        let h16 = KvView::contiguous(KvRows::F16(&v16), 4);
+        let q = [0.0; 12];
+        assert!(decode_attention_views(&q, &[(wide.clone(), wide)], &s, 1.0).is_err());
+        assert!(decode_attention_views(&q, &[(narrow.clone(), h16)], &s, 1.0).is_err());
+        assert!(decode_attention_views(&q[..4], &[(narrow.clone(), narrow)], &s, 1.0).is_err());
     }
 }

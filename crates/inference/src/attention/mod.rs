@@ -13,7 +13,7 @@ pub mod gdn;
 
 pub use causal::{
     cached_attention, cached_decode_batch, causal_attention, decode_attention,
-    decode_attention_batch, CausalShape,
+    decode_attention_batch, decode_attention_views, CausalShape,
 };
 pub use entry::attend;
 

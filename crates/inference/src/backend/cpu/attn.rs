@@ -1,12 +1,15 @@
 //! Single-query (decode) attention of one grouped-query group: the `G` query heads that share a
-//! key/value head, against that head's cached keys and values, stored as f32 or f16.
+//! key/value head, against that head's cached keys and values, read in place from the pages of
+//! a [`KvView`] (f32 or f16 rows).
 //!
-//! Two passes over the cache, each row read once from memory for the whole group: scores
-//! `S[r][j] = q_r · k_j` (tiles of up to 4 query rows × 4 key rows of SIMD accumulators, summed
-//! across lanes as a tree on AVX-512), then per row `scale` and the exact softmax of
-//! `vector::softmax` (the engine's vector `exp`), then `o_r = Σ_j S[r][j] · v_j` in register
-//! tiles of up to 4 rows × 4 vectors of columns over blocks of 32 value rows, which stay in
-//! cache meanwhile.
+//! Two passes over the cache, each row read once from memory for the whole group. Scores
+//! `S[r][j] = q_r · k_j`, page segment by page segment (tiles of up to 4 query rows × 4 key rows
+//! of SIMD accumulators, summed across lanes as a tree on AVX-512); then per row `scale` and the
+//! exact softmax of `vector::softmax` (the engine's vector `exp`) over every visible row; then
+//! `o_r += Σ_j S[r][j] · v_j`, segment by segment, in register tiles of up to 4 rows × 4 vectors
+//! of columns over blocks of at most 32 value rows, which stay in cache meanwhile. A segment is
+//! a run of rows inside one page, so a view of one page is walked exactly like a contiguous
+//! buffer and a paged one costs a few more block boundaries, never a copy.
 //! f16 rows are widened to f32 exactly on load (F16C / AVX-512F), so an f16 cache gives bit for
 //! bit what the f32 kernel gives on the widened rows.
 //!
@@ -15,80 +18,199 @@
 //! (lanes), so results agree to rounding, not bit for bit.
 
 use half::f16;
+use std::fmt;
 use std::sync::OnceLock;
 
 #[cfg(target_arch = "x86_64")]
 use super::detect::{f16c_supported, Isa};
 use super::scalar;
-pub use crate::state::KvRows;
+pub use crate::state::{KvRows, KvView};
 
-/// One decode group: `g` query rows of `hd` values against `len` cached rows.
+/// One decode group: `g` query rows of `hd` values against the rows `first..` of a key view and
+/// a value view (the last row of the views is the newest token), reading columns
+/// `col..col + hd` of each row (the group's key/value head).
 #[derive(Clone, Copy, Debug)]
 pub struct DecodeGroup {
     /// Query heads sharing the key/value head.
     pub g: usize,
     /// Features per head.
     pub hd: usize,
-    /// Cached rows visible to the query.
-    pub len: usize,
-    /// Distance in values between consecutive cached rows.
-    pub ld: usize,
+    /// First visible row (the sliding-window start; 0 without a window).
+    pub first: usize,
+    /// Column of the key/value head inside a row (`head · hd`).
+    pub col: usize,
     /// Factor applied to every score before the softmax.
     pub scale: f32,
 }
 
 impl DecodeGroup {
-    /// Panics unless `q`, `k`, `v` and `out` hold the group (a caller bug).
-    fn check(&self, q: &[f32], k: usize, v: usize, out: &[f32]) {
-        let need = if self.len == 0 {
-            0
-        } else {
-            (self.len - 1) * self.ld + self.hd
-        };
-        assert!(self.len > 0, "decode attention over no keys");
-        assert!(self.ld >= self.hd, "decode attention: ld < hd");
-        assert!(q.len() >= self.g * self.hd && out.len() >= self.g * self.hd);
-        assert!(k >= need && v >= need, "decode attention: cache too short");
+    /// Returns the number of visible rows; panics unless `q`, the views and `out` hold the
+    /// group (a caller bug).
+    fn check(&self, q: &[f32], keys: &KvView<'_>, values: &KvView<'_>, out: &[f32]) -> usize {
+        let (g, hd) = (self.g, self.hd);
+        assert!(g > 0 && hd > 0, "decode attention of an empty group");
+        assert!(
+            q.len() >= g * hd && out.len() >= g * hd,
+            "decode attention: q or out shorter than {g} rows of {hd}"
+        );
+        assert_eq!(
+            keys.rows(),
+            values.rows(),
+            "decode attention: as many keys as values"
+        );
+        assert!(self.first < keys.rows(), "decode attention over no keys");
+        for ld in [keys.ld(), values.ld()] {
+            assert!(
+                self.col + hd <= ld,
+                "decode attention: columns {}..{} outside rows of {ld}",
+                self.col,
+                self.col + hd
+            );
+        }
+        assert_eq!(
+            keys.is_f16(),
+            values.is_f16(),
+            "decode attention: keys and values of different dtypes"
+        );
+        keys.rows() - self.first
     }
 }
 
-/// Attention of one group: `out[r·hd..][..hd] = softmax(scale · q_r·Kᵀ) · V` for each of the
-/// `g` query rows `q[r·hd..][..hd]`. `k` and `v` start at the group's first visible row (head
-/// offset included), rows `ld` apart, and must be of the same dtype. `scores` is scratch.
+/// A stored row element the kernels read: f32 or f16.
+trait Stored: Copy {
+    /// The typed values of `rows` (panics on the other dtype; `DecodeGroup::check` rules that
+    /// out).
+    fn typed(rows: KvRows<'_>) -> &[Self];
+    /// The value as f32 (exact).
+    fn widen(self) -> f32;
+}
+
+impl Stored for f32 {
+    fn typed(rows: KvRows<'_>) -> &[f32] {
+        match rows {
+            KvRows::F32(x) => x,
+            KvRows::F16(_) => panic!("decode attention: f16 rows in an f32 view"),
+        }
+    }
+    #[inline(always)]
+    fn widen(self) -> f32 {
+        self
+    }
+}
+
+impl Stored for f16 {
+    fn typed(rows: KvRows<'_>) -> &[f16] {
+        match rows {
+            KvRows::F16(x) => x,
+            KvRows::F32(_) => panic!("decode attention: f32 rows in an f16 view"),
+        }
+    }
+    #[inline(always)]
+    fn widen(self) -> f32 {
+        self.to_f32()
+    }
+}
+
+/// The values of one segment of `n ≥ 1` rows `ld` apart, from column `col` on, after checking
+/// that they hold `hd` values per row: the check every raw-pointer walk of a segment relies on.
 ///
-/// Panics if a slice is too short for the shape, if `len` is 0, or if the dtypes differ.
+/// Panics if the page is too short (a caller bug: `KvView::new` already checks its pages).
+#[inline(always)]
+fn segment<E: Stored>(rows: KvRows<'_>, n: usize, ld: usize, col: usize, hd: usize) -> &[E] {
+    let x = E::typed(rows);
+    assert!(
+        x.len() >= (n - 1) * ld + col + hd,
+        "decode attention: page too short for its rows"
+    );
+    &x[col..]
+}
+
+/// Attention of one group: `out[r·hd..][..hd] = softmax(scale · q_r·Kᵀ) · V` for each of the
+/// `g` query rows `q[r·hd..][..hd]`, over the rows `shape.first..` of `keys` and `values` (the
+/// same number of rows, same dtype), read in place page by page. `scores` is scratch.
+///
+/// Panics if a slice or view does not hold the shape (see [`DecodeGroup`]), if no row is
+/// visible, or if the dtypes differ.
 pub fn decode_group(
     shape: &DecodeGroup,
     q: &[f32],
-    k: KvRows<'_>,
-    v: KvRows<'_>,
+    keys: &KvView<'_>,
+    values: &KvView<'_>,
     scores: &mut Vec<f32>,
     out: &mut [f32],
 ) {
-    table().run(shape, q, k, v, scores, out)
+    table().run(shape, q, keys, values, scores, out)
 }
 
-/// The portable kernel (the reference of the SIMD ones), whatever this CPU supports.
-pub fn decode_group_portable(
-    shape: &DecodeGroup,
-    q: &[f32],
-    k: KvRows<'_>,
-    v: KvRows<'_>,
-    scores: &mut Vec<f32>,
-    out: &mut [f32],
-) {
-    PORTABLE.run(shape, q, k, v, scores, out)
+/// One instruction set's decode kernels, to compare them (tests, benchmarks); [`decode_group`]
+/// runs [`DecodeKernels::selected`].
+#[derive(Clone, Copy)]
+pub struct DecodeKernels(&'static Table);
+
+impl DecodeKernels {
+    /// The kernels [`decode_group`] runs on this CPU.
+    pub fn selected() -> Self {
+        Self(table())
+    }
+
+    /// The portable kernels (the reference of the SIMD ones).
+    pub fn portable() -> Self {
+        Self(&PORTABLE)
+    }
+
+    /// Every set of kernels this CPU can run, best first: `avx512`, `avx2+f16c`, `avx2` (f16
+    /// rows on the portable code, as on a CPU without F16C), `portable`.
+    pub fn available() -> Vec<Self> {
+        let mut all = Vec::new();
+        #[cfg(target_arch = "x86_64")]
+        {
+            if Isa::Avx512.is_supported() {
+                all.push(Self(&x86::AVX512));
+            }
+            if Isa::Avx2.is_supported() {
+                if f16c_supported() {
+                    all.push(Self(&x86::AVX2_F16C));
+                }
+                all.push(Self(&x86::AVX2));
+            }
+        }
+        all.push(Self(&PORTABLE));
+        all
+    }
+
+    /// Short name: `avx512`, `avx2+f16c`, `avx2` or `portable`.
+    pub fn name(self) -> &'static str {
+        self.0.name
+    }
+
+    /// [`decode_group`] with these kernels.
+    pub fn run(
+        self,
+        shape: &DecodeGroup,
+        q: &[f32],
+        keys: &KvView<'_>,
+        values: &KvView<'_>,
+        scores: &mut Vec<f32>,
+        out: &mut [f32],
+    ) {
+        self.0.run(shape, q, keys, values, scores, out)
+    }
 }
 
-/// Kernel over f32 rows: `(shape, q, k, v, scores, out)`.
-type F32Fn = unsafe fn(&DecodeGroup, &[f32], &[f32], &[f32], &mut [f32], &mut [f32]);
-/// Kernel over f16 rows.
-type F16Fn = unsafe fn(&DecodeGroup, &[f32], &[f16], &[f16], &mut [f32], &mut [f32]);
+impl fmt::Debug for DecodeKernels {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A kernel: `(shape, q, keys, values, scores, out)`, for one dtype of rows.
+type KernelFn = unsafe fn(&DecodeGroup, &[f32], &KvView<'_>, &KvView<'_>, &mut [f32], &mut [f32]);
 
 /// One instruction set's decode kernels.
 struct Table {
-    f32: F32Fn,
-    f16: F16Fn,
+    name: &'static str,
+    f32: KernelFn,
+    f16: KernelFn,
 }
 
 impl Table {
@@ -96,70 +218,62 @@ impl Table {
         &self,
         shape: &DecodeGroup,
         q: &[f32],
-        k: KvRows<'_>,
-        v: KvRows<'_>,
+        keys: &KvView<'_>,
+        values: &KvView<'_>,
         scores: &mut Vec<f32>,
         out: &mut [f32],
     ) {
-        shape.check(q, k.len(), v.len(), out);
+        let len = shape.check(q, keys, values, out);
         scores.clear();
-        scores.resize(shape.g * shape.len, 0.0);
-        // SAFETY: the table was chosen by `table()` (or is the portable one) after checking the
-        // CPU features its functions need; `check` validated every slice against the shape,
-        // which is all the kernels' pointer arithmetic relies on.
-        unsafe {
-            match (k, v) {
-                (KvRows::F32(k), KvRows::F32(v)) => (self.f32)(shape, q, k, v, scores, out),
-                (KvRows::F16(k), KvRows::F16(v)) => (self.f16)(shape, q, k, v, scores, out),
-                _ => panic!("decode attention: keys and values of different dtypes"),
-            }
-        }
+        scores.resize(shape.g * len, 0.0);
+        let kernel = if keys.is_f16() { self.f16 } else { self.f32 };
+        // SAFETY: the table was chosen by `table()` / `DecodeKernels::available` (or is the
+        // portable one) after checking the CPU features its functions need; `check` validated
+        // q, out, the views' row counts, widths and dtypes against the shape, `scores` holds
+        // `g · len` values, and the kernels check each page segment (`segment`) before walking
+        // it with pointers.
+        unsafe { kernel(shape, q, keys, values, scores, out) }
     }
 }
 
 /// The portable kernels.
 static PORTABLE: Table = Table {
-    f32: portable_f32,
-    f16: portable_f16,
+    name: "portable",
+    f32: portable::<f32>,
+    f16: portable::<f16>,
 };
 
 /// The best table for this CPU, chosen once.
 fn table() -> &'static Table {
     static SELECTED: OnceLock<&'static Table> = OnceLock::new();
-    SELECTED.get_or_init(|| {
-        #[cfg(target_arch = "x86_64")]
-        {
-            if Isa::Avx512.is_supported() {
-                return &x86::AVX512;
-            }
-            if Isa::Avx2.is_supported() {
-                return if f16c_supported() {
-                    &x86::AVX2_F16C
-                } else {
-                    &x86::AVX2
-                };
-            }
-        }
-        &PORTABLE
-    })
+    SELECTED.get_or_init(|| DecodeKernels::available()[0].0)
 }
 
-/// Portable kernel over any row type widened by `load`.
-fn portable<E: Copy>(
+/// The portable kernel over rows of `E`, segment by segment (the same sums in the same order
+/// however the rows are paged).
+///
+/// # Safety
+/// Plain Rust; `unsafe` only to fit the table's type. Expects `Table::run`'s checks.
+unsafe fn portable<E: Stored>(
     sh: &DecodeGroup,
     q: &[f32],
-    k: &[E],
-    v: &[E],
+    keys: &KvView<'_>,
+    values: &KvView<'_>,
     scores: &mut [f32],
     out: &mut [f32],
-    load: impl Fn(E) -> f32,
 ) {
-    let (g, hd, len, ld) = (sh.g, sh.hd, sh.len, sh.ld);
-    for j in 0..len {
-        let kr = &k[j * ld..j * ld + hd];
-        for r in 0..g {
-            let qr = &q[r * hd..(r + 1) * hd];
-            scores[r * len + j] = qr.iter().zip(kr).map(|(&a, &b)| a * load(b)).sum();
+    let (g, hd, first, total) = (sh.g, sh.hd, sh.first, keys.rows());
+    let len = total - first;
+    let ld = keys.ld();
+    for (r0, rows, n) in keys.segments(first..total) {
+        let k = segment::<E>(rows, n, ld, sh.col, hd);
+        for j in 0..n {
+            let kr = &k[j * ld..j * ld + hd];
+            for r in 0..g {
+                let qr = &q[r * hd..(r + 1) * hd];
+                scores[r * len + r0 - first + j] =
+                    qr.iter().zip(kr).map(|(&a, &b)| a * b.widen()).sum();
+            }
         }
     }
     for row in scores.chunks_exact_mut(len) {
@@ -167,41 +281,19 @@ fn portable<E: Copy>(
         scalar::softmax(row);
     }
     out[..g * hd].fill(0.0);
-    for j in 0..len {
-        let vr = &v[j * ld..j * ld + hd];
-        for r in 0..g {
-            let p = scores[r * len + j];
-            for (o, &x) in out[r * hd..(r + 1) * hd].iter_mut().zip(vr) {
-                *o += p * load(x);
+    let ld = values.ld();
+    for (r0, rows, n) in values.segments(first..total) {
+        let v = segment::<E>(rows, n, ld, sh.col, hd);
+        for j in 0..n {
+            let vr = &v[j * ld..j * ld + hd];
+            for r in 0..g {
+                let p = scores[r * len + r0 - first + j];
+                for (o, &x) in out[r * hd..(r + 1) * hd].iter_mut().zip(vr) {
+                    *o += p * x.widen();
+                }
             }
         }
     }
-}
-
-/// # Safety
-/// Plain Rust; `unsafe` only to fit the table's type.
-unsafe fn portable_f32(
-    sh: &DecodeGroup,
-    q: &[f32],
-    k: &[f32],
-    v: &[f32],
-    s: &mut [f32],
-    o: &mut [f32],
-) {
-    portable(sh, q, k, v, s, o, |x| x)
-}
-
-/// # Safety
-/// Plain Rust; `unsafe` only to fit the table's type.
-unsafe fn portable_f16(
-    sh: &DecodeGroup,
-    q: &[f32],
-    k: &[f16],
-    v: &[f16],
-    s: &mut [f32],
-    o: &mut [f32],
-) {
-    portable(sh, q, k, v, s, o, f16::to_f32)
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -215,7 +307,7 @@ mod x86 {
     use super::super::vector;
     use super::super::x86::avx2::Avx2;
     use super::super::x86::avx512::Avx512;
-    use super::{DecodeGroup, Table};
+    use super::{segment, DecodeGroup, KvView, Stored, Table};
 
     /// A cached element type that a token can widen to a vector of f32.
     pub(super) trait Elem<S: Simd>: Copy {
@@ -415,36 +507,49 @@ mod x86 {
         s.sum_tile(acc)
     }
 
-    /// Scores of `NR` query rows starting at row `r` against keys `j0..j1`, `KB` at a time.
+    /// How a page segment is walked: `hd` features of rows `ld` apart, scores in rows of `len`.
+    #[derive(Clone, Copy)]
+    struct Walk {
+        hd: usize,
+        ld: usize,
+        len: usize,
+    }
+
+    /// Scores of `NR` query rows starting at row `r` against the segment's keys `j0..j1`, `KB`
+    /// at a time, into score columns `c + j0..c + j1`.
     ///
     /// # Safety
-    /// As [`kernel`], with `r + NR <= g` and `j1 <= len`.
+    /// `q` holds query rows `r..r + NR` (`hd` apart); `k + j·ld .. + hd` is readable for
+    /// `j < j1`; the CPU supports `S` and `E`'s loads. (Scores are a checked slice.)
     #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
     unsafe fn score_rows<S: SumTile, E: Elem<S>, const NR: usize, const KB: usize>(
         s: S,
-        sh: &DecodeGroup,
+        w: Walk,
         q: *const f32,
         k: *const E,
         r: usize,
         (j0, j1): (usize, usize),
+        c: usize,
         scores: &mut [f32],
     ) {
-        let (hd, len, ld) = (sh.hd, sh.len, sh.ld);
+        let Walk { hd, ld, len } = w;
         let qr = q.wrapping_add(r * hd);
         let mut j = j0;
-        // SAFETY (block): rows j..j + KB < len of k and query rows r..r + NR < g are in bounds.
+        // SAFETY (block): key rows j..j + KB <= j1 and query rows r..r + NR, as the caller
+        // guarantees.
         unsafe {
             while j + KB <= j1 {
                 let d = dots::<S, E, NR, KB>(s, qr, k.add(j * ld), ld, hd);
                 for (i, row) in d.iter().enumerate() {
-                    scores[(r + i) * len + j..][..KB].copy_from_slice(row);
+                    scores[(r + i) * len + c + j..][..KB].copy_from_slice(row);
                 }
                 j += KB;
             }
             while j < j1 {
                 let d = dots::<S, E, NR, 1>(s, qr, k.add(j * ld), ld, hd);
                 for (i, row) in d.iter().enumerate() {
-                    scores[(r + i) * len + j] = row[0];
+                    scores[(r + i) * len + c + j] = row[0];
                 }
                 j += 1;
             }
@@ -520,24 +625,27 @@ mod x86 {
     /// tile of the output.
     const KEY_BLOCK: usize = 32;
 
-    /// `out += P · V` for `NR` query rows starting at `r`, keys `j0..j0 + nj`.
+    /// `out += P · V` for `NR` query rows starting at `r` and the segment's values
+    /// `j0..j0 + nj`, weighed by score columns `c + j0..`.
     ///
     /// # Safety
-    /// As [`kernel`], with `r + NR <= g` and `j0 + nj <= len`.
+    /// `out` holds output rows `r..r + NR` (`hd` apart); `v + j·ld .. + hd` is readable for
+    /// `j < j0 + nj`; `c + j0 + nj <= len` and `r + NR` rows of `len` scores lie in `scores`;
+    /// the CPU supports `S` and `E`'s loads.
     #[inline(always)]
     #[allow(clippy::too_many_arguments)]
     unsafe fn value_rows<S: SumTile, E: Elem<S>, const NR: usize, const DV: usize>(
         s: S,
-        sh: &DecodeGroup,
+        w: Walk,
         scores: &[f32],
         v: *const E,
         r: usize,
-        j0: usize,
-        nj: usize,
+        (j0, nj): (usize, usize),
+        c: usize,
         out: *mut f32,
     ) {
-        let (hd, len, ld) = (sh.hd, sh.len, sh.ld);
-        let p = scores[r * len + j0..].as_ptr();
+        let Walk { hd, ld, len } = w;
+        let p = scores[r * len + c + j0..].as_ptr();
         let o = out.wrapping_add(r * hd);
         let vj = v.wrapping_add(j0 * ld);
         let mut d = 0;
@@ -555,47 +663,58 @@ mod x86 {
         }
     }
 
-    /// The generic kernel (see the module comment). Slices were checked by `Table::run`.
+    /// The generic kernel (see the module comment), page segment by page segment.
     ///
     /// # Safety
-    /// The CPU supports `S` and `E`'s loads; the slices hold the shape (`DecodeGroup::check`),
-    /// `scores` holds `g·len` values.
+    /// The CPU supports `S` and `E`'s loads; `Table::run`'s checks passed (`DecodeGroup::check`:
+    /// q, out and the views hold the shape) and `scores` holds `g·len` values. Each segment is
+    /// checked by `segment` before its rows are read through pointers.
     #[inline(always)]
-    unsafe fn kernel<S: SumTile, E: Elem<S>>(
+    unsafe fn kernel<S: SumTile, E: Elem<S> + Stored>(
         s: S,
         sh: &DecodeGroup,
         q: &[f32],
-        k: &[E],
-        v: &[E],
+        keys: &KvView<'_>,
+        values: &KvView<'_>,
         scores: &mut [f32],
         out: &mut [f32],
     ) {
-        let (g, len) = (sh.g, sh.len);
-        let (qp, kp, vp) = (q.as_ptr(), k.as_ptr(), v.as_ptr());
-        // Query rows in tiles of 4, 2, 1; keys 4 (AVX-512, 32 registers) or 2 at a time.
-        // SAFETY (block): rows j < len of k and v span `j·ld .. j·ld + hd`, within the slices
-        // (checked); query rows r < g and output rows lie within q and out (checked).
-        // Key blocks outer, so that a group of more than 4 query rows still reads each key row
+        let (g, hd, first, total) = (sh.g, sh.hd, sh.first, keys.rows());
+        let len = total - first;
+        let qp = q.as_ptr();
+        // Query rows in tiles of 4, 2, 1; keys 4 (AVX-512, 32 registers) or 2 at a time. Key
+        // blocks outer, so that a group of more than 4 query rows still reads each key row
         // from memory once.
-        unsafe {
-            for j0 in (0..len).step_by(KEY_BLOCK) {
-                let js = (j0, (j0 + KEY_BLOCK).min(len));
-                let mut r = 0;
-                while r < g {
-                    let left = g - r;
-                    if left >= 4 {
-                        if S::LANES >= 16 {
-                            score_rows::<S, E, 4, 4>(s, sh, qp, kp, r, js, scores);
+        let w = Walk {
+            hd,
+            ld: keys.ld(),
+            len,
+        };
+        for (r0, rows, n) in keys.segments(first..total) {
+            let kp = segment::<E>(rows, n, w.ld, sh.col, hd).as_ptr();
+            let c = r0 - first;
+            // SAFETY (block): `segment` checked that rows j < n of `kp` span `j·ld .. + hd`;
+            // query rows r < g lie within q (checked); score columns c + j < len.
+            unsafe {
+                for b0 in (0..n).step_by(KEY_BLOCK) {
+                    let js = (b0, (b0 + KEY_BLOCK).min(n));
+                    let mut r = 0;
+                    while r < g {
+                        let left = g - r;
+                        if left >= 4 {
+                            if S::LANES >= 16 {
+                                score_rows::<S, E, 4, 4>(s, w, qp, kp, r, js, c, scores);
+                            } else {
+                                score_rows::<S, E, 4, 2>(s, w, qp, kp, r, js, c, scores);
+                            }
+                            r += 4;
+                        } else if left >= 2 {
+                            score_rows::<S, E, 2, 2>(s, w, qp, kp, r, js, c, scores);
+                            r += 2;
                         } else {
-                            score_rows::<S, E, 4, 2>(s, sh, qp, kp, r, js, scores);
+                            score_rows::<S, E, 1, 2>(s, w, qp, kp, r, js, c, scores);
+                            r += 1;
                         }
-                        r += 4;
-                    } else if left >= 2 {
-                        score_rows::<S, E, 2, 2>(s, sh, qp, kp, r, js, scores);
-                        r += 2;
-                    } else {
-                        score_rows::<S, E, 1, 2>(s, sh, qp, kp, r, js, scores);
-                        r += 1;
                     }
                 }
             }
@@ -604,32 +723,41 @@ mod x86 {
             vector::scale(s, row, sh.scale);
             vector::softmax(s, row);
         }
-        out[..g * sh.hd].fill(0.0);
+        out[..g * hd].fill(0.0);
         let op = out.as_mut_ptr();
-        // SAFETY (block): as above.
-        unsafe {
-            let mut j0 = 0;
-            while j0 < len {
-                let nj = KEY_BLOCK.min(len - j0);
-                let mut r = 0;
-                while r < g {
-                    let left = g - r;
-                    if left >= 4 {
-                        if S::LANES >= 16 {
-                            value_rows::<S, E, 4, 4>(s, sh, scores, vp, r, j0, nj, op);
+        let w = Walk {
+            hd,
+            ld: values.ld(),
+            len,
+        };
+        for (r0, rows, n) in values.segments(first..total) {
+            let vp = segment::<E>(rows, n, w.ld, sh.col, hd).as_ptr();
+            let c = r0 - first;
+            // SAFETY (block): as for the keys; output rows r < g lie within out (checked).
+            unsafe {
+                let mut j0 = 0;
+                while j0 < n {
+                    let js = (j0, KEY_BLOCK.min(n - j0));
+                    let mut r = 0;
+                    while r < g {
+                        let left = g - r;
+                        if left >= 4 {
+                            if S::LANES >= 16 {
+                                value_rows::<S, E, 4, 4>(s, w, scores, vp, r, js, c, op);
+                            } else {
+                                value_rows::<S, E, 4, 2>(s, w, scores, vp, r, js, c, op);
+                            }
+                            r += 4;
+                        } else if left >= 2 {
+                            value_rows::<S, E, 2, 2>(s, w, scores, vp, r, js, c, op);
+                            r += 2;
                         } else {
-                            value_rows::<S, E, 4, 2>(s, sh, scores, vp, r, j0, nj, op);
+                            value_rows::<S, E, 1, 4>(s, w, scores, vp, r, js, c, op);
+                            r += 1;
                         }
-                        r += 4;
-                    } else if left >= 2 {
-                        value_rows::<S, E, 2, 2>(s, sh, scores, vp, r, j0, nj, op);
-                        r += 2;
-                    } else {
-                        value_rows::<S, E, 1, 4>(s, sh, scores, vp, r, j0, nj, op);
-                        r += 1;
                     }
+                    j0 += js.1;
                 }
-                j0 += nj;
             }
         }
     }
@@ -641,14 +769,16 @@ mod x86 {
             unsafe fn $name(
                 sh: &DecodeGroup,
                 q: &[f32],
-                k: &[$elem],
-                v: &[$elem],
+                keys: &KvView<'_>,
+                values: &KvView<'_>,
                 scores: &mut [f32],
                 out: &mut [f32],
             ) {
-                // SAFETY: reached only through a table that `table()` hands out after
-                // detecting the features; slices checked by `Table::run`.
-                unsafe { kernel(<$tok>::new_unchecked(), sh, q, k, v, scores, out) }
+                // SAFETY: reached only through a table handed out after detecting the
+                // features; shape checked by `Table::run`.
+                unsafe {
+                    kernel::<$tok, $elem>(<$tok>::new_unchecked(), sh, q, keys, values, scores, out)
+                }
             }
         };
     }
@@ -660,33 +790,22 @@ mod x86 {
 
     /// AVX-512F (its f16 widening needs nothing more).
     pub(super) static AVX512: Table = Table {
+        name: "avx512",
         f32: avx512_f32,
         f16: avx512_f16,
     };
     /// AVX2 + FMA + F16C.
     pub(super) static AVX2_F16C: Table = Table {
+        name: "avx2+f16c",
         f32: avx2_f32,
         f16: avx2_f16,
     };
     /// AVX2 + FMA without F16C: f16 rows take the portable path.
     pub(super) static AVX2: Table = Table {
+        name: "avx2",
         f32: avx2_f32,
-        f16: super::portable_f16,
+        f16: super::portable::<f16>,
     };
-}
-
-/// The decode kernels of a specific table, for tests: `"avx512"`, `"avx2"`, `"portable"`, or
-/// `None` when this CPU cannot run it.
-#[cfg(test)]
-fn table_named(name: &str) -> Option<&'static Table> {
-    match name {
-        "portable" => Some(&PORTABLE),
-        #[cfg(target_arch = "x86_64")]
-        "avx512" if Isa::Avx512.is_supported() => Some(&x86::AVX512),
-        #[cfg(target_arch = "x86_64")]
-        "avx2" if Isa::Avx2.is_supported() && f16c_supported() => Some(&x86::AVX2_F16C),
-        _ => None,
-    }
 }
 
 #[cfg(test)]
@@ -702,81 +821,108 @@ mod tests {
             .collect()
     }
 
-    /// softmax(scale · q·Kᵀ)·V in f64 for one group.
-    fn reference(sh: &DecodeGroup, q: &[f32], k: &[f32], v: &[f32]) -> Vec<f64> {
+    /// softmax(scale · q·Kᵀ)·V in f64 for one group over contiguous rows `ld` apart, from
+    /// column `col`.
+    fn reference(sh: &DecodeGroup, ld: usize, q: &[f32], k: &[f32], v: &[f32]) -> Vec<f64> {
+        let total = k.len() / ld;
         let mut out = vec![0.0; sh.g * sh.hd];
         for r in 0..sh.g {
-            let s: Vec<f64> = (0..sh.len)
+            let s: Vec<f64> = (sh.first..total)
                 .map(|j| {
                     (0..sh.hd)
-                        .map(|d| q[r * sh.hd + d] as f64 * k[j * sh.ld + d] as f64)
+                        .map(|d| q[r * sh.hd + d] as f64 * k[j * ld + sh.col + d] as f64)
                         .sum::<f64>()
                         * sh.scale as f64
                 })
                 .collect();
             let m = s.iter().cloned().fold(f64::MIN, f64::max);
             let z: f64 = s.iter().map(|x| (x - m).exp()).sum();
-            for (j, x) in s.iter().enumerate() {
+            for (i, x) in s.iter().enumerate() {
+                let j = sh.first + i;
                 for d in 0..sh.hd {
-                    out[r * sh.hd + d] += (x - m).exp() / z * v[j * sh.ld + d] as f64;
+                    out[r * sh.hd + d] += (x - m).exp() / z * v[j * ld + sh.col + d] as f64;
                 }
             }
         }
         out
     }
 
-    fn run(t: &Table, sh: &DecodeGroup, q: &[f32], k: KvRows, v: KvRows) -> Vec<f32> {
+    /// `rows` split into pages of `page_rows` rows (each page allocated whole, as in a pool).
+    fn paged<T: Copy + Default>(rows: &[T], ld: usize, page_rows: usize) -> Vec<Vec<T>> {
+        rows.chunks(page_rows * ld)
+            .map(|c| {
+                let mut p = c.to_vec();
+                p.resize(page_rows * ld, T::default());
+                p
+            })
+            .collect()
+    }
+
+    fn pages16(p: &[Vec<f16>], page_rows: usize, rows: usize, ld: usize) -> KvView<'_> {
+        let pages = p.iter().map(|x| KvRows::F16(x)).collect();
+        KvView::new(pages, page_rows, rows, ld)
+    }
+
+    fn run(t: DecodeKernels, sh: &DecodeGroup, q: &[f32], k: &KvView, v: &KvView) -> Vec<f32> {
         let mut out = vec![f32::NAN; sh.g * sh.hd];
         t.run(sh, q, k, v, &mut Vec::new(), &mut out);
         out
     }
 
-    /// Every table against the f64 definition, f32 and f16 rows, on awkward sizes; the f16
-    /// kernels must equal the f32 kernels on the widened rows bit for bit.
+    /// Every table against the f64 definition, f32 and f16 rows, contiguous and in pages of 7
+    /// rows, on awkward sizes; the f16 kernels must equal the f32 kernels on the widened rows
+    /// bit for bit.
     #[test]
     fn matches_definition_and_f16_is_exact_widening() {
-        let tables: Vec<(&str, &Table)> = ["portable", "avx512", "avx2"]
-            .into_iter()
-            .filter_map(|n| table_named(n).map(|t| (n, t)))
-            .collect();
-        assert!(!tables.is_empty());
+        let tables = DecodeKernels::available();
         for &hd in &[64, 128, 256, 40] {
             for &g in &[1, 4, 8, 7] {
-                for &len in &[1, 7, 33, 1000] {
+                for &(total, first) in &[(1, 0), (7, 0), (33, 5), (1000, 300)] {
                     // Rows strided as in a cache with 2 key/value heads, group at head 1.
                     let ld = 2 * hd;
                     let sh = DecodeGroup {
                         g,
                         hd,
-                        len,
-                        ld,
+                        first,
+                        col: hd,
                         scale: 1.0 / (hd as f32).sqrt(),
                     };
                     let q = data(g * hd, 1);
-                    let kall = data(len * ld, 2);
-                    let vall = data(len * ld, 3);
-                    let (k, v) = (&kall[hd..], &vall[hd..]);
-                    let k16: Vec<f16> = kall.iter().map(|&x| f16::from_f32(x)).collect();
-                    let v16: Vec<f16> = vall.iter().map(|&x| f16::from_f32(x)).collect();
+                    let k = data(total * ld, 2);
+                    let v = data(total * ld, 3);
+                    let k16: Vec<f16> = k.iter().map(|&x| f16::from_f32(x)).collect();
+                    let v16: Vec<f16> = v.iter().map(|&x| f16::from_f32(x)).collect();
                     let kw: Vec<f32> = k16.iter().map(|h| h.to_f32()).collect();
                     let vw: Vec<f32> = v16.iter().map(|h| h.to_f32()).collect();
-                    let want = reference(&sh, &q, k, v);
-                    let want16 = reference(&sh, &q, &kw[hd..], &vw[hd..]);
-                    for &(name, t) in &tables {
-                        let got = run(t, &sh, &q, KvRows::F32(k), KvRows::F32(v));
+                    let want = reference(&sh, ld, &q, &k, &v);
+                    let want16 = reference(&sh, ld, &q, &kw, &vw);
+                    let (kp, vp) = (paged(&k16, ld, 7), paged(&v16, ld, 7));
+                    let (kpv, vpv) = (pages16(&kp, 7, total, ld), pages16(&vp, 7, total, ld));
+                    let c32 = |x| KvView::contiguous(KvRows::F32(x), ld);
+                    let c16 = |x| KvView::contiguous(KvRows::F16(x), ld);
+                    for &t in &tables {
+                        let got = run(t, &sh, &q, &c32(&k), &c32(&v));
                         for (a, b) in got.iter().zip(&want) {
                             assert!(
                                 (*a as f64 - b).abs() < 2e-5,
-                                "{name} f32 hd {hd} g {g} len {len}: {a} vs {b}"
+                                "{t:?} f32 hd {hd} g {g} total {total}: {a} vs {b}"
                             );
                         }
-                        let got16 =
-                            run(t, &sh, &q, KvRows::F16(&k16[hd..]), KvRows::F16(&v16[hd..]));
-                        let widened =
-                            run(t, &sh, &q, KvRows::F32(&kw[hd..]), KvRows::F32(&vw[hd..]));
-                        assert_eq!(got16, widened, "{name} f16 hd {hd} g {g} len {len}");
+                        let got16 = run(t, &sh, &q, &c16(&k16), &c16(&v16));
+                        // `avx2` (no F16C) reads f16 rows with the portable kernel.
+                        let t32 = if t.name() == "avx2" {
+                            DecodeKernels::portable()
+                        } else {
+                            t
+                        };
+                        let widened = run(t32, &sh, &q, &c32(&kw), &c32(&vw));
+                        assert_eq!(got16, widened, "{t:?} f16 hd {hd} g {g} total {total}");
                         for (a, b) in got16.iter().zip(&want16) {
-                            assert!((*a as f64 - b).abs() < 2e-5, "{name} f16 {a} vs {b}");
+                            assert!((*a as f64 - b).abs() < 2e-5, "{t:?} f16 {a} vs {b}");
+                        }
+                        let paged16 = run(t, &sh, &q, &kpv, &vpv);
+                        for (a, b) in paged16.iter().zip(&want16) {
+                            assert!((*a as f64 - b).abs() < 2e-5, "{t:?} paged {a} vs {b}");
                         }
                     }
                 }
@@ -785,22 +931,50 @@ mod tests {
     }
 
     #[test]
-    #[should_panic(expected = "cache too short")]
-    fn short_cache_panics() {
+    #[should_panic(expected = "outside rows")]
+    fn head_outside_rows_panics() {
         let sh = DecodeGroup {
             g: 1,
             hd: 4,
-            len: 3,
-            ld: 4,
+            first: 0,
+            col: 2,
             scale: 1.0,
         };
-        decode_group(
-            &sh,
-            &[0.0; 4],
-            KvRows::F32(&[0.0; 11]),
-            KvRows::F32(&[0.0; 12]),
-            &mut Vec::new(),
-            &mut [0.0; 4],
+        let rows = [0.0; 12];
+        let view = KvView::contiguous(KvRows::F32(&rows), 4);
+        decode_group(&sh, &[0.0; 4], &view, &view, &mut Vec::new(), &mut [0.0; 4]);
+    }
+
+    #[test]
+    #[should_panic(expected = "different dtypes")]
+    fn mixed_dtypes_panic() {
+        let sh = DecodeGroup {
+            g: 1,
+            hd: 4,
+            first: 0,
+            col: 0,
+            scale: 1.0,
+        };
+        let (a, b) = ([0.0f32; 8], [f16::ZERO; 8]);
+        let (k, v) = (
+            KvView::contiguous(KvRows::F32(&a), 4),
+            KvView::contiguous(KvRows::F16(&b), 4),
         );
+        decode_group(&sh, &[0.0; 4], &k, &v, &mut Vec::new(), &mut [0.0; 4]);
+    }
+
+    #[test]
+    #[should_panic(expected = "no keys")]
+    fn window_past_the_rows_panics() {
+        let sh = DecodeGroup {
+            g: 1,
+            hd: 4,
+            first: 2,
+            col: 0,
+            scale: 1.0,
+        };
+        let rows = [0.0; 8];
+        let view = KvView::contiguous(KvRows::F32(&rows), 4);
+        decode_group(&sh, &[0.0; 4], &view, &view, &mut Vec::new(), &mut [0.0; 4]);
     }
 }
