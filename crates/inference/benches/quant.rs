@@ -22,8 +22,8 @@
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
-use lattice_inference::backend::cpu::Isa;
-use lattice_inference::quant::{quantize_row, QuantMatrix, QuantType};
+use lattice_inference::backend::cpu::{Isa, QuantMatrix};
+use lattice_inference::quant::{quantize_row, QuantType};
 use rayon::prelude::*;
 
 struct Args {

@@ -1,4 +1,5 @@
-//! GGUF quantized formats and kernels (`lattice_inference::quant`):
+//! GGUF quantized formats (`lattice_inference::quant`) and the CPU quantized matrix
+//! (`backend::cpu::QuantMatrix`):
 //! - `dequantize_row` bit-exact against the `gguf` Python package on real rows of the two GGUF
 //!   models and synthetic rows (fixture from `scripts/gen_quant_reference.py`), also through
 //!   `QuantMatrix` (repack + unrepack); `quantize_row` byte-exact for Q4_0 / Q8_0;
@@ -11,9 +12,9 @@
 
 use std::io::Read;
 
-use lattice_inference::backend::cpu::Isa;
+use lattice_inference::backend::cpu::{Isa, QuantMatrix};
 use lattice_inference::quant::act::{quantize_act, ActFormat};
-use lattice_inference::quant::{dequantize_row, quantize_row, reference, QuantMatrix, QuantType};
+use lattice_inference::quant::{dequantize_row, quantize_row, reference, QuantType};
 
 const FIXTURE: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),

@@ -10,10 +10,11 @@
 
 use std::path::Path;
 
+use crate::backend::cpu::QuantMatrix;
 use crate::io::gguf_tensors::{GgufTensors, RawTensor};
 use crate::io::store::{Weight, WeightStore};
 use crate::ops::Linear;
-use crate::quant::{quantize_row, QuantMatrix, QuantType};
+use crate::quant::{quantize_row, QuantType};
 use crate::{Error, Result};
 
 use super::decoder::DecoderConfig;

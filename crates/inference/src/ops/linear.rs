@@ -8,9 +8,8 @@
 //! bf16 weights ([`Bf16Weights`], opt-in) multiply with bf16-rounded activations and f32 sums.
 
 use crate::backend::cpu::bf16::{gemm_bt_bf16, Bf16Weights};
-use crate::backend::cpu::{self, PackedWeights};
+use crate::backend::cpu::{self, PackedWeights, QuantMatrix};
 use crate::io::store::{Scope, Weight};
-use crate::quant::QuantMatrix;
 use crate::{Error, Result};
 
 /// How a layer's weight is held.

@@ -8,8 +8,8 @@
 //! `q = min(127, round_half_even(iscale * x))`, `d = 1 / iscale` (f32), sums per 16.
 //!
 //! `QActs` (crate-internal) is the kernel-facing form of `m` quantized rows: the codes plus,
-//! per block, the float scale and the integer offset correction that the repacked weight
-//! layout needs (weights are stored as unsigned codes `q + offset`, so
+//! per block, the float scale and the integer offset correction that the CPU backend's repacked
+//! weight layout needs (weights are stored as unsigned codes `q + offset`, so
 //! `Σ q_w q_a = Σ code · q_a − offset · Σ q_a`).
 
 use rayon::prelude::*;

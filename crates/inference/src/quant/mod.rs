@@ -1,33 +1,30 @@
-//! GGUF quantized tensor formats and matrices that multiply with them directly.
+//! GGUF quantized tensor formats: a leaf module of data and reference math, with no kernels.
 //!
 //! - [`QuantType`]: the supported GGML types and their block geometry.
 //! - [`dequantize_row`] / [`quantize_row`] (`blocks`): the scalar reference conversions,
 //!   bit-exact with ggml.
 //! - [`act`]: on-the-fly Q8 quantization of activation rows, as llama.cpp's CPU backend.
 //! - [`mod@reference`]: the scalar dot products (ggml's `ggml_vec_dot_*`), the tests' oracle.
-//! - `repack`: the kernel layout (rows interleaved in groups of 16).
-//! - [`QuantMatrix`]: a weight matrix owning its bytes, with a threaded SIMD `matmul` (kernels in
-//!   `backend::cpu::qdot`).
+//!
+//! Execution lives in the CPU backend, which imports these formats (never the reverse):
+//! `backend::cpu::QuantMatrix` owns a weight matrix repacked into the kernel layout
+//! (`backend::cpu::repack`, rows interleaved in groups of 16) and multiplies with it through the
+//! SIMD kernels of `backend::cpu::qdot`.
 //!
 //! Products follow llama.cpp: each activation row is quantized to Q8_0 (Q4_0, Q5_0, Q8_0
 //! weights), Q8_1 (Q4_1) or Q8_K (Q4_K, Q6_K) as ggml's x86 code does, then exact integer
 //! block dot products are combined with the per-block float scales (`(d_w · d_a) · Σ`, f32).
 //! The float accumulation order is per output (block after block), not llama.cpp's SIMD lane
 //! order, so results agree with llama.cpp to f32 rounding, not bit for bit. F32 / F16 / BF16
-//! matrices are converted to f32 once, at load, and multiplied with the f32 SGEMM
-//! (`backend::cpu::gemm_bt`).
+//! matrices are converted to f32 once, at load, and multiplied with the f32 SGEMM.
 
 pub mod act;
 mod blocks;
 pub mod reference;
-pub(crate) mod repack;
 
 pub use blocks::{dequantize_row, quantize_row, QK_K};
-pub use repack::GROUP_ROWS;
-
-use crate::backend::cpu::qdot::{qmatmul, qtable, qtable_for};
-use crate::backend::cpu::Isa;
-use crate::{Error, Result};
+// Block helpers the CPU backend's repacked layout needs.
+pub(crate) use blocks::{dequantize_block, q4k_pack_scales, q4k_scale_min};
 
 /// A GGML tensor type this crate can store and multiply with.
 #[allow(non_camel_case_types)]
@@ -147,229 +144,5 @@ impl QuantType {
     /// Whether this is a float type (F32, F16, BF16).
     pub fn is_float(self) -> bool {
         matches!(self, QuantType::F32 | QuantType::F16 | QuantType::BF16)
-    }
-}
-
-/// How a [`QuantMatrix`] holds its values.
-#[derive(Clone)]
-enum Storage {
-    /// Float types: f32, `n × k` row-major (converted at load).
-    F32(Vec<f32>),
-    /// Quantized types: the group layout of `repack`.
-    Packed(Vec<u8>),
-}
-
-/// A weight matrix of `n_rows` (output features) × `k` (input features), built from GGUF
-/// row-major blocks and owning its bytes.
-///
-/// Quantized types are repacked at load into rows interleaved in groups of 16 (same number of
-/// bytes, except Q4_K: +2.8% for unpacked 6-bit scales), the layout the SIMD kernels read;
-/// float types are converted to f32.
-#[derive(Clone)]
-pub struct QuantMatrix {
-    t: QuantType,
-    n: usize,
-    k: usize,
-    data: Storage,
-}
-
-impl std::fmt::Debug for QuantMatrix {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("QuantMatrix")
-            .field("type", &self.t)
-            .field("n_rows", &self.n)
-            .field("k", &self.k)
-            .finish()
-    }
-}
-
-impl QuantMatrix {
-    /// Builds a matrix from `data`, `n_rows` rows of `k` values of type `t` in GGUF layout.
-    ///
-    /// Fails when `k` is not a multiple of the block length or `data` is not exactly
-    /// `n_rows · row_bytes(k)` bytes.
-    pub fn new(t: QuantType, n_rows: usize, k: usize, data: &[u8]) -> Result<Self> {
-        let rb = t.row_bytes(k).ok_or_else(|| Error::Shape {
-            op: "QuantMatrix::new",
-            reason: format!(
-                "k = {k} is not a multiple of the {} block of {}",
-                t.name(),
-                t.block_len()
-            ),
-        })?;
-        let expected = rb.checked_mul(n_rows);
-        if expected != Some(data.len()) {
-            return Err(Error::Shape {
-                op: "QuantMatrix::new",
-                reason: format!(
-                    "{n_rows} × {k} {} takes {} bytes, got {}",
-                    t.name(),
-                    expected.map_or("too many".to_string(), |e| e.to_string()),
-                    data.len()
-                ),
-            });
-        }
-        let data = if t.is_float() {
-            let mut f = vec![0f32; n_rows * k];
-            dequantize_row(t, data, &mut f)?;
-            Storage::F32(f)
-        } else {
-            Storage::Packed(repack::repack(t, n_rows, k, data))
-        };
-        Ok(QuantMatrix {
-            t,
-            n: n_rows,
-            k,
-            data,
-        })
-    }
-
-    /// The stored type.
-    pub fn qtype(&self) -> QuantType {
-        self.t
-    }
-
-    /// Rows (output features).
-    pub fn n_rows(&self) -> usize {
-        self.n
-    }
-
-    /// Columns (input features).
-    pub fn k(&self) -> usize {
-        self.k
-    }
-
-    /// Bytes of the matrix in its GGUF encoding (what a matrix-vector product streams, up to
-    /// the repacking overhead).
-    pub fn gguf_bytes(&self) -> usize {
-        self.n * self.t.row_bytes(self.k).unwrap_or(0)
-    }
-
-    /// All values, `n_rows × k` row-major f32.
-    pub fn dequantize(&self) -> Vec<f32> {
-        let mut out = vec![0f32; self.n * self.k];
-        if self.k > 0 {
-            for (r, row) in out.chunks_exact_mut(self.k).enumerate() {
-                self.dequantize_row_into(r, row);
-            }
-        }
-        out
-    }
-
-    /// Row `row` as f32 into `out` (`k` long), e.g. an embedding lookup.
-    ///
-    /// Panics if `row >= n_rows` or `out.len() != k` (a caller bug, not input).
-    pub fn dequantize_row_into(&self, row: usize, out: &mut [f32]) {
-        assert!(
-            row < self.n && out.len() == self.k,
-            "dequantize_row_into: bad row/len"
-        );
-        match &self.data {
-            Storage::F32(f) => out.copy_from_slice(&f[row * self.k..(row + 1) * self.k]),
-            Storage::Packed(p) => {
-                let (bl, bb) = (self.t.block_len(), self.t.block_bytes());
-                let nb = self.k / bl;
-                let rec = repack::record_bytes(self.t);
-                let (g, r) = (row / GROUP_ROWS, row % GROUP_ROWS);
-                let mut raw = [0u8; 256];
-                for (b, y) in out.chunks_exact_mut(bl).enumerate() {
-                    let o = (g * nb + b) * rec;
-                    repack::unrepack_block(self.t, &p[o..o + rec], r, &mut raw[..bb]);
-                    blocks::dequantize_block(self.t, &raw[..bb], y);
-                }
-            }
-        }
-    }
-
-    /// `y[m × n_rows] = x[m × k] · Wᵀ` (overwrites `y`), threaded over output rows with rayon,
-    /// with the best kernels for this CPU.
-    ///
-    /// Panics if `x.len() != m · k` or `y.len() != m · n_rows` (a caller bug).
-    pub fn matmul(&self, x: &[f32], m: usize, y: &mut [f32]) {
-        self.check_shapes(x, m, y);
-        self.matmul_strided(x, m, y, self.n, false);
-    }
-
-    /// [`QuantMatrix::matmul`] into rows of `y` that are `ldy ≥ n_rows` apart, adding the
-    /// product to `y` with `accumulate`: writes `y[i·ldy + j]` for `i < m`, `j < n_rows` and
-    /// nothing else. Lets several matrices (e.g. Q/K/V parts of different types) fill the
-    /// columns of one output, or add into a residual, without a temporary.
-    ///
-    /// Panics if `x.len() != m · k`, `ldy < n_rows` or `y` is shorter than
-    /// `(m − 1) · ldy + n_rows` (a caller bug).
-    pub fn matmul_strided(&self, x: &[f32], m: usize, y: &mut [f32], ldy: usize, accumulate: bool) {
-        assert!(
-            x.len() == m * self.k && ldy >= self.n && (m == 0 || y.len() >= (m - 1) * ldy + self.n),
-            "QuantMatrix::matmul_strided: x is {} (want {}·{}), y is {} with ldy {} (n = {})",
-            x.len(),
-            m,
-            self.k,
-            y.len(),
-            ldy,
-            self.n
-        );
-        match &self.data {
-            Storage::F32(w) => {
-                let ld = self.k.max(1);
-                crate::backend::cpu::gemm_bt(
-                    m,
-                    self.n,
-                    self.k,
-                    x,
-                    ld,
-                    w,
-                    ld,
-                    y,
-                    ldy.max(1),
-                    accumulate,
-                );
-            }
-            Storage::Packed(p) => qmatmul(
-                qtable(),
-                self.t,
-                self.n,
-                self.k,
-                p,
-                x,
-                m,
-                y,
-                ldy,
-                accumulate,
-            ),
-        }
-    }
-
-    fn check_shapes(&self, x: &[f32], m: usize, y: &[f32]) {
-        assert!(
-            x.len() == m * self.k && y.len() == m * self.n,
-            "QuantMatrix::matmul: x is {} (want {}·{}), y is {} (want {}·{})",
-            x.len(),
-            m,
-            self.k,
-            y.len(),
-            m,
-            self.n
-        );
-    }
-
-    /// [`QuantMatrix::matmul`] with the kernels of a given instruction set (tests, benches).
-    /// For float types `isa` selects the SGEMM table. Fails if this CPU does not support it.
-    ///
-    /// Panics if `x.len() != m · k` or `y.len() != m · n_rows`.
-    pub fn matmul_with(&self, isa: Isa, x: &[f32], m: usize, y: &mut [f32]) -> Result<()> {
-        self.check_shapes(x, m, y);
-        let unsupported = || Error::InvalidInput(format!("instruction set {isa} not supported"));
-        match &self.data {
-            Storage::F32(w) => {
-                let kt = crate::backend::cpu::kernels_for(isa).ok_or_else(unsupported)?;
-                let ld = self.k.max(1);
-                kt.gemm_bt(m, self.n, self.k, x, ld, w, ld, y, self.n.max(1), false);
-            }
-            Storage::Packed(p) => {
-                let tab = qtable_for(isa).ok_or_else(unsupported)?;
-                qmatmul(tab, self.t, self.n, self.k, p, x, m, y, self.n, false);
-            }
-        }
-        Ok(())
     }
 }

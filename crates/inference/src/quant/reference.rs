@@ -90,7 +90,7 @@ fn legacy_code(t: QuantType, blk: &[u8], j: usize) -> i32 {
 }
 
 /// `y[m × n] = x[m × k] · Wᵀ` with `W` given as raw GGUF rows of type `t` (quantized), through
-/// [`quantize_act`] and [`vec_dot`]: the oracle for `QuantMatrix::matmul`.
+/// [`quantize_act`] and [`vec_dot`]: the oracle for the CPU backend's `QuantMatrix::matmul`.
 pub fn matmul(t: QuantType, w: &[u8], n: usize, k: usize, x: &[f32], m: usize) -> Vec<f32> {
     let f = ActFormat::for_weights(t).expect("quantized type");
     let rb = t.row_bytes(k).expect("k is a multiple of the block");

@@ -15,6 +15,12 @@
 //! `vector` and `vmath` (elementwise kernels and elementary functions), `x86/` (AVX-512 and
 //! AVX2 tokens and tables), `portable` (plain-Rust vectors), `scalar` (the reference), `attn`
 //! (single-query decode attention over f32 or f16 key/value rows, with its own selection).
+//!
+//! Quantized execution: [`QuantMatrix`] (`qmatrix`, the executable GGUF weight matrix) owns
+//! its weights in the kernel layout of `repack` (rows in groups of [`GROUP_ROWS`]); `qdot`
+//! (driver and per-instruction-set tables) and `qkernels` (the generic tiles) multiply with
+//! them. The block formats, reference math and activation quantization they build on are
+//! `crate::quant`'s, a leaf that imports nothing from here.
 
 #![allow(unsafe_code)]
 
@@ -29,6 +35,8 @@ mod packed;
 mod portable;
 pub mod qdot;
 mod qkernels;
+mod qmatrix;
+mod repack;
 pub mod scalar;
 // Parts of the vector vocabulary and the generic elementwise kernels are only instantiated by
 // the x86 tables (the portable table uses the scalar references).
@@ -45,6 +53,8 @@ mod x86;
 pub use detect::Isa;
 pub use dispatch::{kernels, kernels_for, Kernels};
 pub use packed::PackedWeights;
+pub use qmatrix::QuantMatrix;
+pub use repack::GROUP_ROWS;
 
 /// Runs `f` on a worker thread of the thread pool (directly when already on one).
 ///

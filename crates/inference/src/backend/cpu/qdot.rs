@@ -1,7 +1,7 @@
-//! Products with quantized weight matrices (`quant::QuantMatrix`): the integer-SIMD vocabulary
-//! `QSimd`, the per-instruction-set tables of tile kernels ([`QTable`], filled by the
-//! `quant_table!` macro from the generic tiles of `qkernels`), the portable implementation,
-//! and the threaded driver `qmatmul`.
+//! Products with quantized weight matrices ([`QuantMatrix`](super::QuantMatrix), in the
+//! layout of `repack`): the integer-SIMD vocabulary `QSimd`, the per-instruction-set tables of
+//! tile kernels ([`QTable`], filled by the `quant_table!` macro from the generic tiles of
+//! `qkernels`), the portable implementation, and the threaded driver `qmatmul`.
 //!
 //! Driver: the activations are quantized once per call (`QActs`); output rows (weight rows)
 //! are split over rayon workers in whole groups of 16; each worker takes the activation rows
@@ -16,9 +16,9 @@
 use std::sync::OnceLock;
 
 use super::detect::Isa;
+use super::repack::{record_bytes, GROUP_ROWS};
 use super::threads;
 use crate::quant::act::QActs;
-use crate::quant::repack::{record_bytes, GROUP_ROWS};
 use crate::quant::QuantType;
 
 /// Integer-and-float vector vocabulary of the quantized tiles: `ROWS` i32 lanes, one per
@@ -409,7 +409,7 @@ const ACT_BLOCK_BYTES: usize = 512 << 10;
 const PAR_MIN_WEIGHT_BYTES: usize = 1 << 17;
 
 /// `y[m × n] (+)= x[m × k] · Wᵀ` for `W` (`n × k`, type `t`, quantized) in the group layout
-/// `w` of `quant::repack`; rows of `y` are `ldy` apart (`ldy ≥ n`), and with `accumulate` the
+/// `w` of `repack`; rows of `y` are `ldy` apart (`ldy ≥ n`), and with `accumulate` the
 /// product is added to `y`. Panics if the slices do not match the shapes (callers check).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn qmatmul(

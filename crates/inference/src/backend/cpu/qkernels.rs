@@ -1,7 +1,7 @@
 //! The quantized dot-product tiles, written once over the [`QSimd`] vocabulary and instantiated
 //! per instruction set (AVX-512 VNNI, AVX2, portable) by `qdot::quant_table!`.
 //!
-//! A tile computes, for one group of 16 weight rows in the layout of `quant::repack` and `MR`
+//! A tile computes, for one group of 16 weight rows in the layout of `repack` and `MR`
 //! (1..=6, see `qdot::tile_rows`) consecutive activation rows of a [`QActs`], the 16 × `MR`
 //! dot products over the full depth. Each weight vector is loaded and unpacked once and used
 //! for the `MR` activation rows.

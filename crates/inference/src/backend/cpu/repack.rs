@@ -1,4 +1,5 @@
-//! The kernel layout of a quantized matrix: rows in groups of 16, blocks of a group stored
+//! The CPU kernel layout of a quantized matrix (owned by [`QuantMatrix`](super::QuantMatrix),
+//! read by the `qdot` / `qkernels` tiles): rows in groups of 16, blocks of a group stored
 //! together with the same element of the 16 rows side by side, so that one 64-byte load holds
 //! 4 consecutive codes of each of 16 rows (one i32 lane per row). A dot-product instruction
 //! (`vpdpbusd`) with 4 activation codes broadcast then yields 16 row sums at once, with no
@@ -22,8 +23,7 @@
 //! The layout is exactly invertible ([`unrepack_block`]), so nothing else is stored. A trailing
 //! partial group is padded with zero rows (zero scales).
 
-use super::blocks::{q4k_pack_scales, q4k_scale_min};
-use super::QuantType;
+use crate::quant::{q4k_pack_scales, q4k_scale_min, QuantType};
 
 /// Rows per group.
 pub const GROUP_ROWS: usize = 16;
