@@ -25,7 +25,7 @@
 
 use crate::quant::{q4k_pack_scales, q4k_scale_min, QuantType};
 
-/// Rows per group.
+/// Weight rows per group of the repacked layout (a trailing partial group is zero-padded).
 pub const GROUP_ROWS: usize = 16;
 
 /// Bytes of one group's record for one block of `t` (a quantized type).
