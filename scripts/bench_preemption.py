@@ -5,7 +5,7 @@ once (threads, the official OpenAI client) to a `lattice serve` started with a s
 same; reads lattice_preemptions_total, the KV gauges and process_resident_memory_bytes from
 /metrics while the concurrent requests run. scripts/bench_preemption.sh starts the server.
 
-  python bench_preemption.py --base-url http://127.0.0.1:PORT [--requests 32] [--max-tokens 96]
+  python bench_preemption.py --base-url http://127.0.0.1:PORT [--requests 32] [--max-tokens 160]
 """
 
 import argparse
@@ -32,7 +32,9 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--base-url", required=True)
     ap.add_argument("--requests", type=int, default=32)
-    ap.add_argument("--max-tokens", type=int, default=96)
+    ap.add_argument("--max-tokens", type=int, default=160)
+    ap.add_argument("--stop-at-eos", action="store_true",
+                    help="end answers at end-of-sequence (default: ignore_eos, so every sequence grows to max_tokens)")
     args = ap.parse_args()
     client = OpenAI(base_url=args.base_url + "/v1", api_key="unused", max_retries=0, timeout=1800)
     prompts = [
@@ -45,6 +47,7 @@ def main():
         r = client.chat.completions.create(
             model="default", messages=[{"role": "user", "content": p}],
             max_tokens=args.max_tokens, temperature=0,
+            extra_body={} if args.stop_at_eos else {"ignore_eos": True},
         )
         return r.choices[0].message.content, r.usage.completion_tokens
 

@@ -2,7 +2,7 @@
 //! grouped-query heads (several query heads share one key/value head) and an optional sliding
 //! window.
 //!
-//! Query rows are processed in blocks, and each block only multiplies against the keys it may
+//! Query rows are processed in tiles, and each tile only multiplies against the keys it may
 //! see, so a prompt of `n` tokens costs about `n² / 2` dot products rather than `n²`.
 //!
 //! One new token (decode) takes a fused path instead: per key/value head, the kernel
@@ -17,8 +17,8 @@ use crate::backend::cpu::attn::{self, DecodeGroup};
 use crate::state::{KvRows, KvView, SeqState};
 use crate::{Error, Result};
 
-/// Query rows per block: bounds the score buffer and the work wasted above the diagonal.
-const BLOCK: usize = 64;
+/// Query rows per tile: bounds the score buffer and the work wasted above the diagonal.
+const QUERY_TILE: usize = 64;
 
 /// Below this many multiply-adds per product the heads run on the calling thread.
 const SERIAL_WORK: usize = 1 << 16;
@@ -280,10 +280,10 @@ pub fn causal_attention(
             let g = h / group;
             let mut o = vec![0.0f32; n * hd];
             let mut s = Vec::new();
-            for b0 in (0..n).step_by(BLOCK) {
-                let b1 = (b0 + BLOCK).min(n);
+            for b0 in (0..n).step_by(QUERY_TILE) {
+                let b1 = (b0 + QUERY_TILE).min(n);
                 let rows = b1 - b0;
-                // Keys any row of this block may see.
+                // Keys any row of this tile may see.
                 let k0 = lo(past + b0);
                 let k1 = past + b1;
                 let len = k1 - k0;

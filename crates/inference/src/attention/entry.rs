@@ -1,7 +1,7 @@
 //! [`attend`]: the one entry point decoder models call for causal attention over their
 //! sequences' states. It writes the new rows' keys and values into each state and picks the
 //! kernel from the batch, not from the model: one decode pass over every (sequence, key/value
-//! head) when each sequence brings a single row, the blocked causal kernel per sequence
+//! head) when each sequence brings a single row, the tiled causal kernel per sequence
 //! otherwise.
 
 use crate::state::SeqState;

@@ -23,10 +23,6 @@ use super::TextModel;
 /// Prompt tokens per step: bounds the activations of very long prompts.
 pub(crate) const PREFILL_CHUNK: usize = 512;
 
-/// Recurrent models keep a snapshot every this many prompt tokens (page-aligned chunk ends)
-/// besides the one at the prompt's last page boundary.
-const SNAPSHOT_EVERY: usize = PREFILL_CHUNK;
-
 /// What one request produced in one step, for streaming.
 #[derive(Debug)]
 pub struct StepUpdate<'a> {
@@ -285,7 +281,7 @@ impl<'m> BatchEngine<'m> {
     }
 
     /// Takes the step's logits: advances each request's computed tokens, keeps finished pages
-    /// (and recurrent snapshots at page boundaries) in the prefix cache, and samples the next
+    /// (and recurrent snapshots at the prompt's snapshot positions) in the prefix cache, and samples the next
     /// token of every request whose history is now all computed.
     fn update_from_output(
         &mut self,
@@ -305,20 +301,16 @@ impl<'m> BatchEngine<'m> {
                 let history = &slot.seq.history()[..slot.computed];
                 self.memory
                     .publish(history, state, &mut slot.hashes, &mut slot.published);
-                if recurrent && slot.computed.is_multiple_of(p) && slot.computed > 0 {
-                    let pages = slot.computed / p;
-                    let prompt_boundary = slot.computed == prompt_len / p * p;
-                    if slot.computed <= prompt_len {
-                        if (prompt_boundary || slot.computed.is_multiple_of(SNAPSHOT_EVERY))
-                            && !self.memory.has_snapshot(&slot.hashes, pages)
-                        {
-                            if let Some(s) = self.memory.snapshot(state) {
-                                self.memory.publish_snapshot(&slot.hashes, pages, s);
-                            }
+                // Recurrent models: the state at every snapshot position of the prompt
+                // (see `Scheduler`), so later prompts sharing it resume there.
+                let every = self.memory.snapshot_every();
+                let at = slot.computed;
+                if recurrent && at > 0 && at <= prompt_len && at.is_multiple_of(every) {
+                    let pages = at / p;
+                    if !self.memory.has_snapshot(&slot.hashes, pages) {
+                        if let Some(s) = self.memory.snapshot(state) {
+                            self.memory.publish_snapshot(&slot.hashes, pages, s);
                         }
-                    } else {
-                        slot.snapshot = None; // free the old one first
-                        slot.snapshot = self.memory.snapshot(state).map(|s| (pages, s));
                     }
                 }
             }
@@ -350,8 +342,8 @@ impl<'m> BatchEngine<'m> {
         }
     }
 
-    /// Removes the requests that ended, keeping their last pages (and a recurrent snapshot)
-    /// in the prefix cache and their state when asked.
+    /// Removes the requests that ended (their pages stay in the prefix cache), keeping their
+    /// state when asked.
     fn reap(&mut self) -> Vec<(u64, Generation)> {
         let mut finished = Vec::new();
         let mut i = 0;
@@ -363,9 +355,6 @@ impl<'m> BatchEngine<'m> {
             }
             let mut slot = self.running.remove(i);
             let ended = slot.finished();
-            if let (Some((pages, snap)), true) = (slot.snapshot.take(), ended) {
-                self.memory.publish_snapshot(&slot.hashes, pages, snap);
-            }
             let now = Instant::now();
             let started = slot.started.unwrap_or(now);
             let first = slot.first_token.unwrap_or(now);

@@ -9,6 +9,9 @@ use crate::state::{
 };
 use crate::{Error, Result};
 
+/// Recurrent models keep a state snapshot every this many prompt tokens (at least).
+const SNAPSHOT_EVERY: usize = 128;
+
 /// How the engine's memory is set up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MemoryConfig {
@@ -114,6 +117,23 @@ impl KvMemory {
     /// Tokens per page.
     pub fn page_rows(&self) -> usize {
         self.pool.shape().page_rows
+    }
+
+    /// Recurrent models: prompt positions where chunks end and snapshots are kept (a multiple of
+    /// the page size and of the delta rule's 64-token sub-chunk, at least 128).
+    pub fn snapshot_every(&self) -> usize {
+        fn gcd(a: usize, b: usize) -> usize {
+            if b == 0 {
+                a
+            } else {
+                gcd(b, a % b)
+            }
+        }
+        let lcm = |a: usize, b: usize| a / gcd(a, b) * b;
+        lcm(
+            lcm(SNAPSHOT_EVERY, self.page_rows()),
+            crate::attention::gdn::CHUNK,
+        )
     }
 
     /// Whether prefix caching is on.

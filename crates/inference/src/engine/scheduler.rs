@@ -13,7 +13,7 @@
 use std::collections::VecDeque;
 use std::time::Instant;
 
-use crate::state::{RecurrentSnapshot, SeqState};
+use crate::state::SeqState;
 use crate::{Error, Result};
 
 use super::memory::KvMemory;
@@ -33,9 +33,6 @@ pub(crate) struct Slot<'m> {
     pub hashes: Vec<u64>,
     /// Full pages already handed to the prefix cache.
     pub published: usize,
-    /// Recurrent models: the latest snapshot taken at a page boundary while decoding, and the
-    /// pages before it.
-    pub snapshot: Option<(usize, RecurrentSnapshot)>,
     /// Bytes of text and log-probability entries already streamed.
     pub sent_text: usize,
     pub sent_logprobs: usize,
@@ -62,7 +59,6 @@ impl<'m> Slot<'m> {
             max_len,
             hashes: Vec::new(),
             published: 0,
-            snapshot: None,
             sent_text: 0,
             sent_logprobs: 0,
             cancelled: false,
@@ -205,8 +201,8 @@ impl Scheduler {
     }
 
     /// The tokens `slot` runs in the next step: its decode token, or a prompt chunk within
-    /// `budget` (for recurrent models, cut at the last page boundary of the prompt so a
-    /// snapshot can be taken there). `None` when it runs nothing this step.
+    /// `budget` (for recurrent models, ending at a snapshot position). `None` when it runs
+    /// nothing this step.
     fn tokens_for(&self, slot: &Slot<'_>, budget: &mut usize, memory: &KvMemory) -> Option<usize> {
         let todo = slot.todo();
         if todo == 0 {
@@ -223,18 +219,14 @@ impl Scheduler {
         }
         let mut n = todo.min(*budget);
         if memory.layout().is_recurrent() {
-            // Chunks of a recurrent model's prompt end at fixed positions (multiples of the
-            // step budget, the prompt's last page boundary, its end), cache or not, budget
-            // left or not: the chunked delta rule rounds by chunk, so a request computes the
-            // same numbers alone, in a batch, with the cache off, and when it resumes from the
-            // snapshot kept at that boundary. A chunk that does not fit waits for a step.
-            let p = memory.page_rows();
-            let boundary = slot.prompt_len() / p * p;
-            let mut end = (slot.computed / self.token_budget + 1) * self.token_budget;
-            end = end.min(slot.prompt_len());
-            if slot.computed < boundary {
-                end = end.min(boundary);
-            }
+            // A recurrent model's prompt runs in chunks that end at fixed positions (multiples
+            // of `snapshot_every`, or the prompt's end), cache or not, batch or not: the
+            // chunked delta rule computes 64-token sub-chunks from each chunk's start, so with
+            // aligned ends a request computes the same numbers alone, in a batch, with the
+            // cache off, and when it resumes from a snapshot kept at one of those positions.
+            // A chunk that does not fit in what is left of the step's budget waits a step.
+            let every = memory.snapshot_every();
+            let end = ((slot.computed / every + 1) * every).min(slot.prompt_len());
             n = end - slot.computed;
             if n > *budget {
                 return None;
@@ -279,7 +271,6 @@ fn admit(slot: &mut Slot<'_>, memory: &mut KvMemory) -> Result<()> {
     }
     slot.computed = reused;
     slot.state = Some(state);
-    slot.snapshot = None;
     if !slot.admitted_once {
         slot.admitted_once = true;
         slot.seq
@@ -294,7 +285,6 @@ fn admit(slot: &mut Slot<'_>, memory: &mut KvMemory) -> Result<()> {
 fn preempt<'m>(mut slot: Slot<'m>, waiting: &mut VecDeque<Slot<'m>>, memory: &mut KvMemory) {
     slot.state = None;
     slot.computed = 0;
-    slot.snapshot = None;
     slot.checkpoint = None;
     memory.preemptions += 1;
     waiting.push_front(slot);

@@ -15,7 +15,7 @@ use crate::{Error, Result};
 use super::batch::{BatchInput, ForwardBatch, RowOutputs};
 use super::source::{EmbeddingTable, WeightMode};
 
-/// Decoder architectures that share the Llama block structure.
+/// Decoder architectures that share the Llama layer structure.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DecoderArch {
     /// Llama (also Mistral and SmolLM): optional biases everywhere via `attention_bias`.
@@ -41,7 +41,7 @@ pub struct DecoderConfig {
     pub hidden_size: usize,
     /// Width of the SwiGLU layer.
     pub intermediate_size: usize,
-    /// Transformer blocks.
+    /// Transformer layers.
     pub n_layers: usize,
     /// Query heads.
     pub n_heads: usize,

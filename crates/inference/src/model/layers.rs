@@ -1,4 +1,4 @@
-//! Blocks shared by several architectures. [`PostNormLayer`] is the BERT-style encoder layer
+//! Layers shared by several architectures. [`PostNormLayer`] is the BERT-style encoder layer
 //! (attention → residual → LayerNorm → GELU MLP → residual → LayerNorm) that BERT, RoBERTa and
 //! MPNet all use under different tensor names.
 

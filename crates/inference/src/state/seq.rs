@@ -357,6 +357,39 @@ impl SeqState {
         self.len = len;
     }
 
+    /// A new sequence holding this one's first `len` committed tokens (llama.cpp's `seq_cp`):
+    /// the pages are shared (copy on write), the recurrent state copied and charged to the
+    /// pool. Recurrent states fork only at their current length; [`Error::OutOfMemory`] when
+    /// the copy does not fit.
+    pub fn fork(&self, len: usize) -> Result<SeqState> {
+        if len > self.len || !self.can_truncate_to(len) {
+            return Err(Error::InvalidInput(format!(
+                "cannot fork {len} tokens of a sequence of {} (recurrent states fork at their end)",
+                self.len
+            )));
+        }
+        let recurrent_charge = match &self.recurrent_charge {
+            Some(c) => Some(self.pool.charge(c.bytes())?),
+            None => None,
+        };
+        let mut forked = Self {
+            pool: self.pool.clone(),
+            pages: self.pages[..len.div_ceil(self.page_rows())].to_vec(),
+            slots: Arc::clone(&self.slots),
+            recurrent: self.recurrent.clone(),
+            recurrent_charge,
+            kv_dim: self.kv_dim,
+            len: self.len,
+            appended: 0,
+            max_len: self.max_len,
+        };
+        forked.truncate(len);
+        for r in forked.recurrent.iter_mut().flatten() {
+            r.pending = None;
+        }
+        Ok(forked)
+    }
+
     /// Whether the state can be cut back to its first `len` tokens ([`SeqState::truncate`]):
     /// always for attention-only states, only to the current length when a recurrent layer
     /// exists (its state cannot be rewound; restore a snapshot instead).
@@ -577,6 +610,12 @@ mod tests {
         assert_eq!(a.keys(0).gather_f32(0..40), rows);
         assert_eq!(b.keys(0).gather_f32(40..41), vec![-1.0, -1.0]);
         assert_eq!(a.pool().pages_used(), 3);
+        // A fork of a prefix shares the pages it covers.
+        let c = a.fork(33).unwrap();
+        assert_eq!(c.len(), 33);
+        assert_eq!(c.keys(0).gather_f32(0..33), rows[..66]);
+        assert!(Arc::ptr_eq(&a.pages()[1], &c.pages()[1]));
+        assert!(a.fork(41).is_err());
     }
 
     #[test]
