@@ -7,8 +7,8 @@
 //! Admission takes waiting requests while they fit (a state, the pages of their first chunk);
 //! a running request that cannot get pages for its tokens first evicts unused cached pages,
 //! then preempts the most recently admitted running request (its state is dropped and
-//! recomputed when it is admitted again; its sampler and output so far are kept, so its output
-//! is unchanged).
+//! recomputed when it is admitted again: the prompt in chunks, the generated tokens one per
+//! step as they first ran; its sampler and output so far are kept, so its output is unchanged).
 
 use std::collections::VecDeque;
 use std::time::Instant;
@@ -211,10 +211,11 @@ impl Scheduler {
         if todo == 1 && !slot.prefilling() {
             return Some(1);
         }
-        if !slot.prefilling() && memory.layout().is_recurrent() {
-            // A preempted recurrent request replays its generated tokens one per step, as it
-            // first ran them: the delta rule over a chunk rounds differently from token by
-            // token, and the replay must give the same state.
+        if !slot.prefilling() {
+            // A preempted request replays its generated tokens one per step, as it first ran
+            // them: a prompt-style pass over them rounds differently (the tiled causal kernel
+            // and, for recurrent layers, the chunked delta rule against the decode kernels), and
+            // the replay must rebuild the same state so the output does not change.
             return Some(1);
         }
         let mut n = todo.min(*budget);

@@ -100,16 +100,7 @@ impl DecoderConfig {
             .and_then(Value::as_str)
             .ok_or_else(|| bad("missing `model_type`".into()))?
             .to_string();
-        let arch = super::decoder_family(&model_type, false)
-            .ok_or_else(|| {
-                Error::UnsupportedModel(format!(
-                    "{}: model_type `{other}` is not a supported decoder ({})",
-                    path.display(),
-                    super::supported_decoders(false),
-                    other = model_type
-                ))
-            })?
-            .arch;
+        let arch = super::decoder_arch(&model_type, false, path)?;
         let usize_of = |key: &str| -> Result<Option<usize>> {
             match v.get(key) {
                 None | Some(Value::Null) => Ok(None),
@@ -234,16 +225,7 @@ impl DecoderConfig {
             .and_then(|v| v.as_str())
             .ok_or_else(|| bad("missing `general.architecture`".into()))?
             .to_string();
-        let arch = super::decoder_family(&model_type, true)
-            .ok_or_else(|| {
-                Error::UnsupportedModel(format!(
-                    "{}: GGUF architecture `{other}` is not a supported decoder ({})",
-                    path.display(),
-                    super::supported_decoders(true),
-                    other = model_type
-                ))
-            })?
-            .arch;
+        let arch = super::decoder_arch(&model_type, true, path)?;
         let key = |k: &str| format!("{model_type}.{k}");
         let get = |k: &str| -> Option<u64> { file.metadata(&key(k)).and_then(|v| v.as_u64()) };
         let need = |k: &str| -> Result<usize> {

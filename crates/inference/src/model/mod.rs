@@ -90,8 +90,12 @@ pub fn decoder_family(name: &str, gguf: bool) -> Option<&'static DecoderFamily> 
     })
 }
 
-/// The names the registry accepts, for error messages.
-fn supported_decoders(gguf: bool) -> String {
+/// The architecture of `name` (a `model_type`, or with `gguf` a GGUF architecture), or an
+/// error naming the file and the names the registry accepts.
+fn decoder_arch(name: &str, gguf: bool, path: &Path) -> Result<DecoderArch> {
+    if let Some(f) = decoder_family(name, gguf) {
+        return Ok(f.arch);
+    }
     let names: Vec<&str> = DECODER_FAMILIES
         .iter()
         .flat_map(|f| {
@@ -100,7 +104,16 @@ fn supported_decoders(gguf: bool) -> String {
                 .copied()
         })
         .collect();
-    names.join(", ")
+    let what = if gguf {
+        "GGUF architecture"
+    } else {
+        "model_type"
+    };
+    Err(Error::UnsupportedModel(format!(
+        "{}: {what} `{name}` is not a supported decoder ({})",
+        path.display(),
+        names.join(", ")
+    )))
 }
 
 /// Loads a decoder from a model directory (`config.json` + safetensors) or a `.gguf` file.
