@@ -1167,3 +1167,73 @@ fn streamed_choices_batched_prompts_and_token_inputs() {
         .error(400, "no inputs");
     server.assert_no_panic();
 }
+
+/// Prefix caching over HTTP: a request that extends an earlier prompt reuses its pages (the hit
+/// shows in /metrics) and answers exactly what a server with `--no-prefix-cache` answers; a
+/// request whose sequence could never fit in `--kv-cache-memory` is refused with 400 naming
+/// `max_tokens`, while one that fits is served.
+#[test]
+fn prefix_cache_and_kv_budget_over_http() {
+    let model = fixture("tiny-qwen3");
+    let long: String = (0..80).map(|i| format!("word{} ", i % 17)).collect();
+    let prompts = [long.clone(), format!("{long}and then a few more words")];
+    let mut answers = Vec::new();
+    for flags in [&[][..], &["--no-prefix-cache"][..]] {
+        let mut args = vec!["--model", model.as_str()];
+        args.extend_from_slice(flags);
+        let server = Server::start(&args);
+        let texts: Vec<Value> = prompts
+            .iter()
+            .map(|p| {
+                server
+                    .post("/v1/completions", &completion_req(&model, p, 12))
+                    .ok(p)["choices"][0]["text"]
+                    .clone()
+            })
+            .collect();
+        let m = server.metrics();
+        let hits = metric(&m, "lattice_prefix_cache_hit_tokens_total").unwrap();
+        let lookups = metric(&m, "lattice_prefix_cache_lookups_total").unwrap();
+        if flags.is_empty() {
+            assert!(
+                hits >= 64.0,
+                "the second prompt reuses the first one's pages:\n{m}"
+            );
+            assert_eq!(lookups, 2.0);
+            assert!(metric(&m, "lattice_prefix_cache_pages").unwrap() >= 2.0);
+        } else {
+            assert_eq!((hits, lookups), (0.0, 0.0), "no cache, no lookups:\n{m}");
+        }
+        assert!(metric(&m, "lattice_kv_budget_bytes").unwrap() > 0.0);
+        assert_eq!(metric(&m, "lattice_preemptions_total"), Some(0.0));
+        server.assert_no_panic();
+        answers.push(texts);
+    }
+    assert_eq!(answers[0], answers[1], "cache on and off answer alike");
+
+    // Three pages of 32 tokens (tiny-qwen3: 3 layers x 2 x 48 values x 4 bytes per token).
+    let server = Server::start(&["--model", &model, "--kv-cache-memory", "108KiB"]);
+    let r = server.post("/v1/completions", &completion_req(&model, "Hello", 500));
+    assert_eq!(r.status, 400, "{}", r.text());
+    let e = r.json();
+    assert_eq!(e["error"]["param"], "max_tokens", "{e}");
+    assert!(
+        e["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("--kv-cache-memory"),
+        "{e}"
+    );
+    server
+        .post("/v1/completions", &completion_req(&model, "Hello", 8))
+        .ok("a request that fits");
+    let bad = Command::new(env!("CARGO_BIN_EXE_lattice"))
+        .args(["serve", "--model", &model, "--kv-cache-memory", "lots"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(!bad.status.success());
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(err.contains("lots") && err.contains("size"), "{err}");
+    server.assert_no_panic();
+}

@@ -56,6 +56,25 @@ pub struct Generator {
     /// Requests submitted and not yet ended.
     in_flight: Arc<AtomicUsize>,
     capacity: usize,
+    kv: KvLimit,
+}
+
+/// What a sequence may take of the KV memory: requests that could never fit alone are refused.
+#[derive(Debug, Clone, Copy)]
+struct KvLimit {
+    budget: usize,
+    page_rows: usize,
+    page_bytes: usize,
+    recurrent_bytes: usize,
+    context: usize,
+}
+
+impl KvLimit {
+    /// Bytes a sequence of `prompt` tokens generating up to `max_tokens` may need.
+    fn need(&self, prompt: usize, max_tokens: usize) -> usize {
+        let len = prompt.saturating_add(max_tokens.max(1)).min(self.context);
+        len.div_ceil(self.page_rows) * self.page_bytes + self.recurrent_bytes
+    }
 }
 
 impl Generator {
@@ -82,6 +101,15 @@ impl Generator {
             budget as f64 / (1 << 20) as f64,
             if options.prefix_cache { "on" } else { "off" }
         );
+        let kv = KvLimit {
+            budget,
+            page_rows: config.memory.page_rows,
+            page_bytes: layout
+                .page_shape(config.memory.page_rows, model.kv_dtype)
+                .page_bytes(),
+            recurrent_bytes: layout.recurrent_bytes(),
+            context: layout.max_positions,
+        };
         let model = Arc::new(model);
         let (tx, rx) = mpsc::channel::<Submit>();
         let in_flight = Arc::new(AtomicUsize::new(0));
@@ -96,12 +124,14 @@ impl Generator {
             submit: tx,
             in_flight,
             capacity: max_running.max(1) + max_queue,
+            kv,
         }
     }
 
     /// Queues `requests` (the choices of one HTTP request; validated by the caller) and returns
     /// the receiver of their events. Refuses with 429 when the queue is full, and with 400 a
-    /// request larger than the whole capacity.
+    /// request larger than the whole capacity or a sequence that could never fit in the KV
+    /// memory budget.
     pub fn submit(
         &self,
         requests: Vec<GenerateRequest>,
@@ -113,6 +143,21 @@ impl Generator {
                 format!(
                     "the request asks for {n} sequences (prompts x n); this server runs at most {} at once",
                     self.capacity
+                ),
+            ));
+        }
+        if let Some(r) = requests
+            .iter()
+            .find(|r| self.kv.need(r.prompt_ids.len(), r.max_tokens) > self.kv.budget)
+        {
+            return Err(ApiError::invalid_param(
+                "max_tokens",
+                format!(
+                    "a sequence of {} prompt tokens and up to {} generated ones needs {} bytes of KV memory; this server's budget (--kv-cache-memory) is {} bytes",
+                    r.prompt_ids.len(),
+                    r.max_tokens,
+                    self.kv.need(r.prompt_ids.len(), r.max_tokens),
+                    self.kv.budget
                 ),
             ));
         }
