@@ -1182,15 +1182,22 @@ fn prefix_cache_and_kv_budget_over_http() {
         let mut args = vec!["--model", model.as_str()];
         args.extend_from_slice(flags);
         let server = Server::start(&args);
-        let texts: Vec<Value> = prompts
+        let replies: Vec<Value> = prompts
             .iter()
             .map(|p| {
                 server
                     .post("/v1/completions", &completion_req(&model, p, 12))
-                    .ok(p)["choices"][0]["text"]
-                    .clone()
+                    .ok(p)
             })
             .collect();
+        let texts: Vec<Value> = replies
+            .iter()
+            .map(|r| r["choices"][0]["text"].clone())
+            .collect();
+        let cached = |r: &Value| r["usage"]["prompt_tokens_details"]["cached_tokens"].as_u64();
+        assert_eq!(cached(&replies[0]), Some(0));
+        let reused = cached(&replies[1]).unwrap();
+        assert_eq!(reused >= 64, flags.is_empty(), "cached_tokens {reused}");
         let m = server.metrics();
         let hits = metric(&m, "lattice_prefix_cache_hit_tokens_total").unwrap();
         let lookups = metric(&m, "lattice_prefix_cache_lookups_total").unwrap();

@@ -38,8 +38,9 @@ struct Reply {
     created: u64,
     model_name: String,
     model: Arc<TextModel>,
-    /// Choices in all; `n` per prompt.
+    /// Choices in all; `per_prompt` per prompt.
     choices: usize,
+    per_prompt: usize,
     prompt_tokens: usize,
     /// Prompt text put in front of each choice's text (completions `echo`), by choice.
     echo: Vec<String>,
@@ -72,6 +73,7 @@ impl Reply {
                 .unwrap_or_default(),
             model,
             choices: 0,
+            per_prompt: 1,
             prompt_tokens,
             echo,
             logprobs,
@@ -93,6 +95,7 @@ async fn start(
     sampling: &Sampling,
 ) -> Result<Response, ApiError> {
     reply.choices = requests.len();
+    reply.per_prompt = sampling.n.map_or(1, |n| n.max(1) as usize);
     let events = gen.submit(requests)?;
     if sampling.stream.unwrap_or(false) {
         Ok(sse_response(Arc::clone(state), reply, events))
@@ -511,17 +514,34 @@ async fn collect(
         "created": reply.created,
         "model": reply.model_name,
         "choices": choices,
-        "usage": usage(reply.prompt_tokens, completion_tokens),
+        "usage": usage(
+            reply.prompt_tokens,
+            completion_tokens,
+            cached_tokens(&reply, results.iter().enumerate()),
+        ),
     });
     Ok(axum::Json(body).into_response())
 }
 
-fn usage(prompt: usize, completion: usize) -> Value {
+fn usage(prompt: usize, completion: usize, cached: usize) -> Value {
     json!({
         "prompt_tokens": prompt,
         "completion_tokens": completion,
         "total_tokens": prompt + completion,
+        "prompt_tokens_details": {"cached_tokens": cached},
     })
+}
+
+/// Prompt tokens that were already in the prefix cache when the request arrived: for each
+/// prompt, what its first choice found (its other choices reuse what the first computed).
+fn cached_tokens<'a>(
+    reply: &Reply,
+    results: impl Iterator<Item = (usize, &'a Generation)>,
+) -> usize {
+    results
+        .filter(|(i, _)| i % reply.per_prompt == 0)
+        .map(|(_, g)| g.cached_prompt_tokens)
+        .sum()
 }
 
 /// The `logprobs` object of a choice (or of a stream chunk): chat's `content` list, or the
@@ -585,6 +605,7 @@ struct Streamer {
     sent: Vec<usize>,
     done: usize,
     completion_tokens: usize,
+    cached_tokens: usize,
     first: bool,
     ended: bool,
 }
@@ -673,6 +694,8 @@ impl Streamer {
             Some(GenEvent::Done { index, generation }) => {
                 self.done += 1;
                 self.completion_tokens += generation.token_ids.len();
+                self.cached_tokens +=
+                    cached_tokens(&self.reply, [(index, &generation)].into_iter());
                 let c = self.choice(
                     index,
                     "",
@@ -683,7 +706,11 @@ impl Streamer {
                 self.outbox.push_back(b);
                 if self.done == self.reply.choices {
                     if self.reply.include_usage {
-                        let u = usage(self.reply.prompt_tokens, self.completion_tokens);
+                        let u = usage(
+                            self.reply.prompt_tokens,
+                            self.completion_tokens,
+                            self.cached_tokens,
+                        );
                         let b = self.chunk(Vec::new(), Some(u));
                         self.outbox.push_back(b);
                     }
@@ -724,6 +751,7 @@ fn sse_response(
         sent: vec![0; choices],
         done: 0,
         completion_tokens: 0,
+        cached_tokens: 0,
         first: true,
         ended: false,
     };
