@@ -13,6 +13,7 @@ use crate::state::SeqState;
 use crate::{Error, Result};
 
 use super::batch::{BatchInput, ForwardBatch, RowOutputs};
+use super::hybrid::HybridConfig;
 use super::source::{EmbeddingTable, WeightMode};
 
 /// Decoder architectures that share the Llama layer structure.
@@ -71,6 +72,8 @@ pub struct DecoderConfig {
     pub bos_token_id: Option<u32>,
     /// Tokens that end generation.
     pub eos_token_ids: Vec<u32>,
+    /// Hybrid models (Qwen3.5): the linear-attention settings and layer kinds.
+    pub hybrid: Option<HybridConfig>,
 }
 
 impl DecoderConfig {
@@ -179,7 +182,7 @@ impl DecoderConfig {
                 _ => Vec::new(),
             }
         };
-        let cfg = Self {
+        let mut cfg = Self {
             arch,
             model_type,
             vocab_size: need("vocab_size")?,
@@ -208,7 +211,11 @@ impl DecoderConfig {
             sliding_window,
             bos_token_id: ids("bos_token_id").first().copied(),
             eos_token_ids: ids("eos_token_id"),
+            hybrid: None,
         };
+        if arch == DecoderArch::Qwen35 {
+            cfg.hybrid = Some(HybridConfig::from_hf_json(top, cfg.n_layers).map_err(bad)?);
+        }
         cfg.validate().map_err(bad)?;
         Ok(cfg)
     }
@@ -272,7 +279,7 @@ impl DecoderConfig {
             }
         };
         let id = |k: &str| file.metadata(k).and_then(|v| v.as_u64()).map(|x| x as u32);
-        let cfg = Self {
+        let mut cfg = Self {
             arch,
             model_type: model_type.clone(),
             vocab_size,
@@ -300,7 +307,11 @@ impl DecoderConfig {
             sliding_window: None,
             bos_token_id: id("tokenizer.ggml.bos_token_id"),
             eos_token_ids: id("tokenizer.ggml.eos_token_id").into_iter().collect(),
+            hybrid: None,
         };
+        if arch == DecoderArch::Qwen35 {
+            cfg.hybrid = Some(HybridConfig::from_gguf(file, cfg.n_layers).map_err(bad)?);
+        }
         cfg.validate().map_err(bad)?;
         Ok(cfg)
     }

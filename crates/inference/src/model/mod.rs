@@ -14,6 +14,7 @@ pub mod batch;
 pub mod bert;
 pub mod decoder;
 pub mod heads;
+pub mod hybrid;
 pub mod layers;
 pub mod llama;
 pub mod mpnet;

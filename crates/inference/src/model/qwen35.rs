@@ -19,9 +19,8 @@
 //! each sequence's cache; one batched call when every sequence decodes one token) run per
 //! sequence.
 
-use crate::attention::gdn::{delta_rule_heads, log_decay, GdnHeads, GdnInputs};
+use crate::attention::gdn::{delta_rule_heads, log_decay, GdnInputs};
 use crate::attention::{attend, CausalShape};
-use crate::io::gguf::{GgufArray, GgufFile};
 use crate::ops::{
     causal_conv1d, l2_normalize_rows, scale, sigmoid, sigmoid_gate, silu, silu_gate, silu_mul,
     split_columns, Linear, RmsNorm, Rope,
@@ -31,135 +30,8 @@ use crate::{Error, Result};
 
 use super::batch::ForwardBatch;
 use super::decoder::{embed_rows, finish_batch, Decoder, DecoderConfig, DecoderInfo};
+use super::hybrid::GdnConfig;
 use super::source::{EmbeddingTable, TensorSource, WeightMode};
-
-/// The linear-attention hyper-parameters of `text_config`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct GdnConfig {
-    /// Head layout.
-    pub heads: GdnHeads,
-    /// Convolution kernel size.
-    pub conv_kernel: usize,
-}
-
-impl GdnConfig {
-    /// Channels of the convolution: Q, K and V side by side.
-    fn conv_dim(&self) -> usize {
-        2 * self.heads.key_dim() + self.heads.value_dim()
-    }
-}
-
-/// Reads the GDN settings and the per-layer kinds (`true` = full attention) from config.json.
-fn read_hybrid(
-    v: &serde_json::Value,
-    n_layers: usize,
-) -> std::result::Result<(GdnConfig, Vec<bool>), String> {
-    let t = v.get("text_config").filter(|t| t.is_object()).unwrap_or(v);
-    let num = |k: &str, default: Option<u64>| -> std::result::Result<usize, String> {
-        t.get(k)
-            .and_then(serde_json::Value::as_u64)
-            .or(default)
-            .map(|x| x as usize)
-            .ok_or_else(|| format!("missing `{k}`"))
-    };
-    let gdn = GdnConfig {
-        heads: GdnHeads {
-            n_k_heads: num("linear_num_key_heads", Some(16))?,
-            n_v_heads: num("linear_num_value_heads", Some(32))?,
-            k_dim: num("linear_key_head_dim", Some(128))?,
-            v_dim: num("linear_value_head_dim", Some(128))?,
-            v_tiled: false,
-        },
-        conv_kernel: num("linear_conv_kernel_dim", Some(4))?,
-    };
-    let heads = &gdn.heads;
-    if heads.n_k_heads == 0
-        || !heads.n_v_heads.is_multiple_of(heads.n_k_heads)
-        || heads.k_dim == 0
-        || heads.v_dim == 0
-    {
-        return Err(format!(
-            "linear attention: {} value heads cannot share {} key heads (widths {} / {})",
-            heads.n_v_heads, heads.n_k_heads, heads.k_dim, heads.v_dim
-        ));
-    }
-    if !(1..=64).contains(&gdn.conv_kernel) {
-        return Err(format!(
-            "linear_conv_kernel_dim {} is out of range",
-            gdn.conv_kernel
-        ));
-    }
-    let full: Vec<bool> = match t.get("layer_types").and_then(serde_json::Value::as_array) {
-        Some(a) => a
-            .iter()
-            .map(|x| match x.as_str() {
-                Some("full_attention") => Ok(true),
-                Some("linear_attention") => Ok(false),
-                other => Err(format!("unknown layer type {other:?}")),
-            })
-            .collect::<std::result::Result<_, _>>()?,
-        None => {
-            let every = num("full_attention_interval", Some(4))?.max(1);
-            (0..n_layers).map(|i| (i + 1) % every == 0).collect()
-        }
-    };
-    if full.len() != n_layers {
-        return Err(format!(
-            "layer_types lists {} layers, the model has {n_layers}",
-            full.len()
-        ));
-    }
-    Ok((gdn, full))
-}
-
-/// [`read_hybrid`] for GGUF metadata (`{arch}.ssm.*`, `{arch}.attention.recurrent_layers` or
-/// `{arch}.full_attention_interval`), every GDN key required.
-fn read_hybrid_gguf(
-    f: &GgufFile,
-    n_layers: usize,
-) -> std::result::Result<(GdnConfig, Vec<bool>), String> {
-    let arch = f
-        .metadata("general.architecture")
-        .and_then(|v| v.as_str())
-        .unwrap_or("qwen35");
-    let num = |k: &str| -> std::result::Result<u64, String> {
-        f.metadata(&format!("{arch}.{k}"))
-            .and_then(|v| v.as_u64())
-            .ok_or_else(|| format!("missing `{arch}.{k}`"))
-    };
-    let n_v = num("ssm.time_step_rank")?;
-    let mut t = serde_json::json!({
-        "linear_num_key_heads": num("ssm.group_count")?,
-        "linear_num_value_heads": n_v,
-        "linear_key_head_dim": num("ssm.state_size")?,
-        "linear_value_head_dim": num("ssm.inner_size")?.checked_div(n_v).unwrap_or(0),
-        "linear_conv_kernel_dim": num("ssm.conv_kernel")?,
-    });
-    match f.metadata(&format!("{arch}.attention.recurrent_layers")) {
-        // Converted files may list trailing multi-token-prediction layers too.
-        Some(v) => match v.as_array() {
-            Some(GgufArray::Bool(r)) if r.len() >= n_layers => {
-                let kinds = r[..n_layers].iter().map(|&rec| {
-                    if rec {
-                        "linear_attention"
-                    } else {
-                        "full_attention"
-                    }
-                });
-                t["layer_types"] = kinds.collect::<Vec<_>>().into();
-            }
-            _ => {
-                return Err(format!(
-                    "`{arch}.attention.recurrent_layers` must list {n_layers} booleans"
-                ))
-            }
-        },
-        None => t["full_attention_interval"] = num("full_attention_interval")?.into(),
-    }
-    let (mut gdn, full) = read_hybrid(&t, n_layers)?;
-    gdn.heads.v_tiled = true;
-    Ok((gdn, full))
-}
 
 #[derive(Debug)]
 struct Gdn {
@@ -214,19 +86,12 @@ fn offset_norm(src: &TensorSource, prefix: &str, dim: usize, eps: f32) -> Result
 }
 
 impl Qwen35Model {
-    /// Loads the text model described by `cfg` (and the hybrid settings of config.json or of
-    /// the GGUF metadata) from `src`.
+    /// Loads the text model described by `cfg` (with its hybrid settings) from `src`.
     pub fn load(cfg: DecoderConfig, src: &TensorSource, mode: WeightMode) -> Result<Self> {
-        let (gdn, full) = match src {
-            TensorSource::Gguf(g) => read_hybrid_gguf(g.header(), cfg.n_layers)
-                .map_err(|reason| (g.header().path().to_path_buf(), reason)),
-            TensorSource::Safetensors {
-                config,
-                config_path,
-                ..
-            } => read_hybrid(config, cfg.n_layers).map_err(|reason| (config_path.clone(), reason)),
-        }
-        .map_err(|(path, reason)| Error::InvalidConfig { path, reason })?;
+        let hybrid = cfg.hybrid.clone().ok_or_else(|| {
+            Error::UnsupportedModel("a Qwen3.5 configuration without its hybrid settings".into())
+        })?;
+        let (gdn, full) = (hybrid.gdn, hybrid.full_attention);
         let (h, hd, eps) = (cfg.hidden_size, cfg.head_dim, cfg.rms_norm_eps);
         let (q_dim, kv_dim, inter) = (cfg.q_dim(), cfg.kv_dim(), cfg.intermediate_size);
         let embed = src.embedding("model.embed_tokens", cfg.vocab_size, h, mode)?;
