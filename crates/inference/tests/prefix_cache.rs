@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{fixture, read_json, u32s};
+use common::{fixture, reference_prompt};
 use lattice_inference::engine::{
     generate, BatchEngine, EngineConfig, GenerateRequest, Generation, MemoryConfig, TextModel,
 };
@@ -19,15 +19,7 @@ use lattice_inference::state::{
 };
 
 fn long_prompt(model: &str) -> Vec<u32> {
-    let r = read_json(&fixture(model).join("reference.json"));
-    u32s(
-        &r["prompts"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|p| p["name"] == "long")
-            .unwrap()["ids"],
-    )
+    reference_prompt(model, "long")
 }
 
 fn layout(m: &TextModel) -> MemoryLayout {

@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::{argmax, f32s, fixture, max_abs_diff, read_json, rel_err, u32s};
+use common::{argmax, f32s, fixture, max_abs_diff, read_json, reference_prompt, rel_err, u32s};
 use lattice_inference::model::decoder::{load_decoder, Decoder, DecoderArch, Outputs};
 use lattice_inference::model::source::WeightMode;
 
@@ -62,15 +62,7 @@ fn logits_and_greedy_match_transformers() {
 #[test]
 fn chunked_prefill_equals_sequential_decode() {
     let m = model();
-    let r = read_json(&fixture("tiny-qwen35").join("reference.json"));
-    let ids = u32s(
-        &r["prompts"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|p| p["name"] == "long")
-            .unwrap()["ids"],
-    );
+    let ids = reference_prompt("tiny-qwen35", "long");
     let mut chunked = m.new_cache(1024);
     let all = m
         .forward(&ids, &[ids.len()], &mut [&mut chunked], Outputs::AllLogits)
@@ -154,15 +146,7 @@ fn snapshots_restore_and_batches_match() {
 #[test]
 fn mixed_batches_equal_each_sequence_alone() {
     let m = model();
-    let r = read_json(&fixture("tiny-qwen35").join("reference.json"));
-    let long = u32s(
-        &r["prompts"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|p| p["name"] == "long")
-            .unwrap()["ids"],
-    );
+    let long = reference_prompt("tiny-qwen35", "long");
     // Histories (tokens already in the state) and the new tokens of the batched pass.
     let plan: [(&[u32], &[u32]); 5] = [
         (&long[..30], &long[30..31]),
@@ -233,15 +217,7 @@ fn mixed_batches_equal_each_sequence_alone() {
 #[test]
 fn chunked_and_sequential_states_agree() {
     let m = model();
-    let r = read_json(&fixture("tiny-qwen35").join("reference.json"));
-    let ids = u32s(
-        &r["prompts"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|p| p["name"] == "long")
-            .unwrap()["ids"],
-    );
+    let ids = reference_prompt("tiny-qwen35", "long");
     let mut chunked = m.new_cache(1024);
     m.forward(&ids, &[ids.len()], &mut [&mut chunked], Outputs::LastLogits)
         .unwrap();
@@ -306,15 +282,7 @@ fn a_session_resumes_from_its_prompt_checkpoint() {
     use lattice_inference::sample::SamplingParams;
 
     let m = TextModel::load(&fixture("tiny-qwen35"), WeightMode::F32).unwrap();
-    let r = read_json(&fixture("tiny-qwen35").join("reference.json"));
-    let long = u32s(
-        &r["prompts"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|p| p["name"] == "long")
-            .unwrap()["ids"],
-    );
+    let long = reference_prompt("tiny-qwen35", "long");
     let mut session = Session::new(&m, 1024);
     let mut req = GenerateRequest::new(long[..100].to_vec(), 6, SamplingParams::greedy());
     req.ignore_eos = true;

@@ -118,3 +118,15 @@ pub fn argmax(x: &[f32]) -> u32 {
     }
     best as u32
 }
+
+/// The token ids of the prompt called `name` in `fixtures/<model>/reference.json`.
+pub fn reference_prompt(model: &str, name: &str) -> Vec<u32> {
+    let r = read_json(&fixture(model).join("reference.json"));
+    let prompt = r["prompts"]
+        .as_array()
+        .expect("reference.json lists prompts")
+        .iter()
+        .find(|p| p["name"] == name)
+        .unwrap_or_else(|| panic!("{model}: no prompt `{name}` in reference.json"));
+    u32s(&prompt["ids"])
+}
