@@ -245,9 +245,16 @@ impl Scheduler {
     /// (the `n` choices of one request, clients sharing a system prompt).
     fn defer(&self, slot: &Slot<'_>, running: &[Slot<'_>], memory: &KvMemory) -> bool {
         let p = memory.page_rows();
+        // Recurrent models reuse a prefix only from a snapshot position: a shorter prompt has
+        // nothing to gain from waiting.
+        let reusable = if memory.layout().is_recurrent() {
+            memory.snapshot_every()
+        } else {
+            p
+        };
         let prompt = &slot.seq.request().prompt_ids;
         memory.caches_prefixes()
-            && prompt.len() > p
+            && prompt.len() > reusable
             && running.iter().any(|r| {
                 r.prefilling()
                     && !r.finished()
