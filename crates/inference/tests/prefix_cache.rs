@@ -23,9 +23,7 @@ fn long_prompt(model: &str) -> Vec<u32> {
 }
 
 fn layout(m: &TextModel) -> MemoryLayout {
-    let mut l = m.decoder.new_cache(1).layout();
-    l.max_positions = m.decoder.info().config.max_positions;
-    l
+    m.memory_layout()
 }
 
 /// Largest |a - b| over the largest |b|.

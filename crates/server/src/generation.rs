@@ -13,6 +13,7 @@ use lattice_inference::engine::{
     default_budget, BatchEngine, EngineConfig, GenerateRequest, Generation, MemoryConfig,
     TextModel, TokenLogprob,
 };
+use lattice_inference::state::{KvDtype, MemoryLayout};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 
 use crate::error::ApiError;
@@ -60,20 +61,21 @@ pub struct Generator {
 }
 
 /// What a sequence may take of the KV memory: requests that could never fit alone are refused.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct KvLimit {
     budget: usize,
+    layout: MemoryLayout,
     page_rows: usize,
-    page_bytes: usize,
-    recurrent_bytes: usize,
-    context: usize,
+    dtype: KvDtype,
 }
 
 impl KvLimit {
     /// Bytes a sequence of `prompt` tokens generating up to `max_tokens` may need.
     fn need(&self, prompt: usize, max_tokens: usize) -> usize {
-        let len = prompt.saturating_add(max_tokens.max(1)).min(self.context);
-        len.div_ceil(self.page_rows) * self.page_bytes + self.recurrent_bytes
+        let len = prompt
+            .saturating_add(max_tokens.max(1))
+            .min(self.layout.max_positions);
+        self.layout.sequence_bytes(len, self.page_rows, self.dtype)
     }
 }
 
@@ -82,8 +84,7 @@ impl Generator {
     /// queue, KV memory budget, prefix caching).
     pub fn start(model: TextModel, options: &ServeOptions, metrics: Arc<Metrics>) -> Generator {
         let (max_running, max_queue) = (options.max_running, options.max_queue);
-        let mut layout = model.decoder.new_cache(1).layout();
-        layout.max_positions = model.decoder.info().config.max_positions;
+        let layout = model.memory_layout();
         let budget = options
             .kv_cache_memory
             .unwrap_or_else(|| default_budget(&layout, model.kv_dtype, max_running));
@@ -103,12 +104,9 @@ impl Generator {
         );
         let kv = KvLimit {
             budget,
+            layout,
             page_rows: config.memory.page_rows,
-            page_bytes: layout
-                .page_shape(config.memory.page_rows, model.kv_dtype)
-                .page_bytes(),
-            recurrent_bytes: layout.recurrent_bytes(),
-            context: layout.max_positions,
+            dtype: model.kv_dtype,
         };
         let model = Arc::new(model);
         let (tx, rx) = mpsc::channel::<Submit>();

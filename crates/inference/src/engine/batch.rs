@@ -93,9 +93,7 @@ impl<'m> BatchEngine<'m> {
 
     /// An engine set up by `config`.
     pub fn with_config(model: &'m TextModel, config: EngineConfig) -> Self {
-        let mut layout = model.decoder.new_cache(1).layout();
-        layout.max_positions = model.decoder.info().config.max_positions;
-        let memory = KvMemory::new(layout, model.kv_dtype, &config.memory);
+        let memory = KvMemory::new(model.memory_layout(), model.kv_dtype, &config.memory);
         Self::with_memory(model, config, memory)
     }
 
@@ -156,8 +154,7 @@ impl<'m> BatchEngine<'m> {
             .min(context);
         // A sequence that could never fit in the memory budget on its own is refused now.
         let stats = self.memory.stats();
-        let need = max_len.div_ceil(self.memory.page_rows()) * stats.page_bytes
-            + self.memory.layout().recurrent_bytes();
+        let need = self.memory.sequence_bytes(max_len);
         if need > stats.budget_bytes {
             return Err(Error::InvalidInput(format!(
                 "the request needs up to {max_len} tokens of KV memory ({need} bytes); the budget is {} bytes (--kv-cache-memory)",
@@ -196,7 +193,6 @@ impl<'m> BatchEngine<'m> {
         slot.computed = cached;
         slot.state = Some(state);
         slot.keep_state = true;
-        slot.admitted_once = true;
         slot.started = Some(Instant::now());
         self.waiting.push_back(slot);
         Ok(id)

@@ -27,9 +27,8 @@ pub struct Session {
 impl Session {
     /// An empty session for `model`, holding up to `max_len` tokens (capped at its context).
     pub fn new(model: &TextModel, max_len: usize) -> Self {
-        let cache = model.new_cache(max_len);
         let memory = KvMemory::new(
-            cache.layout(),
+            model.memory_layout(),
             model.kv_dtype,
             &MemoryConfig {
                 prefix_cache: false,
@@ -38,7 +37,7 @@ impl Session {
         );
         Self {
             memory: Some(memory),
-            max_len: cache.max_len(),
+            max_len: max_len.min(model.decoder.info().config.max_positions),
             cache: None,
             ids: Vec::new(),
             checkpoint: None,

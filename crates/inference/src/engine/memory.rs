@@ -45,15 +45,11 @@ pub fn available_memory() -> Option<usize> {
 /// for each of them to reach the full context, but at most half the memory available now
 /// (4 GiB when that is unknown), and at least 64 pages.
 pub fn default_budget(layout: &MemoryLayout, dtype: KvDtype, max_running: usize) -> usize {
-    let page = layout
-        .page_shape(DEFAULT_PAGE_ROWS, dtype)
-        .page_bytes()
-        .max(1);
-    let per_seq =
-        layout.max_positions.div_ceil(DEFAULT_PAGE_ROWS) * page + layout.recurrent_bytes();
+    let per_seq = layout.sequence_bytes(layout.max_positions, DEFAULT_PAGE_ROWS, dtype);
     let want = per_seq.saturating_mul(max_running.max(1));
     let half = available_memory().map_or(4 << 30, |a| a / 2);
-    want.min(half).max(64 * page + layout.recurrent_bytes())
+    want.min(half)
+        .max(layout.sequence_bytes(64 * DEFAULT_PAGE_ROWS, DEFAULT_PAGE_ROWS, dtype))
 }
 
 /// A reading of the memory's use (for `/metrics` and benchmarks).
@@ -112,6 +108,13 @@ impl KvMemory {
     /// The layout of the sequences' states.
     pub fn layout(&self) -> &MemoryLayout {
         &self.layout
+    }
+
+    /// Bytes a sequence of up to `tokens` tokens may take in this memory.
+    pub fn sequence_bytes(&self, tokens: usize) -> usize {
+        let shape = self.pool.shape();
+        self.layout
+            .sequence_bytes(tokens, shape.page_rows, shape.dtype)
     }
 
     /// Tokens per page.
@@ -213,13 +216,6 @@ impl KvMemory {
         self.cache
             .as_ref()
             .is_some_and(|c| c.has_snapshot(hashes, pages))
-    }
-
-    /// The chained page hashes of `tokens`, continuing `hashes`.
-    pub fn extend_hashes(&self, tokens: &[u32], hashes: &mut Vec<u64>) {
-        if let Some(c) = &self.cache {
-            c.extend_hashes(tokens, hashes);
-        }
     }
 
     /// Drops every cached entry no sequence holds.

@@ -42,11 +42,10 @@ pub(crate) struct Slot<'m> {
     pub keep_state: bool,
     /// With `keep_state` on a recurrent model: the state at the end of the prompt.
     pub checkpoint: Option<SeqState>,
-    /// When it was first admitted, and when it sampled its first token.
+    /// When it was first admitted (its cached prompt tokens are counted then only), and
+    /// when it sampled its first token.
     pub started: Option<Instant>,
     pub first_token: Option<Instant>,
-    /// Whether the cached prompt tokens were counted (first admission only).
-    pub admitted_once: bool,
 }
 
 impl<'m> Slot<'m> {
@@ -66,7 +65,6 @@ impl<'m> Slot<'m> {
             checkpoint: None,
             started: None,
             first_token: None,
-            admitted_once: false,
         }
     }
 
@@ -279,8 +277,7 @@ fn admit(slot: &mut Slot<'_>, memory: &mut KvMemory) -> Result<()> {
     }
     slot.computed = reused;
     slot.state = Some(state);
-    if !slot.admitted_once {
-        slot.admitted_once = true;
+    if slot.started.is_none() {
         slot.seq
             .set_cached_prompt_tokens(reused.min(slot.prompt_len()));
         slot.started = Some(Instant::now());

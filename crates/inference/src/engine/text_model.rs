@@ -8,7 +8,7 @@ use crate::chat::{ChatMessage, ChatTemplate, RenderOptions};
 use crate::model::decoder::{load_decoder_from, Decoder};
 use crate::model::source::TensorSource;
 use crate::model::source::WeightMode;
-use crate::state::{KvDtype, SeqState};
+use crate::state::{KvDtype, MemoryLayout, SeqState};
 use crate::tokenizer::Tokenizer;
 use crate::{Error, Result};
 
@@ -138,6 +138,13 @@ impl TextModel {
             bos_prefix,
             kv_dtype: KvDtype::F32,
         })
+    }
+
+    /// The per-sequence memory the decoder needs (layer kinds, row width, its context).
+    pub fn memory_layout(&self) -> MemoryLayout {
+        let mut layout = self.decoder.new_cache(1).layout();
+        layout.max_positions = self.decoder.info().config.max_positions;
+        layout
     }
 
     /// An empty state for a new sequence of at most `max_len` tokens, with [`Self::kv_dtype`].

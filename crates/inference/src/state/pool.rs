@@ -178,11 +178,6 @@ impl PagePool {
         self.budget().saturating_sub(self.used_bytes()) / bytes
     }
 
-    /// Whether both handles share one pool.
-    pub fn same(&self, other: &PagePool) -> bool {
-        Arc::ptr_eq(&self.inner, &other.inner)
-    }
-
     fn full(&self, what: &str, bytes: usize) -> Error {
         Error::OutOfMemory(format!(
             "{what} needs {bytes} more bytes; the KV memory budget of {} bytes has {} in use",

@@ -81,6 +81,13 @@ impl MemoryLayout {
             .sum()
     }
 
+    /// Bytes a sequence of up to `tokens` tokens may take: its pages (of `page_rows` tokens,
+    /// keys and values as `dtype`) and its recurrent state.
+    pub fn sequence_bytes(&self, tokens: usize, page_rows: usize, dtype: KvDtype) -> usize {
+        let page = self.page_shape(page_rows, dtype).page_bytes();
+        tokens.div_ceil(page_rows.max(1)).saturating_mul(page) + self.recurrent_bytes()
+    }
+
     /// The page shape of this layout.
     pub fn page_shape(&self, page_rows: usize, dtype: KvDtype) -> PageShape {
         PageShape {
@@ -441,20 +448,6 @@ impl SeqState {
         Ok(())
     }
 
-    /// Pages a pass of `n` new tokens would take from the pool (new pages, plus a copy of a
-    /// shared page it would write into).
-    pub fn pages_needed(&self, n: usize) -> usize {
-        if n == 0 || !self.has_attention() {
-            return 0;
-        }
-        let p = self.page_rows();
-        let need = (self.len + n).div_ceil(p);
-        let first = self.len / p;
-        let cow =
-            usize::from(first < self.pages.len() && Arc::strong_count(&self.pages[first]) > 1);
-        need.saturating_sub(self.pages.len()) + cow
-    }
-
     fn has_attention(&self) -> bool {
         self.slots.iter().any(Option::is_some)
     }
@@ -602,7 +595,6 @@ mod tests {
         assert_eq!(a.keys(0).gather_f32(0..40), rows);
         // A fork shares both pages; writing into the partly filled one copies it.
         let mut b = a.clone();
-        assert_eq!(b.pages_needed(1), 1);
         b.append(0, &[-1.0, -1.0], &[-2.0, -2.0]);
         b.commit(1);
         assert!(Arc::ptr_eq(&a.pages()[0], &b.pages()[0]));

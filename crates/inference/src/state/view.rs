@@ -24,14 +24,6 @@ impl<'a> KvRows<'a> {
         }
     }
 
-    /// The values `range` (panics if out of bounds).
-    pub fn slice(self, range: Range<usize>) -> KvRows<'a> {
-        match self {
-            KvRows::F32(x) => KvRows::F32(&x[range]),
-            KvRows::F16(x) => KvRows::F16(&x[range]),
-        }
-    }
-
     /// Number of stored values.
     pub fn len(&self) -> usize {
         match self {
