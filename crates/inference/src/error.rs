@@ -90,6 +90,10 @@ pub enum Error {
     /// A chat template that does not compile, or whose render failed (incl. `raise_exception`).
     #[error("chat template: {0}")]
     ChatTemplate(String),
+    /// A compute device that cannot be used: not built in, no driver, no such device, or a
+    /// failed device call (the message names which).
+    #[error("device: {0}")]
+    Device(String),
 }
 
 /// Shorthand for `Result<T, lattice_inference::Error>`.

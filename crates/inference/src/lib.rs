@@ -6,7 +6,9 @@
 //! - [`tokenizer`]: `tokenizer.json` / `vocab.txt` → normalize → pre-tokenize → WordPiece →
 //!   post-process (special tokens, pairs, truncation, offsets).
 //! - [`sentencepiece`]: SentencePiece `.model` files: protobuf, charsmap normalizer, Unigram.
-//! - [`backend`]: CPU kernels behind runtime SIMD dispatch; the only place with intrinsics.
+//! - [`backend`]: the device seam ([`backend::Device`]): CPU kernels behind runtime SIMD dispatch,
+//!   and (feature `cuda`) NVRTC-compiled CUDA kernels and cuBLAS; the only place with intrinsics.
+//! - [`tensor`]: activations on a device ([`tensor::Tensor`]); ops dispatch on where they live.
 //! - [`ops`]: shape-checked safe ops over the kernels (linear, norms, activations).
 //! - [`attention`]: packed variable-length scaled dot-product attention.
 //! - [`model`]: one file per architecture (BERT, MPNet) written as calls to ops, plus heads
@@ -26,6 +28,7 @@ pub mod quant;
 pub mod sample;
 pub mod sentencepiece;
 pub mod state;
+pub mod tensor;
 pub mod tokenizer;
 
 pub use error::{Error, Result};

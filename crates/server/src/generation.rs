@@ -85,9 +85,14 @@ impl Generator {
     pub fn start(model: TextModel, options: &ServeOptions, metrics: Arc<Metrics>) -> Generator {
         let (max_running, max_queue) = (options.max_running, options.max_queue);
         let layout = model.memory_layout();
-        let budget = options
-            .kv_cache_memory
-            .unwrap_or_else(|| default_budget(&layout, model.kv_dtype, max_running));
+        let budget = options.kv_cache_memory.unwrap_or_else(|| {
+            default_budget(
+                &layout,
+                model.kv_dtype,
+                max_running,
+                &model.decoder.info().device,
+            )
+        });
         let config = EngineConfig {
             max_running,
             memory: MemoryConfig {

@@ -24,6 +24,9 @@ pub struct Args {
     /// normalizes), for models trained for it (e.g. Qwen3-Embedding, 32..full).
     #[arg(long)]
     dimensions: Option<usize>,
+    /// Where the model runs (`cpu`; GPUs are not yet supported for encoders).
+    #[arg(long, default_value = "cpu")]
+    device: String,
     /// Texts to embed (after those of --input).
     texts: Vec<String>,
 }
@@ -35,6 +38,7 @@ struct Line<'a> {
 
 /// Runs the subcommand.
 pub fn run(args: Args) -> anyhow::Result<()> {
+    super::encoder_device(&args.device)?;
     let texts = super::input::read_texts(args.input.as_deref(), &args.texts)?;
     let options = EmbedderOptions {
         dimensions: args.dimensions,

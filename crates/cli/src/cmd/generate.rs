@@ -6,9 +6,10 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use anyhow::Context;
+use lattice_inference::backend::Device;
 use lattice_inference::chat::{ChatMessage, RenderOptions};
 use lattice_inference::engine::{generate, GenerateRequest, Generation, TextModel};
-use lattice_inference::model::source::WeightMode;
+use lattice_inference::model::source::{Placement, WeightMode};
 use lattice_inference::sample::SamplingParams;
 use lattice_inference::state::KvDtype;
 
@@ -83,6 +84,9 @@ pub struct ModelArgs {
     /// Worker threads (default: all cores).
     #[arg(long)]
     pub threads: Option<usize>,
+    /// Where the model runs: `cpu`, `cuda` or `cuda:N` (needs a build with `--features cuda`).
+    #[arg(long, default_value = "cpu")]
+    pub device: String,
 }
 
 impl ModelArgs {
@@ -103,16 +107,17 @@ impl ModelArgs {
         } else {
             WeightMode::Quantized
         };
+        let device = Device::open(&self.device)?;
         let path = super::resolve_model(&self.model)?;
         let t0 = std::time::Instant::now();
-        let mut model = TextModel::load(&path, mode)
+        let mut model = TextModel::load_on(&path, &Placement::new(mode, device.clone()))
             .with_context(|| format!("cannot load model `{}`", self.model.display()))?;
         if self.kv_f16 {
             model.kv_dtype = KvDtype::F16;
         }
         let c = &model.decoder.info().config;
         eprintln!(
-            "loaded {} ({} layers, hidden {}, vocab {}, {} weights) in {:.2} s",
+            "loaded {} ({} layers, hidden {}, vocab {}, {} weights) on {device:?} in {:.2} s",
             c.model_type,
             c.n_layers,
             c.hidden_size,

@@ -28,6 +28,18 @@ pub fn print_jsonl<T: serde::Serialize>(items: impl IntoIterator<Item = T>) -> a
     Ok(())
 }
 
+/// Checks `--device` for the encoder commands (embed, rerank), which run on the CPU only for
+/// now: anything else is refused with the reason rather than ignored.
+pub fn encoder_device(spec: &str) -> anyhow::Result<()> {
+    let device = lattice_inference::backend::Device::open(spec)?;
+    if !device.is_cpu() {
+        anyhow::bail!(
+            "encoder models (embeddings, reranking) do not run on {device} yet; use --device cpu"
+        );
+    }
+    Ok(())
+}
+
 /// A `--model` argument as a local path: an existing file or folder as is, else a hub id
 /// (`ORG/NAME[@REV]`) through the Hugging Face cache, downloaded when missing.
 pub fn resolve_model(model: &std::path::Path) -> anyhow::Result<std::path::PathBuf> {

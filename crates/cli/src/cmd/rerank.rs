@@ -21,6 +21,9 @@ pub struct Args {
     /// Print raw logits instead of activated scores.
     #[arg(long)]
     raw: bool,
+    /// Where the model runs (`cpu`; GPUs are not yet supported for encoders).
+    #[arg(long, default_value = "cpu")]
+    device: String,
     /// Passages (after those of --input).
     passages: Vec<String>,
 }
@@ -33,6 +36,7 @@ struct Line {
 
 /// Runs the subcommand.
 pub fn run(args: Args) -> anyhow::Result<()> {
+    super::encoder_device(&args.device)?;
     let passages = super::input::read_texts(args.input.as_deref(), &args.passages)?;
     let reranker = Reranker::load_dir(&super::resolve_model(&args.model)?)
         .with_context(|| format!("cannot load cross-encoder {}", args.model.display()))?;

@@ -56,6 +56,10 @@ pub struct Args {
     /// Store the KV caches in f16 (half the memory per sequence).
     #[arg(long)]
     kv_f16: bool,
+    /// Where the generation model runs: `cpu`, `cuda` or `cuda:N` (a build with
+    /// `--features cuda`); embedding and rerank models run on the CPU.
+    #[arg(long, default_value = "cpu")]
+    device: String,
     /// KV memory for all sequences: pages of keys and values, recurrent state and cached
     /// prefixes (e.g. `2GiB`, `512MiB`, `1.5G`; default: enough for --max-running full
     /// contexts, at most half the free memory). Requests beyond it wait or are preempted.
@@ -97,6 +101,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             bf16: args.bf16,
             kv_f16: args.kv_f16,
             threads: args.threads,
+            device: args.device.clone(),
         };
         let text_model = loader.load()?;
         let arg = model.to_string_lossy();

@@ -5,6 +5,7 @@
 //! otherwise.
 
 use crate::state::SeqState;
+use crate::tensor::{Storage, Tensor};
 use crate::{Error, Result};
 
 use super::causal::{cached_attention, cached_decode_batch, CausalShape};
@@ -71,4 +72,54 @@ pub fn attend(
         row0 += n;
     }
     Ok(ctx)
+}
+
+/// [`attend`] on tensors, on the device they (and the states' pages) live on.
+#[allow(clippy::too_many_arguments)]
+pub fn attend_tensors(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    seq_lens: &[usize],
+    states: &mut [&mut SeqState],
+    layer: usize,
+    shape: &CausalShape,
+    scale: f32,
+) -> Result<Tensor> {
+    let rows = q.rows();
+    let q_dim = shape.n_heads * shape.head_dim;
+    match (q.storage(), k.storage(), v.storage()) {
+        (Storage::Cpu(q), Storage::Cpu(k), Storage::Cpu(v)) => Ok(Tensor::cpu(
+            rows,
+            q_dim,
+            attend(q, k, v, seq_lens, states, layer, shape, scale)?,
+        )),
+        #[cfg(feature = "cuda")]
+        (Storage::Cuda(qs), Storage::Cuda(ks), Storage::Cuda(vs)) => {
+            let kv_dim = shape.n_kv_heads * shape.head_dim;
+            if q.cols() != q_dim
+                || (k.rows(), k.cols()) != (rows, kv_dim)
+                || (v.rows(), v.cols()) != (rows, kv_dim)
+                || seq_lens.iter().sum::<usize>() != rows
+                || seq_lens.len() != states.len()
+            {
+                return Err(Error::Shape {
+                    op: "attend",
+                    reason: format!(
+                        "q {:?}, k {:?}, v {:?} for sequences of {seq_lens:?} tokens ({} states)",
+                        (q.rows(), q.cols()),
+                        (k.rows(), k.cols()),
+                        (v.rows(), v.cols()),
+                        states.len()
+                    ),
+                });
+            }
+            let out = crate::backend::cuda::attend_paged(
+                &qs.dev, &qs.buf, &ks.buf, &vs.buf, seq_lens, states, layer, shape, scale,
+            )?;
+            Ok(Tensor::cuda(&qs.dev, rows, q_dim, out))
+        }
+        #[cfg(feature = "cuda")]
+        _ => Err(crate::tensor::mixed("attend")),
+    }
 }

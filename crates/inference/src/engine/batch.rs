@@ -78,6 +78,14 @@ pub struct BatchEngine<'m> {
     next_id: u64,
 }
 
+/// What a step's forward pass returned (see `BatchEngine::forward`).
+enum StepOutput {
+    /// Logits of the last row of each scheduled request: f32 [requests, vocab].
+    Logits(Vec<f32>),
+    /// The argmax token of each scheduled request's last row.
+    Tokens(Vec<u32>),
+}
+
 impl<'m> BatchEngine<'m> {
     /// An engine that runs at most `max_running` sequences at once, with unbounded memory and
     /// prefix caching.
@@ -93,7 +101,12 @@ impl<'m> BatchEngine<'m> {
 
     /// An engine set up by `config`.
     pub fn with_config(model: &'m TextModel, config: EngineConfig) -> Self {
-        let memory = KvMemory::new(model.memory_layout(), model.kv_dtype, &config.memory);
+        let memory = KvMemory::new(
+            model.memory_layout(),
+            model.kv_dtype,
+            &config.memory,
+            &model.decoder.info().device,
+        );
         Self::with_memory(model, config, memory)
     }
 
@@ -249,14 +262,20 @@ impl<'m> BatchEngine<'m> {
             self.scheduler
                 .schedule(&mut self.waiting, &mut self.running, &mut self.memory)?;
         if !schedule.work.is_empty() {
-            let logits = self.forward(&schedule)?;
-            self.update_from_output(&schedule, &logits, on_update);
+            let output = self.forward(&schedule)?;
+            self.update_from_output(&schedule, &output, on_update);
         }
         Ok(self.reap())
     }
 
-    /// One forward pass over the scheduled tokens of every request in `schedule`.
-    fn forward(&mut self, schedule: &Schedule) -> Result<Vec<f32>> {
+    /// One forward pass over the scheduled tokens of every request in `schedule`: the tokens
+    /// themselves when every request picks the argmax (the model picks them where the logits
+    /// are, so a GPU sends back ids, not logits), else the logits.
+    fn forward(&mut self, schedule: &Schedule) -> Result<StepOutput> {
+        let greedy = schedule
+            .work
+            .iter()
+            .all(|&(i, _)| self.running[i].seq.picks_argmax());
         let mut ids = Vec::new();
         let mut lens = Vec::with_capacity(schedule.work.len());
         for &(i, n) in &schedule.work {
@@ -273,19 +292,22 @@ impl<'m> BatchEngine<'m> {
             }
         }
         let batch = ForwardBatch::tokens(&ids, &lens, RowOutputs::LastLogits);
-        self.model.decoder.forward_batch(&batch, &mut states)
+        Ok(if greedy {
+            StepOutput::Tokens(self.model.decoder.forward_greedy(&batch, &mut states)?)
+        } else {
+            StepOutput::Logits(self.model.decoder.forward_batch(&batch, &mut states)?)
+        })
     }
 
-    /// Takes the step's logits: advances each request's computed tokens, keeps finished pages
+    /// Takes the step's output: advances each request's computed tokens, keeps finished pages
     /// (and recurrent snapshots at the prompt's snapshot positions) in the prefix cache, and samples the next
     /// token of every request whose history is now all computed.
     fn update_from_output(
         &mut self,
         schedule: &Schedule,
-        logits: &[f32],
+        output: &StepOutput,
         on_update: &mut dyn FnMut(StepUpdate<'_>) -> bool,
     ) {
-        let vocab = logits.len() / schedule.work.len().max(1);
         let p = self.memory.page_rows();
         let recurrent = self.memory.layout().is_recurrent();
         for (row, &(i, n)) in schedule.work.iter().enumerate() {
@@ -318,8 +340,14 @@ impl<'m> BatchEngine<'m> {
             }
             let room = slot.computed < slot.max_len;
             let first = slot.first_token.is_none();
-            slot.seq
-                .accept(&logits[row * vocab..(row + 1) * vocab], room, &mut |_| true);
+            match output {
+                StepOutput::Logits(logits) => {
+                    let vocab = logits.len() / schedule.work.len().max(1);
+                    let row = &logits[row * vocab..(row + 1) * vocab];
+                    slot.seq.accept(row, room, &mut |_| true)
+                }
+                StepOutput::Tokens(ids) => slot.seq.accept_token(ids[row], room, &mut |_| true),
+            };
             if first {
                 slot.first_token = Some(Instant::now());
             }

@@ -34,6 +34,7 @@ impl Session {
                 prefix_cache: false,
                 ..MemoryConfig::default()
             },
+            &model.decoder.info().device,
         );
         Self {
             memory: Some(memory),

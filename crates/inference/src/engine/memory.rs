@@ -3,6 +3,7 @@
 //! pages evict unused cached pages first; snapshots of recurrent state are kept at page
 //! boundaries so hybrid models reuse prefixes too).
 
+use crate::backend::Device;
 use crate::state::{
     KvDtype, MemoryLayout, PagePool, PrefixCache, PrefixHit, PrefixStats, RecurrentSnapshot,
     SeqState, DEFAULT_PAGE_ROWS,
@@ -41,14 +42,24 @@ pub fn available_memory() -> Option<usize> {
     Some(kib * 1024)
 }
 
-/// The default KV memory budget for `max_running` sequences of a model with `layout`: enough
-/// for each of them to reach the full context, but at most half the memory available now
-/// (4 GiB when that is unknown), and at least 64 pages.
-pub fn default_budget(layout: &MemoryLayout, dtype: KvDtype, max_running: usize) -> usize {
+/// The default KV memory budget for `max_running` sequences of a model with `layout` whose
+/// pages live on `device`: enough for each of them to reach the full context, but at most half
+/// the host memory available now (4 GiB when that is unknown) or 80% of the GPU's free memory
+/// (the weights are loaded by then), and at least 64 pages.
+pub fn default_budget(
+    layout: &MemoryLayout,
+    dtype: KvDtype,
+    max_running: usize,
+    device: &Device,
+) -> usize {
     let per_seq = layout.sequence_bytes(layout.max_positions, DEFAULT_PAGE_ROWS, dtype);
     let want = per_seq.saturating_mul(max_running.max(1));
-    let half = available_memory().map_or(4 << 30, |a| a / 2);
-    want.min(half)
+    let room = match device {
+        Device::Cpu => available_memory().map_or(4 << 30, |a| a / 2),
+        #[cfg(feature = "cuda")]
+        Device::Cuda(d) => d.memory().map_or(4 << 30, |(free, _)| free / 10 * 8),
+    };
+    want.min(room)
         .max(layout.sequence_bytes(64 * DEFAULT_PAGE_ROWS, DEFAULT_PAGE_ROWS, dtype))
 }
 
@@ -89,12 +100,15 @@ pub struct KvMemory {
 impl KvMemory {
     /// Memory for sequences of a model whose states look like `layout`, keys and values
     /// stored as `dtype`.
-    pub fn new(layout: MemoryLayout, dtype: KvDtype, config: &MemoryConfig) -> Self {
+    /// `device` holds the pages.
+    pub fn new(
+        layout: MemoryLayout,
+        dtype: KvDtype,
+        config: &MemoryConfig,
+        device: &Device,
+    ) -> Self {
         let shape = layout.page_shape(config.page_rows.max(1), dtype);
-        let pool = match config.budget {
-            Some(b) => PagePool::new(shape, b),
-            None => PagePool::unbounded(shape),
-        };
+        let pool = PagePool::on_device(device, shape, config.budget.unwrap_or(usize::MAX));
         Self {
             layout,
             pool,

@@ -94,12 +94,47 @@ impl<'m> Sequence<'m> {
                 top: top_logprobs(logits, n),
             });
         }
-        self.out.token_ids.push(picked.token);
-        self.history.push(picked.token);
-        if !self.req.ignore_eos && self.model.stop_token_ids.contains(&picked.token) {
+        self.push_token(picked.token, room, on_text)
+    }
+
+    /// Whether the next token is the plain argmax of the logits (greedy, no penalties, no
+    /// log-probabilities), so the model may pick it where the logits are
+    /// ([`Sequence::accept_token`]).
+    pub fn picks_argmax(&self) -> bool {
+        let p = &self.req.sampling;
+        p.is_greedy()
+            && p.repetition_penalty == 1.0
+            && p.presence_penalty == 0.0
+            && p.frequency_penalty == 0.0
+            && self.req.logprobs.is_none()
+    }
+
+    /// [`Sequence::accept`] of a token the model already picked (see
+    /// [`Sequence::picks_argmax`]).
+    pub fn accept_token(
+        &mut self,
+        token: u32,
+        room: bool,
+        on_text: &mut dyn FnMut(&str) -> bool,
+    ) -> Option<u32> {
+        if self.done {
+            return None;
+        }
+        self.push_token(token, room, on_text)
+    }
+
+    fn push_token(
+        &mut self,
+        token: u32,
+        room: bool,
+        on_text: &mut dyn FnMut(&str) -> bool,
+    ) -> Option<u32> {
+        self.out.token_ids.push(token);
+        self.history.push(token);
+        if !self.req.ignore_eos && self.model.stop_token_ids.contains(&token) {
             return self.end(FinishReason::Stop, on_text);
         }
-        if let Some(piece) = self.stream.step(picked.token) {
+        if let Some(piece) = self.stream.step(token) {
             match self.stops.push(&piece) {
                 StopResult::Continue(text) => {
                     self.out.text.push_str(&text);
@@ -119,7 +154,7 @@ impl<'m> Sequence<'m> {
         if self.out.token_ids.len() >= self.req.max_tokens || !room {
             return self.end(FinishReason::Length, on_text);
         }
-        Some(picked.token)
+        Some(token)
     }
 
     /// Ends the sequence; at the length limit, text held back for stop strings is released.

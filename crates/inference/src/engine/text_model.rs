@@ -6,8 +6,8 @@ use serde_json::Value;
 
 use crate::chat::{ChatMessage, ChatTemplate, RenderOptions};
 use crate::model::decoder::{load_decoder_from, Decoder};
-use crate::model::source::TensorSource;
 use crate::model::source::WeightMode;
+use crate::model::source::{Placement, TensorSource};
 use crate::state::{KvDtype, MemoryLayout, SeqState};
 use crate::tokenizer::Tokenizer;
 use crate::{Error, Result};
@@ -67,8 +67,13 @@ impl TextModel {
     /// Loads a model folder (config.json, safetensors, tokenizer files, optional
     /// generation_config.json) or a `.gguf` file. `mode` applies to GGUF weights.
     pub fn load(path: &Path, mode: WeightMode) -> Result<Self> {
+        Self::load_on(path, &Placement::from(mode))
+    }
+
+    /// [`TextModel::load`] with the weights, activations and KV pages on `place.device`.
+    pub fn load_on(path: &Path, place: &Placement) -> Result<Self> {
         let source = TensorSource::open(path)?;
-        let decoder = load_decoder_from(&source, mode)?;
+        let decoder = load_decoder_from(&source, place)?;
         let mut stop_token_ids = decoder.info().config.eos_token_ids.clone();
         let (tokenizer, chat_template, bos_prefix) = match &source {
             TensorSource::Safetensors { .. } => {

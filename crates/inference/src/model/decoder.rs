@@ -7,6 +7,7 @@ use std::path::Path;
 
 use serde_json::Value;
 
+use crate::backend::Device;
 use crate::io::gguf::GgufFile;
 use crate::ops::{Linear, RmsNorm, RopeConfig, RopeScaling};
 use crate::state::SeqState;
@@ -15,6 +16,7 @@ use crate::{Error, Result};
 use super::batch::{BatchInput, ForwardBatch, RowOutputs};
 use super::hybrid::HybridConfig;
 use super::source::{EmbeddingTable, WeightMode};
+use crate::tensor::Tensor;
 
 /// Decoder architectures that share the Llama layer structure.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -440,6 +442,8 @@ pub struct DecoderInfo {
     pub weight_mode: WeightMode,
     /// Bytes of weights a single decode step reads (every matrix once).
     pub weight_bytes: usize,
+    /// Where the weights, activations and KV pages live.
+    pub device: Device,
 }
 
 /// A causal language model over per-sequence states.
@@ -474,6 +478,34 @@ pub trait Decoder: Send + Sync {
         self.forward_batch(&ForwardBatch::tokens(ids, lens, outputs.into()), caches)
     }
 
+    /// [`Decoder::forward_batch`] for greedy decoding: the argmax token of the last row of each
+    /// sequence (`batch.outputs` is ignored). Models on a GPU pick there, so only the ids come
+    /// back; the default picks from the logits on the host, as the sampler's greedy choice does.
+    fn forward_greedy(
+        &self,
+        batch: &ForwardBatch<'_>,
+        states: &mut [&mut SeqState],
+    ) -> Result<Vec<u32>> {
+        let mut last = batch.clone();
+        last.outputs = RowOutputs::LastLogits;
+        crate::backend::cpu::on_pool(|| self.greedy_on_pool(&last, states))
+    }
+
+    /// [`Decoder::forward_greedy`]'s body on a worker of the thread pool; `batch` asks for the
+    /// last rows' logits.
+    fn greedy_on_pool(
+        &self,
+        batch: &ForwardBatch<'_>,
+        states: &mut [&mut SeqState],
+    ) -> Result<Vec<u32>> {
+        let logits = self.forward_on_pool(batch, states)?;
+        let vocab = self.info().config.vocab_size;
+        Ok(logits
+            .chunks_exact(vocab)
+            .map(|row| crate::sample::processors::argmax(row) as u32)
+            .collect())
+    }
+
     /// [`Decoder::forward_batch`]'s body, run on a worker of the thread pool (see
     /// [`crate::backend::cpu::on_pool`]); implementations provide this one.
     fn forward_on_pool(
@@ -499,6 +531,46 @@ pub(crate) fn embed_rows(
             Ok(x)
         }
         BatchInput::Embeddings(x) => Ok(x.to_vec()),
+    }
+}
+
+/// [`embed_rows`] as a tensor on `device`.
+pub(crate) fn embed_tensor(
+    table: &EmbeddingTable,
+    batch: &ForwardBatch<'_>,
+    width: usize,
+    device: &Device,
+) -> Result<Tensor> {
+    match batch.input {
+        BatchInput::Tokens(ids) => table.lookup_tensor(ids, device),
+        BatchInput::Embeddings(x) => {
+            Tensor::from_host(device, x.len() / width.max(1), width, x.to_vec())
+        }
+    }
+}
+
+/// [`finish_batch`] over a tensor `x` [rows, width] on any device; the result stays there.
+pub(crate) fn finish_tensor(
+    x: Tensor,
+    batch: &ForwardBatch<'_>,
+    states: &mut [&mut SeqState],
+    norm: &RmsNorm,
+    head: Option<&Linear>,
+) -> Result<Tensor> {
+    for (&len, state) in batch.seq_lens.iter().zip(states.iter_mut()) {
+        state.commit(len);
+    }
+    let mut hidden = match batch.output_rows() {
+        Some(rows) => x.gather_rows(&rows)?,
+        None => x,
+    };
+    norm.apply(&mut hidden)?;
+    match (&batch.outputs, head) {
+        (RowOutputs::AllHidden, _) => Ok(hidden),
+        (_, Some(head)) => head.apply(&hidden),
+        (_, None) => Err(Error::InvalidInput(
+            "this model was loaded without its output head (as an encoder)".into(),
+        )),
     }
 }
 
@@ -535,4 +607,4 @@ pub(crate) fn finish_batch(
     }
 }
 
-pub use super::{load_decoder, load_decoder_from};
+pub use super::{load_decoder, load_decoder_from, load_decoder_on};

@@ -3,17 +3,20 @@
 //! (Qwen2: Q/K/V biases; Qwen3: per-head Q/K RMSNorm before RoPE), a SwiGLU MLP, a final RMSNorm
 //! and an output head that may reuse the embedding table.
 //!
-//! Written as calls to `ops` and `attention`; the weights come from a [`TensorSource`] by their
-//! transformers names, so safetensors checkpoints and GGUF files load through the same code.
+//! Written as calls to `ops` and `attention` over [`Tensor`]s, so the same code runs on every
+//! device; the weights come from a [`TensorSource`] by their transformers names, so
+//! safetensors checkpoints and GGUF files load through the same code.
 
-use crate::attention::{attend, CausalShape};
-use crate::ops::{silu_mul, split_columns, Linear, RmsNorm, Rope};
-use crate::state::SeqState;
+use crate::attention::{attend_tensors, CausalShape};
+use crate::backend::{Device, Op};
+use crate::ops::{argmax_rows, swiglu, Linear, RmsNorm, Rope};
+use crate::state::{LayerKind, SeqState};
+use crate::tensor::Tensor;
 use crate::Result;
 
 use super::batch::ForwardBatch;
-use super::decoder::{embed_rows, finish_batch, Decoder, DecoderConfig, DecoderInfo, Outputs};
-use super::source::{EmbeddingTable, TensorSource, WeightMode};
+use super::decoder::{embed_tensor, finish_tensor, Decoder, DecoderConfig, DecoderInfo, Outputs};
+use super::source::{EmbeddingTable, Placement, TensorSource};
 use super::{Encoder, EncoderInfo, PackedBatch};
 
 /// One transformer layer.
@@ -47,9 +50,14 @@ impl LlamaModel {
     pub fn load(
         cfg: DecoderConfig,
         src: &TensorSource,
-        mode: WeightMode,
+        place: &Placement,
         with_head: bool,
     ) -> Result<Self> {
+        place.device.require(
+            &[Op::RmsNorm, Op::Rope, Op::SiluMul, Op::AttentionF32],
+            &format!("a {} decoder", cfg.model_type),
+        )?;
+        let mode = place.mode;
         let (h, hd) = (cfg.hidden_size, cfg.head_dim);
         let (q_dim, kv_dim, inter) = (cfg.q_dim(), cfg.kv_dim(), cfg.intermediate_size);
         let embed = src.embedding("model.embed_tokens", cfg.vocab_size, h, mode)?;
@@ -87,19 +95,19 @@ impl LlamaModel {
                     &[q_dim, kv_dim, kv_dim],
                     h,
                     cfg.qkv_bias,
-                    mode,
+                    place,
                     &[Some(cfg.n_heads), Some(cfg.n_kv_heads), None],
                 )?,
                 q_norm: head_norm("q_norm")?,
                 k_norm: head_norm("k_norm")?,
-                o_proj: src.linear(&[&o], &[h], q_dim, cfg.o_bias, mode, &[])?,
+                o_proj: src.linear(&[&o], &[h], q_dim, cfg.o_bias, place, &[])?,
                 mlp_norm: norm("post_attention_layernorm")?,
                 gate_up: src.linear(
                     &[&format!("{mlp}.gate_proj"), &format!("{mlp}.up_proj")],
                     &[inter, inter],
                     h,
                     cfg.mlp_bias,
-                    mode,
+                    place,
                     &[],
                 )?,
                 down: src.linear(
@@ -107,7 +115,7 @@ impl LlamaModel {
                     &[h],
                     inter,
                     cfg.mlp_bias,
-                    mode,
+                    place,
                     &[],
                 )?,
             });
@@ -116,9 +124,9 @@ impl LlamaModel {
         let lm_head = if !with_head {
             None
         } else if cfg.tie_word_embeddings && !src.contains("lm_head", "weight") {
-            Some(embed.to_linear(mode)?)
+            Some(embed.to_linear(place)?)
         } else {
-            Some(src.linear(&["lm_head"], &[cfg.vocab_size], h, false, mode, &[])?)
+            Some(src.linear(&["lm_head"], &[cfg.vocab_size], h, false, place, &[])?)
         };
         let rope = Rope::new(&cfg.rope, hd)?;
         let weight_bytes = layers
@@ -143,6 +151,7 @@ impl LlamaModel {
                 config: cfg,
                 weight_mode: mode,
                 weight_bytes,
+                device: place.device.clone(),
             },
             embed,
             layers,
@@ -157,46 +166,54 @@ impl LlamaModel {
         &self.info.config
     }
 
-    /// One layer over the packed new tokens of every sequence.
+    /// One layer over the packed new tokens of every sequence (`x` [rows, hidden]).
     fn forward_layer(
         &self,
         layer: usize,
-        x: Vec<f32>,
+        x: Tensor,
         lens: &[usize],
         positions: &[usize],
         caches: &mut [&mut SeqState],
-    ) -> Result<Vec<f32>> {
+    ) -> Result<Tensor> {
         let cfg = self.config();
         let l = &self.layers[layer];
-        let (q_dim, kv_dim) = (cfg.q_dim(), cfg.kv_dim());
+        let (q_dim, kv_dim, hd) = (cfg.q_dim(), cfg.kv_dim(), cfg.head_dim);
+        let rows = x.rows();
 
-        let mut hn = x.clone();
-        l.attn_norm.forward_inplace(&mut hn);
-        let [mut q, mut k, v] = split_columns(&l.qkv.forward(&hn), [q_dim, kv_dim, kv_dim]);
+        let hn = l.attn_norm.norm(&x)?;
+        let [mut q, mut k, v] = l.qkv.apply(&hn)?.split_columns([q_dim, kv_dim, kv_dim])?;
         if let (Some(qn), Some(kn)) = (&l.q_norm, &l.k_norm) {
-            qn.forward_inplace(&mut q);
-            kn.forward_inplace(&mut k);
+            q = q.reshape(rows * cfg.n_heads, hd)?;
+            k = k.reshape(rows * cfg.n_kv_heads, hd)?;
+            qn.apply(&mut q)?;
+            kn.apply(&mut k)?;
+            q = q.reshape(rows, q_dim)?;
+            k = k.reshape(rows, kv_dim)?;
         }
-        self.rope.apply(&mut q, cfg.n_heads, positions);
-        self.rope.apply(&mut k, cfg.n_kv_heads, positions);
+        self.rope.rotate(&mut q, cfg.n_heads, positions)?;
+        self.rope.rotate(&mut k, cfg.n_kv_heads, positions)?;
 
         let shape = CausalShape {
             n_heads: cfg.n_heads,
             n_kv_heads: cfg.n_kv_heads,
-            head_dim: cfg.head_dim,
+            head_dim: hd,
             sliding_window: cfg.sliding_window,
         };
-        let scale = 1.0 / (cfg.head_dim as f32).sqrt();
-        let ctx = attend(&q, &k, &v, lens, caches, layer, &shape, scale)?;
-        Ok(self.mlp(l, l.o_proj.forward_residual(&ctx, &x)))
+        let scale = 1.0 / (hd as f32).sqrt();
+        let ctx = attend_tensors(&q, &k, &v, lens, caches, layer, &shape, scale)?;
+        let x = l.o_proj.apply_residual(&ctx, x)?;
+        self.mlp(l, x)
     }
 
     /// The feed-forward half of a layer, with its residual.
-    fn mlp(&self, l: &Layer, x: Vec<f32>) -> Vec<f32> {
-        let mut hn = x.clone();
-        l.mlp_norm.forward_inplace(&mut hn);
-        let act = silu_mul(&l.gate_up.forward(&hn), self.config().intermediate_size);
-        l.down.forward_residual(&act, &x)
+    fn mlp(&self, l: &Layer, x: Tensor) -> Result<Tensor> {
+        let hn = l.mlp_norm.norm(&x)?;
+        let act = swiglu(&l.gate_up.apply(&hn)?)?;
+        l.down.apply_residual(&act, x)
+    }
+
+    fn device(&self) -> &Device {
+        &self.info.device
     }
 }
 
@@ -207,7 +224,13 @@ impl Decoder for LlamaModel {
 
     fn new_cache(&self, max_len: usize) -> SeqState {
         let cfg = self.config();
-        SeqState::new(cfg.n_layers, cfg.kv_dim(), max_len.min(cfg.max_positions))
+        let kinds = vec![LayerKind::Attention; cfg.n_layers];
+        SeqState::with_layers_on(
+            self.device(),
+            &kinds,
+            cfg.kv_dim(),
+            max_len.min(cfg.max_positions),
+        )
     }
 
     fn forward_on_pool(
@@ -215,13 +238,28 @@ impl Decoder for LlamaModel {
         batch: &ForwardBatch<'_>,
         states: &mut [&mut SeqState],
     ) -> Result<Vec<f32>> {
+        self.run(batch, states)?.into_host()
+    }
+
+    fn greedy_on_pool(
+        &self,
+        batch: &ForwardBatch<'_>,
+        states: &mut [&mut SeqState],
+    ) -> Result<Vec<u32>> {
+        argmax_rows(&self.run(batch, states)?)
+    }
+}
+
+impl LlamaModel {
+    /// The pass: what `batch.outputs` asks for, on the model's device.
+    fn run(&self, batch: &ForwardBatch<'_>, states: &mut [&mut SeqState]) -> Result<Tensor> {
         let cfg = self.config();
         let positions = batch.validate(states, cfg.kv_dim(), cfg.hidden_size, false)?;
-        let mut x = embed_rows(&self.embed, batch, cfg.hidden_size)?;
+        let mut x = embed_tensor(&self.embed, batch, cfg.hidden_size, self.device())?;
         for layer in 0..self.layers.len() {
             x = self.forward_layer(layer, x, &batch.seq_lens, &positions, states)?;
         }
-        finish_batch(x, batch, states, &self.norm, self.lm_head.as_ref())
+        finish_tensor(x, batch, states, &self.norm, self.lm_head.as_ref())
     }
 }
 

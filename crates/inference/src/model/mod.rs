@@ -29,10 +29,10 @@ use crate::io::store::WeightStore;
 use crate::{Error, Result};
 
 use decoder::{Decoder, DecoderArch, DecoderConfig};
-use source::{TensorSource, WeightMode};
+use source::{Placement, TensorSource, WeightMode};
 
 /// Builds a decoder of one family from its configuration and weights.
-pub type DecoderLoader = fn(DecoderConfig, &TensorSource, WeightMode) -> Result<Box<dyn Decoder>>;
+pub type DecoderLoader = fn(DecoderConfig, &TensorSource, &Placement) -> Result<Box<dyn Decoder>>;
 
 /// One row of the decoder registry.
 #[derive(Debug)]
@@ -47,12 +47,12 @@ pub struct DecoderFamily {
     pub load: DecoderLoader,
 }
 
-fn load_llama(c: DecoderConfig, s: &TensorSource, m: WeightMode) -> Result<Box<dyn Decoder>> {
-    Ok(Box::new(llama::LlamaModel::load(c, s, m, true)?))
+fn load_llama(c: DecoderConfig, s: &TensorSource, p: &Placement) -> Result<Box<dyn Decoder>> {
+    Ok(Box::new(llama::LlamaModel::load(c, s, p, true)?))
 }
 
-fn load_qwen35(c: DecoderConfig, s: &TensorSource, m: WeightMode) -> Result<Box<dyn Decoder>> {
-    Ok(Box::new(qwen35::Qwen35Model::load(c, s, m)?))
+fn load_qwen35(c: DecoderConfig, s: &TensorSource, p: &Placement) -> Result<Box<dyn Decoder>> {
+    Ok(Box::new(qwen35::Qwen35Model::load(c, s, p)?))
 }
 
 /// The decoder registry.
@@ -126,9 +126,19 @@ pub fn load_decoder(path: &Path, mode: WeightMode) -> Result<Box<dyn Decoder>> {
     load_decoder_from(&TensorSource::open(path)?, mode)
 }
 
+/// [`load_decoder`] with the weights on `place.device`.
+pub fn load_decoder_on(path: &Path, place: &Placement) -> Result<Box<dyn Decoder>> {
+    load_decoder_from(&TensorSource::open(path)?, place)
+}
+
 /// [`load_decoder`] from an already opened source (whose GGUF header the caller may also read,
 /// e.g. for the tokenizer).
-pub fn load_decoder_from(source: &TensorSource, mode: WeightMode) -> Result<Box<dyn Decoder>> {
+pub fn load_decoder_from(
+    source: &TensorSource,
+    place: impl Into<Placement>,
+) -> Result<Box<dyn Decoder>> {
+    let place = place.into();
+    let mode = place.mode;
     let config = source.decoder_config()?;
     // Safetensors weights are f32 unless Q8 or bf16 was asked; GGUF files keep their own types.
     let mode = match (source, mode) {
@@ -142,7 +152,7 @@ pub fn load_decoder_from(source: &TensorSource, mode: WeightMode) -> Result<Box<
         .iter()
         .find(|f| f.arch == config.arch)
         .expect("every architecture has a registry row");
-    (family.load)(config, source, mode)
+    (family.load)(config, source, &Placement::new(mode, place.device))
 }
 
 /// A batch of sequences packed back to back.
@@ -311,7 +321,7 @@ pub fn load_encoder(dir: &Path) -> Result<Box<dyn Encoder>> {
             Ok(Box::new(llama::LlamaModel::load(
                 cfg,
                 &source,
-                source::WeightMode::F32,
+                &source::WeightMode::F32.into(),
                 false,
             )?))
         }

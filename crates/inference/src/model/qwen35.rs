@@ -21,6 +21,7 @@
 
 use crate::attention::gdn::{delta_rule_heads, log_decay, GdnInputs};
 use crate::attention::{attend, CausalShape};
+use crate::backend::Op;
 use crate::ops::{
     causal_conv1d, l2_normalize_rows, scale, sigmoid, sigmoid_gate, silu, silu_gate, silu_mul,
     split_columns, Linear, RmsNorm, Rope,
@@ -31,7 +32,7 @@ use crate::{Error, Result};
 use super::batch::ForwardBatch;
 use super::decoder::{embed_rows, finish_batch, Decoder, DecoderConfig, DecoderInfo};
 use super::hybrid::GdnConfig;
-use super::source::{EmbeddingTable, TensorSource, WeightMode};
+use super::source::{EmbeddingTable, Placement, TensorSource};
 
 #[derive(Debug)]
 struct Gdn {
@@ -87,7 +88,11 @@ fn offset_norm(src: &TensorSource, prefix: &str, dim: usize, eps: f32) -> Result
 
 impl Qwen35Model {
     /// Loads the text model described by `cfg` (with its hybrid settings) from `src`.
-    pub fn load(cfg: DecoderConfig, src: &TensorSource, mode: WeightMode) -> Result<Self> {
+    pub fn load(cfg: DecoderConfig, src: &TensorSource, place: &Placement) -> Result<Self> {
+        place
+            .device
+            .require(&[Op::GatedDeltaNet], "Qwen3.5 (hybrid)")?;
+        let mode = place.mode;
         let hybrid = cfg.hybrid.clone().ok_or_else(|| {
             Error::UnsupportedModel("a Qwen3.5 configuration without its hybrid settings".into())
         })?;
@@ -193,6 +198,7 @@ impl Qwen35Model {
             info: DecoderInfo {
                 config: cfg,
                 weight_mode: mode,
+                device: place.device.clone(),
                 weight_bytes,
             },
             gdn,

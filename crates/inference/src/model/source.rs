@@ -11,10 +11,12 @@
 use std::path::Path;
 
 use crate::backend::cpu::QuantMatrix;
+use crate::backend::{Device, Mirror};
 use crate::io::gguf_tensors::{GgufTensors, RawTensor};
 use crate::io::store::{Weight, WeightStore};
 use crate::ops::Linear;
 use crate::quant::{quantize_row, QuantType};
+use crate::tensor::Tensor;
 use crate::{Error, Result};
 
 use super::decoder::DecoderConfig;
@@ -48,6 +50,47 @@ impl WeightMode {
     }
 }
 
+/// How and where a model's matrices are held: the [`WeightMode`] and the [`Device`].
+#[derive(Debug, Clone)]
+pub struct Placement {
+    /// How matrices are held.
+    pub mode: WeightMode,
+    /// Where weights, activations and KV pages live.
+    pub device: Device,
+}
+
+impl Placement {
+    /// `mode` on `device`.
+    pub fn new(mode: WeightMode, device: Device) -> Self {
+        Self { mode, device }
+    }
+
+    /// Refuses quantized blocks on a device that cannot multiply with them.
+    fn check_quant(&self, what: &str) -> Result<()> {
+        if self.device.supports(crate::backend::Op::LinearQuant) {
+            return Ok(());
+        }
+        Err(Error::Device(format!(
+            "{what}: quantized matrices are not implemented on {} yet (dequantize them with \
+             --f32, or use a safetensors checkpoint with --bf16)",
+            self.device
+        )))
+    }
+}
+
+impl From<WeightMode> for Placement {
+    /// `mode` on the CPU.
+    fn from(mode: WeightMode) -> Self {
+        Self::new(mode, Device::Cpu)
+    }
+}
+
+impl From<&Placement> for Placement {
+    fn from(p: &Placement) -> Self {
+        p.clone()
+    }
+}
+
 /// An opened weights file or folder.
 #[derive(Debug)]
 pub enum TensorSource {
@@ -71,8 +114,8 @@ pub enum TensorSource {
 /// An embedding table, also usable as a tied output head.
 #[derive(Debug)]
 pub enum EmbeddingTable {
-    /// f32 rows.
-    F32(Weight),
+    /// f32 rows (and their copy on a GPU, made on first use there).
+    F32(Weight, Mirror),
     /// Quantized rows, dequantized on lookup.
     Quant(QuantMatrix),
 }
@@ -81,7 +124,7 @@ impl EmbeddingTable {
     /// Rows of the table.
     pub fn n_rows(&self) -> usize {
         match self {
-            EmbeddingTable::F32(w) => w.shape()[0],
+            EmbeddingTable::F32(w, _) => w.shape()[0],
             EmbeddingTable::Quant(q) => q.n_rows(),
         }
     }
@@ -96,7 +139,7 @@ impl EmbeddingTable {
             )));
         }
         match self {
-            EmbeddingTable::F32(w) => {
+            EmbeddingTable::F32(w, _) => {
                 let d = out.len();
                 out.copy_from_slice(&w.as_slice()[id * d..(id + 1) * d]);
             }
@@ -105,11 +148,50 @@ impl EmbeddingTable {
         Ok(())
     }
 
+    /// Rows `ids` as a tensor [ids.len(), dim] on `device` (looked up there when the table
+    /// is f32 and the device has a copy of it).
+    pub fn lookup_tensor(&self, ids: &[u32], device: &Device) -> Result<Tensor> {
+        let (rows, dim) = (self.n_rows(), self.dim());
+        if let Some(&bad) = ids.iter().find(|&&i| i as usize >= rows) {
+            return Err(Error::InvalidInput(format!(
+                "token id {bad} is outside the vocabulary of {rows} tokens"
+            )));
+        }
+        match (self, device) {
+            #[cfg(feature = "cuda")]
+            (EmbeddingTable::F32(w, m), Device::Cuda(d)) => {
+                let table = m.cuda(d, w.as_slice())?;
+                let y = d.embed_f32(table, rows, ids, dim)?;
+                Ok(Tensor::cuda(d, ids.len(), dim, y))
+            }
+            _ => {
+                let mut x = vec![0.0f32; ids.len() * dim];
+                for (&id, row) in ids.iter().zip(x.chunks_exact_mut(dim.max(1))) {
+                    self.lookup(id, row)?;
+                }
+                Tensor::from_host(device, ids.len(), dim, x)
+            }
+        }
+    }
+
+    /// Width of a row.
+    pub fn dim(&self) -> usize {
+        match self {
+            EmbeddingTable::F32(w, _) => w.shape()[1],
+            EmbeddingTable::Quant(q) => q.k(),
+        }
+    }
+
     /// The table as an output head (`logits = h · Eᵀ`); f32 tables are quantized to Q8_0
     /// when `mode` is [`WeightMode::Q8`], rounded to bf16 when it is [`WeightMode::Bf16`].
-    pub fn to_linear(&self, mode: WeightMode) -> Result<Linear> {
+    pub fn to_linear(&self, place: impl Into<Placement>) -> Result<Linear> {
+        let place = place.into();
+        let (mode, dev) = (place.mode, &place.device);
+        if mode == WeightMode::Q8 || matches!(self, EmbeddingTable::Quant(_)) {
+            place.check_quant("the output head")?;
+        }
         match self {
-            EmbeddingTable::F32(w) => {
+            EmbeddingTable::F32(w, _) => {
                 let (rows, cols) = (w.shape()[0], w.shape()[1]);
                 match QuantType::Q8_0.row_bytes(cols) {
                     Some(rb) if mode == WeightMode::Q8 => {
@@ -122,9 +204,9 @@ impl EmbeddingTable {
                         Linear::from_quant(vec![q], None)
                     }
                     _ if mode == WeightMode::Bf16 => {
-                        Linear::from_bf16(w.as_slice(), rows, cols, None)
+                        Linear::from_bf16_on(dev, w.as_slice(), rows, cols, None)
                     }
-                    _ => Linear::from_f32(w.as_slice(), rows, cols, None),
+                    _ => Linear::from_f32_on(dev, w.as_slice(), rows, cols, None),
                 }
             }
             EmbeddingTable::Quant(q) => Linear::from_quant(vec![q.clone()], None),
@@ -343,11 +425,10 @@ impl TensorSource {
                     t.qtype, rows, dim, t.bytes,
                 )?))
             }
-            _ => Ok(EmbeddingTable::F32(self.f32(
-                prefix,
-                "weight",
-                &[rows, dim],
-            )?)),
+            _ => Ok(EmbeddingTable::F32(
+                self.f32(prefix, "weight", &[rows, dim])?,
+                Mirror::new(),
+            )),
         }
     }
 
@@ -362,9 +443,11 @@ impl TensorSource {
         out_dims: &[usize],
         in_dim: usize,
         bias: bool,
-        mode: WeightMode,
+        place: impl Into<Placement>,
         rope_heads: &[Option<usize>],
     ) -> Result<Linear> {
+        let place = place.into();
+        let (mode, dev) = (place.mode, &place.device);
         let mut bias_values = bias.then(Vec::new);
         if let Some(b) = bias_values.as_mut() {
             for ((p, &n), heads) in prefixes
@@ -413,12 +496,13 @@ impl TensorSource {
                     .collect::<Result<Vec<_>>>()?;
                 match mode {
                     WeightMode::Quantized | WeightMode::Q8 | WeightMode::Bf16 => {
+                        place.check_quant(prefixes[0])?;
                         Linear::from_quant(parts, bias_values)
                     }
                     WeightMode::F32 => {
                         let rows: Vec<f32> =
                             parts.iter().flat_map(QuantMatrix::dequantize).collect();
-                        Linear::from_f32(&rows, out_dim, in_dim, bias_values)
+                        Linear::from_f32_on(dev, &rows, out_dim, in_dim, bias_values)
                     }
                 }
             }
@@ -434,6 +518,7 @@ impl TensorSource {
                 }
                 match QuantType::Q8_0.row_bytes(in_dim) {
                     Some(row_bytes) if mode == WeightMode::Q8 => {
+                        place.check_quant(prefixes[0])?;
                         let mut bytes = vec![0u8; out_dim * row_bytes];
                         for (src, dst) in rows
                             .chunks_exact(in_dim)
@@ -445,10 +530,10 @@ impl TensorSource {
                         Linear::from_quant(vec![q], bias_values)
                     }
                     _ if mode == WeightMode::Bf16 => {
-                        Linear::from_bf16(&rows, out_dim, in_dim, bias_values)
+                        Linear::from_bf16_on(dev, &rows, out_dim, in_dim, bias_values)
                     }
                     // Widths that are not whole Q8_0 blocks stay f32.
-                    _ => Linear::from_f32(&rows, out_dim, in_dim, bias_values),
+                    _ => Linear::from_f32_on(dev, &rows, out_dim, in_dim, bias_values),
                 }
             }
         }

@@ -6,10 +6,14 @@
 //! weights ([`QuantMatrix`], from GGUF) multiply with their blocks directly; a layer may stack
 //! several of them along the output dimension (e.g. Q, K and V of different block types).
 //! bf16 weights ([`Bf16Weights`], opt-in) multiply with bf16-rounded activations and f32 sums.
+//! On a GPU the weight is a device matrix (f32 or bf16, row-major) multiplied by cuBLAS; the
+//! tensor methods ([`Linear::apply`] and friends) run wherever the input lives.
 
 use crate::backend::cpu::bf16::{gemm_bt_bf16, Bf16Weights};
 use crate::backend::cpu::{self, PackedWeights, QuantMatrix};
+use crate::backend::{Device, Mirror};
 use crate::io::store::{Scope, Weight};
+use crate::tensor::{Storage, Tensor};
 use crate::{Error, Result};
 
 /// How a layer's weight is held.
@@ -21,6 +25,9 @@ enum LinearWeight {
     Quant(Vec<QuantMatrix>),
     /// bf16, packed in k-pairs for the bf16 dot-product kernel.
     Bf16(Bf16Weights),
+    /// On a GPU (f32 or bf16, row-major).
+    #[cfg(feature = "cuda")]
+    Cuda(crate::backend::cuda::MatrixData),
 }
 
 /// A dense layer.
@@ -30,6 +37,8 @@ pub struct Linear {
     bias: Option<Vec<f32>>, // f32 [out_dim]
     in_dim: usize,
     out_dim: usize,
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    bias_dev: Mirror,
 }
 
 impl Linear {
@@ -66,6 +75,7 @@ impl Linear {
             bias,
             in_dim,
             out_dim,
+            bias_dev: Mirror::new(),
         })
     }
 
@@ -82,6 +92,7 @@ impl Linear {
             bias,
             in_dim,
             out_dim,
+            bias_dev: Mirror::new(),
         })
     }
 
@@ -99,7 +110,66 @@ impl Linear {
             bias,
             in_dim,
             out_dim,
+            bias_dev: Mirror::new(),
         })
+    }
+
+    /// [`Linear::from_f32`] with the weights placed on `device` (f32).
+    pub fn from_f32_on(
+        device: &Device,
+        w: &[f32],
+        out_dim: usize,
+        in_dim: usize,
+        bias: Option<Vec<f32>>,
+    ) -> Result<Self> {
+        match device {
+            Device::Cpu => Self::from_f32(w, out_dim, in_dim, bias),
+            #[cfg(feature = "cuda")]
+            Device::Cuda(d) => {
+                check_parts(w.len(), out_dim * in_dim, bias.as_deref(), out_dim)?;
+                let m = crate::backend::cuda::MatrixData::F32(d.upload(w)?);
+                Ok(Self::on_gpu(m, bias, in_dim, out_dim))
+            }
+        }
+    }
+
+    /// [`Linear::from_bf16`] with the weights placed on `device` (bf16).
+    pub fn from_bf16_on(
+        device: &Device,
+        w: &[f32],
+        out_dim: usize,
+        in_dim: usize,
+        bias: Option<Vec<f32>>,
+    ) -> Result<Self> {
+        match device {
+            Device::Cpu => Self::from_bf16(w, out_dim, in_dim, bias),
+            #[cfg(feature = "cuda")]
+            Device::Cuda(d) => {
+                check_parts(w.len(), out_dim * in_dim, bias.as_deref(), out_dim)?;
+                let bits: Vec<u16> = w
+                    .iter()
+                    .map(|&x| half::bf16::from_f32(x).to_bits())
+                    .collect();
+                let m = crate::backend::cuda::MatrixData::Bf16(d.upload(&bits)?);
+                Ok(Self::on_gpu(m, bias, in_dim, out_dim))
+            }
+        }
+    }
+
+    #[cfg(feature = "cuda")]
+    fn on_gpu(
+        m: crate::backend::cuda::MatrixData,
+        bias: Option<Vec<f32>>,
+        in_dim: usize,
+        out_dim: usize,
+    ) -> Self {
+        Self {
+            weight: LinearWeight::Cuda(m),
+            bias,
+            in_dim,
+            out_dim,
+            bias_dev: Mirror::new(),
+        }
     }
 
     /// A layer from quantized matrices with the same input width, stacked along the output
@@ -119,6 +189,7 @@ impl Linear {
             bias,
             in_dim,
             out_dim,
+            bias_dev: Mirror::new(),
         })
     }
 
@@ -128,6 +199,14 @@ impl Linear {
             LinearWeight::Packed(_) => self.in_dim * self.out_dim * 4,
             LinearWeight::Bf16(_) => self.in_dim * self.out_dim * 2,
             LinearWeight::Quant(parts) => parts.iter().map(QuantMatrix::gguf_bytes).sum(),
+            #[cfg(feature = "cuda")]
+            LinearWeight::Cuda(crate::backend::cuda::MatrixData::F32(_)) => {
+                self.in_dim * self.out_dim * 4
+            }
+            #[cfg(feature = "cuda")]
+            LinearWeight::Cuda(crate::backend::cuda::MatrixData::Bf16(_)) => {
+                self.in_dim * self.out_dim * 2
+            }
         }
     }
 
@@ -187,6 +266,8 @@ impl Linear {
                 .expect("Linear: shapes checked at construction");
                 self.epilogue(y, gelu);
             }
+            #[cfg(feature = "cuda")]
+            LinearWeight::Cuda(_) => unreachable!("device weights take the tensor path"),
         }
     }
 
@@ -224,6 +305,83 @@ impl Linear {
         let mut y = residual.to_vec();
         self.run(x, &mut y, true, false);
         y
+    }
+}
+
+impl Linear {
+    /// `x` [n, in_dim] → [n, out_dim], on the device `x` lives on (the weights' device).
+    pub fn apply(&self, x: &Tensor) -> Result<Tensor> {
+        self.apply_with(x, None, false)
+    }
+
+    /// [`Linear::forward_gelu`] on a tensor.
+    pub fn apply_gelu(&self, x: &Tensor) -> Result<Tensor> {
+        self.apply_with(x, None, true)
+    }
+
+    /// [`Linear::forward_residual`] on tensors: `residual + x · Wᵀ + b`, reusing the
+    /// residual's memory for the output.
+    pub fn apply_residual(&self, x: &Tensor, residual: Tensor) -> Result<Tensor> {
+        self.apply_with(x, Some(residual), false)
+    }
+
+    fn apply_with(&self, x: &Tensor, residual: Option<Tensor>, gelu: bool) -> Result<Tensor> {
+        let m = x.rows();
+        if x.cols() != self.in_dim
+            || residual
+                .as_ref()
+                .is_some_and(|r| (r.rows(), r.cols()) != (m, self.out_dim))
+        {
+            return Err(Error::Shape {
+                op: "Linear",
+                reason: format!(
+                    "input [{m}, {}] (want rows of {}), residual {:?} (want [{m}, {}])",
+                    x.cols(),
+                    self.in_dim,
+                    residual.as_ref().map(|r| (r.rows(), r.cols())),
+                    self.out_dim
+                ),
+            });
+        }
+        match (x.storage(), &self.weight) {
+            #[cfg(feature = "cuda")]
+            (Storage::Cuda(s), LinearWeight::Cuda(w)) => {
+                let accumulate = residual.is_some();
+                let mut y = match residual.map(|r| (r.device(), r.into_storage())) {
+                    Some((_, Storage::Cuda(r))) => r.buf,
+                    Some((d, _)) => {
+                        return Err(Error::Device(format!(
+                            "Linear: residual on {d}, input on {}",
+                            x.device()
+                        )))
+                    }
+                    None => s.dev.alloc::<f32>(m * self.out_dim)?,
+                };
+                s.dev
+                    .matmul(&s.buf, m, w, self.out_dim, self.in_dim, &mut y, accumulate)?;
+                if let Some(b) = self.bias.as_deref() {
+                    let b = self.bias_dev.cuda(&s.dev, b)?;
+                    s.dev.add_bias(&mut y, b, m, self.out_dim)?;
+                }
+                if gelu {
+                    s.dev.gelu(&mut y, m * self.out_dim)?;
+                }
+                Ok(Tensor::cuda(&s.dev, m, self.out_dim, y))
+            }
+            #[cfg(feature = "cuda")]
+            (Storage::Cuda(_), _) | (_, LinearWeight::Cuda(_)) => Err(Error::Device(format!(
+                "Linear: input on {}, weights elsewhere",
+                x.device()
+            ))),
+            (Storage::Cpu(v), _) => {
+                let (mut y, accumulate) = match residual {
+                    Some(r) => (r.into_host()?, true),
+                    None => (vec![0.0f32; m * self.out_dim], false),
+                };
+                self.run(v, &mut y, accumulate, gelu);
+                Ok(Tensor::cpu(m, self.out_dim, y))
+            }
+        }
     }
 }
 

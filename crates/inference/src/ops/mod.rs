@@ -18,6 +18,8 @@ pub use rope::{Rope, RopeConfig, RopeScaling};
 pub use split::{put_columns, split_columns, take_columns};
 
 use crate::backend::cpu;
+use crate::tensor::{Storage, Tensor};
+use crate::{Error, Result};
 
 /// In-place tanh.
 pub fn tanh(x: &mut [f32]) {
@@ -103,6 +105,48 @@ pub fn silu_mul(gate_up: &[f32], width: usize) -> Vec<f32> {
         }
     }
     out
+}
+
+/// [`silu_mul`] on a tensor [n, 2 * width] → [n, width], on its device.
+pub fn swiglu(gate_up: &Tensor) -> Result<Tensor> {
+    if gate_up.cols() % 2 != 0 {
+        return Err(Error::Shape {
+            op: "swiglu",
+            reason: format!(
+                "rows of {} values (gate and up side by side)",
+                gate_up.cols()
+            ),
+        });
+    }
+    let (rows, width) = (gate_up.rows(), gate_up.cols() / 2);
+    match gate_up.storage() {
+        Storage::Cpu(v) => Ok(Tensor::cpu(rows, width, silu_mul(v, width))),
+        #[cfg(feature = "cuda")]
+        Storage::Cuda(s) => {
+            let mut out = s.dev.alloc::<f32>(rows * width)?;
+            s.dev.silu_mul(&s.buf, &mut out, rows, width)?;
+            Ok(Tensor::cuda(&s.dev, rows, width, out))
+        }
+    }
+}
+
+/// The index of the largest value of each row of `x` (the first on ties, 0 for a row without
+/// a number), computed where `x` lives: only the ids come back from a GPU.
+pub fn argmax_rows(x: &Tensor) -> Result<Vec<u32>> {
+    if x.cols() == 0 {
+        return Err(Error::Shape {
+            op: "argmax_rows",
+            reason: "rows of no values".into(),
+        });
+    }
+    match x.storage() {
+        Storage::Cpu(v) => Ok(v
+            .chunks_exact(x.cols())
+            .map(|row| crate::sample::processors::argmax(row) as u32)
+            .collect()),
+        #[cfg(feature = "cuda")]
+        Storage::Cuda(s) => s.dev.argmax_rows(&s.buf, x.rows(), x.cols()),
+    }
 }
 
 #[cfg(test)]

@@ -1,8 +1,19 @@
 //! Layer normalization (`torch.nn.LayerNorm` over the last dimension).
 
-use crate::backend::cpu;
+use crate::backend::{cpu, Mirror};
 use crate::io::store::{Scope, Weight};
-use crate::Result;
+use crate::tensor::{Storage, Tensor};
+use crate::{Error, Result};
+
+fn check_width(op: &'static str, x: &Tensor, dim: usize) -> Result<()> {
+    if x.cols() != dim {
+        return Err(Error::Shape {
+            op,
+            reason: format!("rows of {} values, weight of {dim}", x.cols()),
+        });
+    }
+    Ok(())
+}
 
 /// Layer norm with learned scale and shift.
 #[derive(Debug, Clone)]
@@ -10,6 +21,10 @@ pub struct LayerNorm {
     weight: Weight, // f32 [dim]
     bias: Weight,   // f32 [dim]
     eps: f32,
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    weight_dev: Mirror,
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    bias_dev: Mirror,
 }
 
 impl LayerNorm {
@@ -25,7 +40,29 @@ impl LayerNorm {
             weight: scope.get(w, &[dim])?,
             bias: scope.get(b, &[dim])?,
             eps,
+            weight_dev: Mirror::new(),
+            bias_dev: Mirror::new(),
         })
+    }
+
+    /// Normalizes each row of `x` [n, dim] in place, on the device it lives on.
+    pub fn apply(&self, x: &mut Tensor) -> Result<()> {
+        check_width("LayerNorm", x, self.weight.shape()[0])?;
+        #[cfg(feature = "cuda")]
+        let rows = x.rows();
+        match x.storage_mut() {
+            Storage::Cpu(v) => {
+                self.forward_inplace(v);
+                Ok(())
+            }
+            #[cfg(feature = "cuda")]
+            Storage::Cuda(s) => {
+                let w = self.weight_dev.cuda(&s.dev, self.weight.as_slice())?;
+                let b = self.bias_dev.cuda(&s.dev, self.bias.as_slice())?;
+                let dim = self.weight.shape()[0];
+                s.dev.layer_norm(&mut s.buf, w, b, rows, dim, self.eps)
+            }
+        }
     }
 
     /// Normalizes each row of `x` f32 [n, dim] in place.
@@ -48,6 +85,8 @@ impl LayerNorm {
 pub struct RmsNorm {
     weight: Weight, // f32 [dim]
     eps: f32,
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    weight_dev: Mirror,
 }
 
 impl RmsNorm {
@@ -58,7 +97,52 @@ impl RmsNorm {
 
     /// Wraps a loaded weight f32 [dim].
     pub fn new(weight: Weight, eps: f32) -> Self {
-        Self { weight, eps }
+        Self {
+            weight,
+            eps,
+            weight_dev: Mirror::new(),
+        }
+    }
+
+    /// Normalizes each row of `x` [n, dim] in place, on the device it lives on. A tensor of
+    /// rows of several heads normalizes each head when reshaped to [n * heads, dim] first.
+    pub fn apply(&self, x: &mut Tensor) -> Result<()> {
+        let dim = self.dim();
+        check_width("RmsNorm", x, dim)?;
+        #[cfg(feature = "cuda")]
+        let rows = x.rows();
+        match x.storage_mut() {
+            Storage::Cpu(v) => {
+                self.forward_inplace(v);
+                Ok(())
+            }
+            #[cfg(feature = "cuda")]
+            Storage::Cuda(s) => {
+                let w = self.weight_dev.cuda(&s.dev, self.weight.as_slice())?;
+                s.dev.rms_norm(&mut s.buf, w, None, rows, dim, self.eps)
+            }
+        }
+    }
+
+    /// A normalized copy of `x` [n, dim].
+    pub fn norm(&self, x: &Tensor) -> Result<Tensor> {
+        check_width("RmsNorm", x, self.dim())?;
+        match x.storage() {
+            Storage::Cpu(v) => {
+                let mut y = v.clone();
+                self.forward_inplace(&mut y);
+                Ok(Tensor::cpu(x.rows(), x.cols(), y))
+            }
+            #[cfg(feature = "cuda")]
+            Storage::Cuda(s) => {
+                let (rows, dim) = (x.rows(), x.cols());
+                let w = self.weight_dev.cuda(&s.dev, self.weight.as_slice())?;
+                let mut y = s.dev.alloc::<f32>(rows * dim)?;
+                s.dev
+                    .rms_norm_into(&s.buf, w, &mut y, rows, dim, self.eps)?;
+                Ok(Tensor::cuda(&s.dev, rows, dim, y))
+            }
+        }
     }
 
     /// Width of each normalized row.

@@ -6,6 +6,8 @@
 //! decoders ship with (default, linear, llama3, yarn), computed in f32 in the same order, so
 //! positions far into the context rotate by the same angles as the reference.
 
+use crate::backend::Mirror;
+use crate::tensor::{Storage, Tensor};
 use crate::{Error, Result};
 
 /// How the base frequencies are rescaled for longer contexts.
@@ -67,6 +69,8 @@ pub struct Rope {
     inv_freq: Vec<f32>, // [rotary_dim / 2]
     attention_scaling: f32,
     head_dim: usize,
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    inv_freq_dev: Mirror,
 }
 
 impl Rope {
@@ -210,7 +214,43 @@ impl Rope {
             inv_freq,
             attention_scaling,
             head_dim,
+            inv_freq_dev: Mirror::new(),
         })
+    }
+
+    /// [`Rope::apply`] on a tensor [positions.len(), n_heads * head_dim], on its device.
+    pub fn rotate(&self, x: &mut Tensor, n_heads: usize, positions: &[usize]) -> Result<()> {
+        if x.rows() != positions.len() || x.cols() != n_heads * self.head_dim {
+            return Err(Error::Shape {
+                op: "Rope::rotate",
+                reason: format!(
+                    "[{}, {}] for {} positions of {n_heads} heads of {}",
+                    x.rows(),
+                    x.cols(),
+                    positions.len(),
+                    self.head_dim
+                ),
+            });
+        }
+        match x.storage_mut() {
+            Storage::Cpu(v) => {
+                self.apply(v, n_heads, positions);
+                Ok(())
+            }
+            #[cfg(feature = "cuda")]
+            Storage::Cuda(s) => {
+                let pos: Vec<i32> = positions.iter().map(|&p| p as i32).collect();
+                let f = self.inv_freq_dev.cuda(&s.dev, &self.inv_freq)?;
+                s.dev.rope(
+                    &mut s.buf,
+                    &pos,
+                    f,
+                    n_heads,
+                    self.head_dim,
+                    self.attention_scaling,
+                )
+            }
+        }
     }
 
     /// The inverse frequencies, one per rotated pair.

@@ -4,7 +4,8 @@
 //! model, as vLLM's blocks do. Pages are reference-counted ([`PageRef`]): a page shared by
 //! several sequences (a common prompt prefix) or kept by the prefix cache is read-only, and is
 //! returned to the pool when its last holder drops it. Recurrent state (Gated DeltaNet) and its
-//! snapshots are charged against the same budget ([`Charge`]).
+//! snapshots are charged against the same budget ([`Charge`]). A pool lives on one
+//! [`Device`]: on a GPU its pages are device memory that attention kernels read by address.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -13,6 +14,7 @@ use half::f16;
 
 use super::seq::KvDtype;
 use super::view::KvRows;
+use crate::backend::Device;
 use crate::{Error, Result};
 
 /// Tokens per page unless a pool is made with another size.
@@ -52,11 +54,17 @@ impl PageShape {
 enum PageBuf {
     F32(Box<[f32]>),
     F16(Box<[f16]>),
+    /// Device memory (f32 values, or f16 bit patterns).
+    #[cfg(feature = "cuda")]
+    CudaF32(cudarc::driver::CudaSlice<f32>),
+    #[cfg(feature = "cuda")]
+    CudaF16(cudarc::driver::CudaSlice<u16>),
 }
 
 #[derive(Debug)]
 struct PoolInner {
     shape: PageShape,
+    device: Device,
     budget: usize,
     used: AtomicUsize,
     peak: AtomicUsize,
@@ -129,10 +137,16 @@ impl Charge {
 impl PagePool {
     /// A pool of pages of `shape` holding at most `budget` bytes (pages plus charges).
     pub fn new(shape: PageShape, budget: usize) -> Self {
+        Self::on_device(&Device::Cpu, shape, budget)
+    }
+
+    /// [`PagePool::new`] with the pages on `device`.
+    pub fn on_device(device: &Device, shape: PageShape, budget: usize) -> Self {
         assert!(shape.page_rows > 0, "pages hold at least one token");
         Self {
             inner: Arc::new(PoolInner {
                 shape,
+                device: device.clone(),
                 budget,
                 used: AtomicUsize::new(0),
                 peak: AtomicUsize::new(0),
@@ -150,6 +164,11 @@ impl PagePool {
     /// The page shape.
     pub fn shape(&self) -> PageShape {
         self.inner.shape
+    }
+
+    /// The device the pages live on.
+    pub fn device(&self) -> &Device {
+        &self.inner.device
     }
 
     /// The budget in bytes.
@@ -195,13 +214,32 @@ impl PagePool {
         }
         self.inner.pages.fetch_add(1, Ordering::AcqRel);
         let recycled = self.inner.free.lock().map(|mut f| f.pop()).unwrap_or(None);
-        let buf = recycled.unwrap_or_else(|| match shape.dtype {
-            KvDtype::F32 => PageBuf::F32(vec![0.0; shape.page_values()].into_boxed_slice()),
-            KvDtype::F16 => PageBuf::F16(vec![f16::ZERO; shape.page_values()].into_boxed_slice()),
-        });
+        let buf = match recycled {
+            Some(b) => b,
+            None => match self.new_buf(shape) {
+                Ok(b) => b,
+                Err(e) => {
+                    self.inner.release(bytes);
+                    self.inner.pages.fetch_sub(1, Ordering::AcqRel);
+                    return Err(e);
+                }
+            },
+        };
         Ok(Page {
             buf: Some(buf),
             pool: Arc::clone(&self.inner),
+        })
+    }
+
+    fn new_buf(&self, shape: PageShape) -> Result<PageBuf> {
+        let n = shape.page_values();
+        Ok(match (&self.inner.device, shape.dtype) {
+            (Device::Cpu, KvDtype::F32) => PageBuf::F32(vec![0.0; n].into_boxed_slice()),
+            (Device::Cpu, KvDtype::F16) => PageBuf::F16(vec![f16::ZERO; n].into_boxed_slice()),
+            #[cfg(feature = "cuda")]
+            (Device::Cuda(d), KvDtype::F32) => PageBuf::CudaF32(d.alloc(n)?),
+            #[cfg(feature = "cuda")]
+            (Device::Cuda(d), KvDtype::F16) => PageBuf::CudaF16(d.alloc(n)?),
         })
     }
 
@@ -260,7 +298,34 @@ impl Page {
         match self.buf.as_ref().expect("a live page has its buffer") {
             PageBuf::F32(b) => KvRows::F32(&b[r]),
             PageBuf::F16(b) => KvRows::F16(&b[r]),
+            #[cfg(feature = "cuda")]
+            PageBuf::CudaF32(_) | PageBuf::CudaF16(_) => {
+                panic!("host read of a device page (a caller bug)")
+            }
         }
+    }
+
+    /// The device address of this page's first value, for a page in device memory.
+    pub fn device_addr(&self) -> Option<u64> {
+        match self.buf.as_ref()? {
+            PageBuf::F32(_) | PageBuf::F16(_) => None,
+            #[cfg(feature = "cuda")]
+            PageBuf::CudaF32(b) => match &self.pool.device {
+                Device::Cuda(d) => Some(d.ptr(b)),
+                Device::Cpu => None,
+            },
+            #[cfg(feature = "cuda")]
+            PageBuf::CudaF16(b) => match &self.pool.device {
+                Device::Cuda(d) => Some(d.ptr(b)),
+                Device::Cpu => None,
+            },
+        }
+    }
+
+    /// Element offset, from the page's start, of row `row` of attention layer `slot`'s keys
+    /// (`values == false`) or values.
+    pub fn offset(&self, slot: usize, values: bool, row: usize) -> usize {
+        self.range(slot, values).start + row * self.shape().kv_dim
     }
 
     /// Writes `data` (f32 rows, rounded in an f16 page) at row `row` of layer `slot`'s keys or
@@ -276,6 +341,10 @@ impl Page {
                     *d = f16::from_f32(x);
                 }
             }
+            #[cfg(feature = "cuda")]
+            PageBuf::CudaF32(_) | PageBuf::CudaF16(_) => {
+                panic!("host write of a device page (a caller bug)")
+            }
         }
     }
 
@@ -288,6 +357,18 @@ impl Page {
         match (p.buf.as_mut(), self.buf.as_ref()) {
             (Some(PageBuf::F32(d)), Some(PageBuf::F32(s))) => d.copy_from_slice(s),
             (Some(PageBuf::F16(d)), Some(PageBuf::F16(s))) => d.copy_from_slice(s),
+            #[cfg(feature = "cuda")]
+            (Some(PageBuf::CudaF32(d)), Some(PageBuf::CudaF32(s))) => {
+                if let Device::Cuda(dev) = &self.pool.device {
+                    *d = dev.duplicate(s, s.len())?;
+                }
+            }
+            #[cfg(feature = "cuda")]
+            (Some(PageBuf::CudaF16(d)), Some(PageBuf::CudaF16(s))) => {
+                if let Device::Cuda(dev) = &self.pool.device {
+                    *d = dev.duplicate(s, s.len())?;
+                }
+            }
             _ => unreachable!("pages of one pool share a dtype"),
         }
         Ok(p)

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use super::pool::{Charge, PagePool, PageRef, PageShape, DEFAULT_PAGE_ROWS};
 use super::view::KvView;
+use crate::backend::Device;
 use crate::{Error, Result};
 
 /// How an attention layer stores its cached keys and values.
@@ -181,12 +182,23 @@ impl SeqState {
     /// An empty state for layers of the given kinds (attention layers of width `kv_dim`), in a
     /// pool of its own with no budget.
     pub fn with_layers(layers: &[LayerKind], kv_dim: usize, max_len: usize) -> Self {
+        Self::with_layers_on(&Device::Cpu, layers, kv_dim, max_len)
+    }
+
+    /// [`SeqState::with_layers`] with the pages on `device`.
+    pub fn with_layers_on(
+        device: &Device,
+        layers: &[LayerKind],
+        kv_dim: usize,
+        max_len: usize,
+    ) -> Self {
         let layout = MemoryLayout {
             kinds: layers.to_vec(),
             kv_dim,
             max_positions: max_len,
         };
-        let pool = PagePool::unbounded(layout.page_shape(DEFAULT_PAGE_ROWS, KvDtype::F32));
+        let shape = layout.page_shape(DEFAULT_PAGE_ROWS, KvDtype::F32);
+        let pool = PagePool::on_device(device, shape, usize::MAX);
         Self::in_pool(&pool, &layout, max_len).expect("an unbounded pool has room")
     }
 
@@ -268,7 +280,8 @@ impl SeqState {
     /// style: `model.new_cache(n).with_kv_dtype(KvDtype::F16)`). Forgets any cached token.
     pub fn with_kv_dtype(self, dtype: KvDtype) -> Self {
         let shape = self.pool.shape();
-        let pool = PagePool::unbounded(PageShape { dtype, ..shape });
+        let pool =
+            PagePool::on_device(self.pool.device(), PageShape { dtype, ..shape }, usize::MAX);
         Self::in_pool(&pool, &self.layout(), self.max_len).expect("an unbounded pool has room")
     }
 
@@ -500,6 +513,37 @@ impl SeqState {
             t += take;
         }
         self.appended = n;
+    }
+
+    /// [`SeqState::append`] for a state whose pages the caller writes itself (device memory):
+    /// makes room for `n` new rows of `layer`, marks them appended and returns the layer's
+    /// attention slot and, for each new row, (index in the page table, row in that page).
+    pub fn append_slots(&mut self, layer: usize, n: usize) -> Result<(usize, Vec<(usize, usize)>)> {
+        let slot = self.slots[layer].ok_or_else(|| {
+            Error::InvalidInput(format!("layer {layer} keeps no keys and values"))
+        })?;
+        if self.pages.len() * self.page_rows() < self.len + n
+            || (n > 0 && Arc::strong_count(&self.pages[self.len / self.page_rows()]) > 1)
+        {
+            self.reserve(n)?;
+        }
+        let p = self.page_rows();
+        let rows = (self.len..self.len + n)
+            .map(|pos| (pos / p, pos % p))
+            .collect();
+        self.appended = n;
+        Ok((slot, rows))
+    }
+
+    /// The attention slot (index among attention layers) of `layer`, `None` for a recurrent
+    /// layer.
+    pub fn attention_slot(&self, layer: usize) -> Option<usize> {
+        self.slots.get(layer).copied().flatten()
+    }
+
+    /// Rows of `layer` attention reads now: committed plus appended by the pass in flight.
+    pub fn visible_rows(&self) -> usize {
+        self.len + self.appended
     }
 
     fn view(&self, layer: usize, values: bool) -> KvView<'_> {

@@ -3,9 +3,12 @@
 
 use std::path::PathBuf;
 
-/// `crates/inference/tests/fixtures/<name>`.
+/// `crates/inference/tests/fixtures/<name>` (of the crate `CARGO_MANIFEST_DIR` names when the
+/// test binary runs, so a binary built here also runs in a copy of the repo elsewhere).
 pub fn fixture(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")))
         .join("tests/fixtures")
         .join(name)
 }

@@ -1,0 +1,428 @@
+// Lattice's CUDA kernels, compiled at run time by NVRTC (backend/cuda/device.rs) for the
+// device's own architecture. Plain CUDA C with no headers: bf16 and f16 are handled as their
+// bit patterns. Every kernel computes what the CPU backend computes (same formulas, f32
+// arithmetic, no fast-math), so op-parity tests compare them by normalized error.
+//
+// Conventions: activations are f32 row-major [rows, width]; `rows` is gridDim.x unless said;
+// device pointers to pages arrive as 64-bit integers.
+
+typedef unsigned short bf16_t;
+typedef unsigned short f16_t;
+typedef unsigned long long u64;
+
+#define INFINITY __int_as_float(0x7f800000)
+
+__device__ __forceinline__ float bf16_to_f32(bf16_t x) {
+    return __uint_as_float(((unsigned)x) << 16);
+}
+
+// Round to nearest even, as the CPU backend's `half::bf16::from_f32` (NaN stays NaN).
+__device__ __forceinline__ bf16_t f32_to_bf16(float f) {
+    unsigned u = __float_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (bf16_t)((u >> 16) | 0x40u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (bf16_t)(u >> 16);
+}
+
+__device__ __forceinline__ float f16_to_f32(f16_t h) {
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+    return f;
+}
+
+__device__ __forceinline__ f16_t f32_to_f16(float f) {
+    f16_t h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+    return h;
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+// Sum over the block (blockDim.x a multiple of 32, at most 1024); every thread gets it.
+__device__ float block_sum(float v) {
+    __shared__ float part[32];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    v = warp_sum(v);
+    __syncthreads();
+    if (lane == 0) part[warp] = v;
+    __syncthreads();
+    const int n_warps = blockDim.x >> 5;
+    v = threadIdx.x < n_warps ? part[threadIdx.x] : 0.0f;
+    if (warp == 0) v = warp_sum(v);
+    if (threadIdx.x == 0) part[0] = v;
+    __syncthreads();
+    return part[0];
+}
+
+// y = w * (x / sqrt(mean(x^2) + eps)) per row of `dim` (x == y allowed). Grid: rows.
+extern "C" __global__ void rms_norm(const float* x, const float* w, float* y, int dim, float eps) {
+    const float* xr = x + (size_t)blockIdx.x * dim;
+    float* yr = y + (size_t)blockIdx.x * dim;
+    float ss = 0.0f;
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) ss += xr[i] * xr[i];
+    ss = block_sum(ss);
+    const float r = 1.0f / sqrtf(ss / (float)dim + eps);
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) yr[i] = w[i] * (xr[i] * r);
+}
+
+// LayerNorm: y = (x - mean) / sqrt(var + eps) * w + b per row (x == y allowed). Grid: rows.
+extern "C" __global__ void layer_norm(const float* x, const float* w, const float* b, float* y,
+                                      int dim, float eps) {
+    const float* xr = x + (size_t)blockIdx.x * dim;
+    float* yr = y + (size_t)blockIdx.x * dim;
+    float s = 0.0f;
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) s += xr[i];
+    const float mean = block_sum(s) / (float)dim;
+    float ss = 0.0f;
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) {
+        const float d = xr[i] - mean;
+        ss += d * d;
+    }
+    const float r = 1.0f / sqrtf(block_sum(ss) / (float)dim + eps);
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) yr[i] = (xr[i] - mean) * r * w[i] + b[i];
+}
+
+// Rotate-half RoPE in place over x [rows, n_heads * head_dim]: pairs (i, i + half) of each
+// head, i < half, rotated by pos[row] * inv_freq[i]; cos and sin scaled by `attn`. Grid: rows.
+extern "C" __global__ void rope(float* x, const int* pos, const float* inv_freq, int n_heads,
+                                int head_dim, int half, float attn) {
+    const float p = (float)pos[blockIdx.x];
+    float* xr = x + (size_t)blockIdx.x * n_heads * head_dim;
+    for (int t = threadIdx.x; t < n_heads * half; t += blockDim.x) {
+        const int h = t / half, i = t - h * half;
+        const float angle = p * inv_freq[i];
+        const float c = cosf(angle) * attn, s = sinf(angle) * attn;
+        float* hp = xr + h * head_dim;
+        const float a = hp[i], b = hp[i + half];
+        hp[i] = a * c - b * s;
+        hp[i + half] = b * c + a * s;
+    }
+}
+
+// out [rows, width] = silu(gate) * up with gate_up [rows, 2 * width] side by side.
+extern "C" __global__ void silu_mul(const float* gate_up, float* out, int width, long long n) {
+    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    const long long r = i / width, j = i - r * width;
+    const float g = gate_up[r * 2 * width + j], u = gate_up[r * 2 * width + width + j];
+    out[i] = g / (1.0f + expf(-g)) * u;
+}
+
+// Exact (erf) GELU in place.
+extern "C" __global__ void gelu(float* x, long long n) {
+    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    const float v = x[i];
+    x[i] = 0.5f * v * (1.0f + erff(v * 0.70710678118654752f));
+}
+
+// y[i] += x[i].
+extern "C" __global__ void add(float* y, const float* x, long long n) {
+    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] += x[i];
+}
+
+// y [rows, width] += bias [width] per row.
+extern "C" __global__ void add_bias(float* y, const float* bias, int width, long long n) {
+    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] += bias[i % width];
+}
+
+// y = bf16(x), rounded to nearest even.
+extern "C" __global__ void to_bf16(const float* x, bf16_t* y, long long n) {
+    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = f32_to_bf16(x[i]);
+}
+
+// out [n_cols_rows...]: y [rows, width] = x[:, col0 .. col0 + width] of x [rows, ld].
+extern "C" __global__ void copy_cols(const float* x, int ld, int col0, float* y, int width,
+                                     long long n) {
+    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    const long long r = i / width, j = i - r * width;
+    y[i] = x[r * ld + col0 + j];
+}
+
+// y [n, width] = rows `idx` of x [*, width]. Grid: n.
+extern "C" __global__ void gather_rows(const float* x, const unsigned* idx, float* y, int width) {
+    const float* src = x + (size_t)idx[blockIdx.x] * width;
+    float* dst = y + (size_t)blockIdx.x * width;
+    for (int i = threadIdx.x; i < width; i += blockDim.x) dst[i] = src[i];
+}
+
+// y [n, dim] = rows `ids` of a bf16 table. Grid: n.
+extern "C" __global__ void embed_bf16(const bf16_t* table, const unsigned* ids, float* y, int dim) {
+    const bf16_t* src = table + (size_t)ids[blockIdx.x] * dim;
+    float* dst = y + (size_t)blockIdx.x * dim;
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) dst[i] = bf16_to_f32(src[i]);
+}
+
+// y [n, dim] = rows `ids` of an f32 table. Grid: n.
+extern "C" __global__ void embed_f32(const float* table, const unsigned* ids, float* y, int dim) {
+    const float* src = table + (size_t)ids[blockIdx.x] * dim;
+    float* dst = y + (size_t)blockIdx.x * dim;
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) dst[i] = src[i];
+}
+
+// Matrix-vector products for a few rows (decode): y [m, n] (+)= x [m, k] · Wᵀ, W [n, k]
+// row-major, m <= GEMV_ROWS, k a multiple of 8. x is staged in shared memory (rounded to bf16
+// for bf16 weights, as the CPU's bf16 path does); one warp per output column streams its row
+// of W in 16-byte loads. Block: 256 threads = 8 columns.
+#define GEMV_ROWS 8
+
+template <bool BF16>
+__device__ void gemv(const float* x, const void* w, float* y, int m, int n, int k, int accumulate) {
+    extern __shared__ float xs[];  // [m][k]
+    for (int i = threadIdx.x; i < m * k; i += blockDim.x) {
+        const float v = x[i];
+        xs[i] = BF16 ? bf16_to_f32(f32_to_bf16(v)) : v;
+    }
+    __syncthreads();
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int col = blockIdx.x * 8 + warp;
+    if (col >= n) return;
+    float acc[GEMV_ROWS];
+#pragma unroll
+    for (int j = 0; j < GEMV_ROWS; j++) acc[j] = 0.0f;
+    if (BF16) {
+        const uint4* wr = (const uint4*)((const bf16_t*)w + (size_t)col * k);
+        for (int c = lane; c < k / 8; c += 32) {
+            const uint4 pk = wr[c];
+            float wv[8];
+            const unsigned parts[4] = {pk.x, pk.y, pk.z, pk.w};
+#pragma unroll
+            for (int q = 0; q < 4; q++) {
+                wv[2 * q] = __uint_as_float(parts[q] << 16);
+                wv[2 * q + 1] = __uint_as_float(parts[q] & 0xffff0000u);
+            }
+#pragma unroll
+            for (int j = 0; j < GEMV_ROWS; j++) {
+                if (j < m) {
+                    const float* xr = xs + j * k + c * 8;
+#pragma unroll
+                    for (int q = 0; q < 8; q++) acc[j] += wv[q] * xr[q];
+                }
+            }
+        }
+    } else {
+        const float4* wr = (const float4*)((const float*)w + (size_t)col * k);
+        for (int c = lane; c < k / 4; c += 32) {
+            const float4 pk = wr[c];
+            const float wv[4] = {pk.x, pk.y, pk.z, pk.w};
+#pragma unroll
+            for (int j = 0; j < GEMV_ROWS; j++) {
+                if (j < m) {
+                    const float* xr = xs + j * k + c * 4;
+#pragma unroll
+                    for (int q = 0; q < 4; q++) acc[j] += wv[q] * xr[q];
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < GEMV_ROWS; j++) {
+        if (j < m) {
+            const float s = warp_sum(acc[j]);
+            if (lane == 0) {
+                float* out = y + (size_t)j * n + col;
+                *out = accumulate ? *out + s : s;
+            }
+        }
+    }
+}
+
+extern "C" __global__ void gemv_bf16(const float* x, const bf16_t* w, float* y, int m, int n, int k,
+                                     int accumulate) {
+    gemv<true>(x, w, y, m, n, k, accumulate);
+}
+
+extern "C" __global__ void gemv_f32(const float* x, const float* w, float* y, int m, int n, int k,
+                                    int accumulate) {
+    gemv<false>(x, w, y, m, n, k, accumulate);
+}
+
+// Index of the largest value of each row of x [rows, n] (the first one on ties). Grid: rows.
+extern "C" __global__ void argmax_rows(const float* x, unsigned* out, int n) {
+    __shared__ float best_v[32];
+    __shared__ int best_i[32];
+    const float* xr = x + (size_t)blockIdx.x * n;
+    float v = -INFINITY;
+    int bi = 0x7fffffff;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+        const float t = xr[i];
+        if (t > v) { v = t; bi = i; }  // each thread walks up, so its first maximum stays
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+        const float ov = __shfl_xor_sync(0xffffffffu, v, o);
+        const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+        if (ov > v || (ov == v && oi < bi)) { v = ov; bi = oi; }
+    }
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (lane == 0) { best_v[warp] = v; best_i[warp] = bi; }
+    __syncthreads();
+    if (warp == 0) {
+        const int n_warps = blockDim.x >> 5;
+        v = lane < n_warps ? best_v[lane] : -INFINITY;
+        bi = lane < n_warps ? best_i[lane] : 0x7fffffff;
+        for (int o = 16; o > 0; o >>= 1) {
+            const float ov = __shfl_xor_sync(0xffffffffu, v, o);
+            const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+            if (ov > v || (ov == v && oi < bi)) { v = ov; bi = oi; }
+        }
+        if (lane == 0) out[blockIdx.x] = bi == 0x7fffffff ? 0u : (unsigned)bi;
+    }
+}
+
+// Writes row r of k and v [rows, kv_dim] into a page: dst[r] is the address of the page row
+// (of attention slot 0); this layer's key row is `k_off` elements further and its value row
+// `val_off` beyond that. Grid: rows.
+extern "C" __global__ void kv_write_f32(const float* k, const float* v, const u64* dst,
+                                        int kv_dim, long long k_off, long long val_off) {
+    float* kd = (float*)dst[blockIdx.x] + k_off;
+    float* vd = kd + val_off;
+    const float* ks = k + (size_t)blockIdx.x * kv_dim;
+    const float* vs = v + (size_t)blockIdx.x * kv_dim;
+    for (int i = threadIdx.x; i < kv_dim; i += blockDim.x) { kd[i] = ks[i]; vd[i] = vs[i]; }
+}
+
+// kv_write_f32 into f16 pages (rounded to nearest even).
+extern "C" __global__ void kv_write_f16(const float* k, const float* v, const u64* dst,
+                                        int kv_dim, long long k_off, long long val_off) {
+    f16_t* kd = (f16_t*)dst[blockIdx.x] + k_off;
+    f16_t* vd = kd + val_off;
+    const float* ks = k + (size_t)blockIdx.x * kv_dim;
+    const float* vs = v + (size_t)blockIdx.x * kv_dim;
+    for (int i = threadIdx.x; i < kv_dim; i += blockDim.x) {
+        kd[i] = f32_to_f16(ks[i]);
+        vd[i] = f32_to_f16(vs[i]);
+    }
+}
+
+__device__ __forceinline__ float load_kv(const float* p) { return *p; }
+__device__ __forceinline__ float load_kv(const f16_t* p) { return f16_to_f32(*p); }
+
+// Causal attention over paged keys and values, flash style (online softmax, nothing of size
+// context in memory). One block = one query head of up to ATTN_ROWS consecutive query rows of
+// one sequence (a "tile"), one warp per row; keys and values are staged 32 at a time in shared
+// memory and shared by the tile's rows. Lane j scores key j of the stage; each lane then owns
+// head dimensions lane, lane + 32, ... of the output.
+//
+// q, out: [rows, n_heads * hd]. Tile t covers rows tile_row0[t] .. + tile_n[t] of sequence
+// tile_seq[t]; row r sits at position row_pos[r] and sees keys max(0, pos - window + 1) ..= pos
+// (window <= 0: no window). Sequence s's key row j lives in page pages[page0[s] + j / page_rows]
+// at element k_off + (j % page_rows) * kv_dim + kv_head * hd; its value row val_off further.
+#define ATTN_ROWS 8
+#define ATTN_MAX_DIMS 8
+
+template <typename KV>
+__device__ void attn_paged(const float* q, float* out, const int* tile_seq, const int* tile_row0,
+                           const int* tile_n, const int* row_pos, const u64* pages,
+                           const int* page0, int page_rows, long long k_off, long long val_off,
+                           int n_heads, int n_kv_heads, int hd, float scale, int window) {
+    extern __shared__ float smem[];
+    const int t = blockIdx.x, head = blockIdx.y;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int seq = tile_seq[t], row0 = tile_row0[t], n_rows = tile_n[t];
+    const int kv_head = head / (n_heads / n_kv_heads);
+    const int kv_dim = n_kv_heads * hd;
+    const int q_dim = n_heads * hd;
+    const int ks_ld = hd + 1;  // padded: lane j reads row j without bank conflicts
+    float* ks = smem;                       // [32][hd + 1]
+    float* vs = ks + 32 * ks_ld;            // [32][hd]
+    float* qs = vs + 32 * hd;               // [ATTN_ROWS][hd]
+
+    const bool active = warp < n_rows;
+    const int row = row0 + (active ? warp : 0);
+    const int pos = row_pos[row];
+    const int lo = window > 0 ? max(0, pos - window + 1) : 0;
+    if (active) {
+        for (int d = lane; d < hd; d += 32) qs[warp * hd + d] = q[(size_t)row * q_dim + head * hd + d] * scale;
+    }
+    // The keys any row of the tile sees.
+    const int first_pos = row_pos[row0], last_pos = row_pos[row0 + n_rows - 1];
+    const int key_lo = window > 0 ? max(0, first_pos - window + 1) : 0;
+    const int key_hi = last_pos;  // inclusive
+
+    float m = -INFINITY, l = 0.0f;
+    float acc[ATTN_MAX_DIMS];
+#pragma unroll
+    for (int i = 0; i < ATTN_MAX_DIMS; i++) acc[i] = 0.0f;
+
+    const int n_threads = blockDim.x;
+    for (int base = key_lo; base <= key_hi; base += 32) {
+        const int n_keys = min(32, key_hi - base + 1);
+        __syncthreads();
+        for (int e = threadIdx.x; e < n_keys * hd; e += n_threads) {
+            const int j = e / hd, d = e - j * hd;
+            const int key = base + j;
+            const KV* page = (const KV*)pages[page0[seq] + key / page_rows];
+            const long long off = k_off + (long long)(key % page_rows) * kv_dim + kv_head * hd + d;
+            ks[j * ks_ld + d] = load_kv(page + off);
+            vs[j * hd + d] = load_kv(page + off + val_off);
+        }
+        __syncthreads();
+        if (!active) continue;
+        // Lane j scores key base + j.
+        const int key = base + lane;
+        float s = -INFINITY;
+        if (lane < n_keys && key >= lo && key <= pos) {
+            float dot = 0.0f;
+            const float* kr = ks + lane * ks_ld;
+            const float* qr = qs + warp * hd;
+            for (int d = 0; d < hd; d++) dot += qr[d] * kr[d];
+            s = dot;
+        }
+        const float m_new = fmaxf(m, warp_max(s));
+        if (m_new == -INFINITY) continue;
+        const float p = s == -INFINITY ? 0.0f : expf(s - m_new);
+        const float corr = expf(m - m_new);
+        l = l * corr + warp_sum(p);
+        m = m_new;
+#pragma unroll
+        for (int i = 0; i < ATTN_MAX_DIMS; i++) acc[i] *= corr;
+        for (int j = 0; j < n_keys; j++) {
+            const float pj = __shfl_sync(0xffffffffu, p, j);
+            if (pj == 0.0f) continue;
+#pragma unroll
+            for (int i = 0; i < ATTN_MAX_DIMS; i++) {
+                const int d = lane + 32 * i;
+                if (d < hd) acc[i] += pj * vs[j * hd + d];
+            }
+        }
+    }
+    if (!active) return;
+    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+#pragma unroll
+    for (int i = 0; i < ATTN_MAX_DIMS; i++) {
+        const int d = lane + 32 * i;
+        if (d < hd) out[(size_t)row * q_dim + head * hd + d] = acc[i] * inv;
+    }
+}
+
+extern "C" __global__ void attn_paged_f32(const float* q, float* out, const int* tile_seq,
+                                          const int* tile_row0, const int* tile_n,
+                                          const int* row_pos, const u64* pages, const int* page0,
+                                          int page_rows, long long k_off, long long val_off,
+                                          int n_heads, int n_kv_heads, int hd, float scale,
+                                          int window) {
+    attn_paged<float>(q, out, tile_seq, tile_row0, tile_n, row_pos, pages, page0, page_rows,
+                      k_off, val_off, n_heads, n_kv_heads, hd, scale, window);
+}
+
+extern "C" __global__ void attn_paged_f16(const float* q, float* out, const int* tile_seq,
+                                          const int* tile_row0, const int* tile_n,
+                                          const int* row_pos, const u64* pages, const int* page0,
+                                          int page_rows, long long k_off, long long val_off,
+                                          int n_heads, int n_kv_heads, int hd, float scale,
+                                          int window) {
+    attn_paged<f16_t>(q, out, tile_seq, tile_row0, tile_n, row_pos, pages, page0, page_rows,
+                      k_off, val_off, n_heads, n_kv_heads, hd, scale, window);
+}

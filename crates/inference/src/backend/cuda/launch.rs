@@ -1,0 +1,621 @@
+//! Launchers: one safe method of [`CudaDevice`] per kernel of `kernels.cu`, plus the dense
+//! products through cuBLAS. Shapes are checked by the callers (`ops`, `attention`); here each
+//! launcher asserts the buffer sizes its kernel touches, so a caller bug fails loudly instead
+//! of corrupting device memory.
+
+use cudarc::cublas::sys as blas;
+use cudarc::driver::{CudaSlice, DevicePtrMut, LaunchConfig, PushKernelArg};
+
+use super::{err, Buf, CudaDevice, Input};
+use crate::Result;
+
+/// A weight matrix on the device, row-major [n, k] (`nn.Linear` layout).
+#[derive(Debug)]
+pub enum MatrixData {
+    /// f32 values.
+    F32(CudaSlice<f32>),
+    /// bf16 bit patterns.
+    Bf16(CudaSlice<u16>),
+}
+
+/// The query tiles of one attention launch (see `attn_paged` in kernels.cu): device addresses
+/// of arrays made by [`CudaDevice::input`].
+#[derive(Debug)]
+pub struct AttnTiles {
+    /// Tiles (blocks along x).
+    pub n_tiles: usize,
+    /// Sequence of each tile. i32 [n_tiles]
+    pub tile_seq: u64,
+    /// First query row of each tile. i32 [n_tiles]
+    pub tile_row0: u64,
+    /// Query rows of each tile (1..=8). i32 [n_tiles]
+    pub tile_n: u64,
+    /// Position of each query row. i32 [rows]
+    pub row_pos: u64,
+    /// Page addresses of every sequence, back to back. u64 [pages]
+    pub pages: u64,
+    /// Index of each sequence's first page in `pages`. i32 [n_seqs]
+    pub page0: u64,
+}
+
+/// Query rows per attention tile (`ATTN_ROWS` in kernels.cu).
+pub const ATTN_ROWS: usize = 8;
+
+/// Rows a matrix-vector product takes at most (`GEMV_ROWS` in kernels.cu).
+pub const GEMV_ROWS: usize = 8;
+
+/// Shared memory the matrix-vector kernels may stage their input in (m * k f32 values).
+pub const GEMV_SMEM_BYTES: usize = 96 * 1024;
+
+/// Shared memory of the attention kernel for heads of `hd`.
+pub fn attn_smem_bytes(hd: usize) -> usize {
+    (32 * (hd + 1) + 32 * hd + ATTN_ROWS * hd) * 4
+}
+
+fn grid_1d(n: usize) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: (n.div_ceil(256).max(1) as u32, 1, 1),
+        block_dim: (256, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
+fn per_row(rows: usize, threads: u32) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: (rows as u32, 1, 1),
+        block_dim: (threads, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
+/// Threads for a kernel that walks a row of `width` values: a multiple of 32, at most 1024.
+fn row_threads(width: usize) -> u32 {
+    (width.div_ceil(32) * 32).clamp(32, 1024) as u32
+}
+
+impl CudaDevice {
+    fn mptr<T>(&self, b: &mut CudaSlice<T>) -> u64 {
+        let (p, _sync) = b.device_ptr_mut(self.stream());
+        p
+    }
+
+    /// y [rows, dim] = RMSNorm of x with weight `w` [dim]; `y` may be `x` (pass `None`).
+    pub fn rms_norm(
+        &self,
+        x: &mut Buf,
+        w: &Buf,
+        y: Option<&mut Buf>,
+        rows: usize,
+        dim: usize,
+        eps: f32,
+    ) -> Result<()> {
+        assert!(x.len() >= rows * dim && w.len() >= dim);
+        if rows == 0 {
+            return Ok(());
+        }
+        let px = self.mptr(x);
+        let py = match y {
+            Some(y) => {
+                assert!(y.len() >= rows * dim);
+                self.mptr(y)
+            }
+            None => px,
+        };
+        let pw = self.ptr(w);
+        let dim_i = dim as i32;
+        let mut b = self.stream().launch_builder(&self.kernels().rms_norm);
+        b.arg(&px).arg(&pw).arg(&py).arg(&dim_i).arg(&eps);
+        // SAFETY: the kernel reads rows*dim values of x and dim of w and writes rows*dim of y,
+        // all within the buffers (asserted above).
+        unsafe { b.launch(per_row(rows, row_threads(dim).min(256))) }
+            .map(drop)
+            .map_err(|e| err("rms_norm", e))
+    }
+
+    /// y [rows, dim] = RMSNorm of x with weight `w` [dim] (x unchanged).
+    pub fn rms_norm_into(
+        &self,
+        x: &Buf,
+        w: &Buf,
+        y: &mut Buf,
+        rows: usize,
+        dim: usize,
+        eps: f32,
+    ) -> Result<()> {
+        assert!(x.len() >= rows * dim && w.len() >= dim && y.len() >= rows * dim);
+        if rows == 0 {
+            return Ok(());
+        }
+        let (px, pw, py) = (self.ptr(x), self.ptr(w), self.mptr(y));
+        let dim_i = dim as i32;
+        let mut b = self.stream().launch_builder(&self.kernels().rms_norm);
+        b.arg(&px).arg(&pw).arg(&py).arg(&dim_i).arg(&eps);
+        // SAFETY: reads rows*dim values of x and dim of w, writes rows*dim of y (asserted).
+        unsafe { b.launch(per_row(rows, row_threads(dim).min(256))) }
+            .map(drop)
+            .map_err(|e| err("rms_norm", e))
+    }
+
+    /// LayerNorm of x [rows, dim] in place with weight and bias [dim].
+    pub fn layer_norm(
+        &self,
+        x: &mut Buf,
+        w: &Buf,
+        bias: &Buf,
+        rows: usize,
+        dim: usize,
+        eps: f32,
+    ) -> Result<()> {
+        assert!(x.len() >= rows * dim && w.len() >= dim && bias.len() >= dim);
+        if rows == 0 {
+            return Ok(());
+        }
+        let px = self.mptr(x);
+        let (pw, pb) = (self.ptr(w), self.ptr(bias));
+        let dim_i = dim as i32;
+        let mut b = self.stream().launch_builder(&self.kernels().layer_norm);
+        b.arg(&px).arg(&pw).arg(&pb).arg(&px).arg(&dim_i).arg(&eps);
+        // SAFETY: reads and writes rows*dim values of x, dim of w and bias (asserted above).
+        unsafe { b.launch(per_row(rows, row_threads(dim).min(256))) }
+            .map(drop)
+            .map_err(|e| err("layer_norm", e))
+    }
+
+    /// Rotate-half RoPE in place over x [rows, n_heads * head_dim], row r at `positions[r]`,
+    /// with `inv_freq` [half] and cos/sin scaled by `attn`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn rope(
+        &self,
+        x: &mut Buf,
+        positions: &[i32],
+        inv_freq: &Buf,
+        n_heads: usize,
+        head_dim: usize,
+        attn: f32,
+    ) -> Result<()> {
+        let half = inv_freq.len();
+        let rows = positions.len();
+        assert!(x.len() >= rows * n_heads * head_dim && 2 * half <= head_dim);
+        if rows == 0 {
+            return Ok(());
+        }
+        let px = self.mptr(x);
+        let pp = self.input(Input::RopePositions, positions)?;
+        let pf = self.ptr(inv_freq);
+        let (h, d, hf) = (n_heads as i32, head_dim as i32, half as i32);
+        let mut b = self.stream().launch_builder(&self.kernels().rope);
+        b.arg(&px)
+            .arg(&pp)
+            .arg(&pf)
+            .arg(&h)
+            .arg(&d)
+            .arg(&hf)
+            .arg(&attn);
+        // SAFETY: row r touches x[r * n_heads * head_dim ..][.. n_heads * head_dim] and reads
+        // pos[r] and inv_freq[..half] (asserted above).
+        unsafe { b.launch(per_row(rows, row_threads(n_heads * half).min(256))) }
+            .map(drop)
+            .map_err(|e| err("rope", e))
+    }
+
+    /// out [rows, width] = silu(gate) * up of gate_up [rows, 2 * width].
+    pub fn silu_mul(&self, gate_up: &Buf, out: &mut Buf, rows: usize, width: usize) -> Result<()> {
+        let n = rows * width;
+        assert!(gate_up.len() >= 2 * n && out.len() >= n);
+        let (pg, po) = (self.ptr(gate_up), self.mptr(out));
+        let (w, n64) = (width as i32, n as i64);
+        let mut b = self.stream().launch_builder(&self.kernels().silu_mul);
+        b.arg(&pg).arg(&po).arg(&w).arg(&n64);
+        // SAFETY: thread i < n reads gate_up[(i / width) * 2 * width ..] and writes out[i].
+        unsafe { b.launch(grid_1d(n)) }
+            .map(drop)
+            .map_err(|e| err("silu_mul", e))
+    }
+
+    /// Exact GELU of the first `n` values of x, in place.
+    pub fn gelu(&self, x: &mut Buf, n: usize) -> Result<()> {
+        assert!(x.len() >= n);
+        let px = self.mptr(x);
+        let n64 = n as i64;
+        let mut b = self.stream().launch_builder(&self.kernels().gelu);
+        b.arg(&px).arg(&n64);
+        // SAFETY: thread i < n touches x[i].
+        unsafe { b.launch(grid_1d(n)) }
+            .map(drop)
+            .map_err(|e| err("gelu", e))
+    }
+
+    /// y[..n] += x[..n].
+    pub fn add(&self, y: &mut Buf, x: &Buf, n: usize) -> Result<()> {
+        assert!(y.len() >= n && x.len() >= n);
+        let (py, px) = (self.mptr(y), self.ptr(x));
+        let n64 = n as i64;
+        let mut b = self.stream().launch_builder(&self.kernels().add);
+        b.arg(&py).arg(&px).arg(&n64);
+        // SAFETY: thread i < n touches y[i] and x[i].
+        unsafe { b.launch(grid_1d(n)) }
+            .map(drop)
+            .map_err(|e| err("add", e))
+    }
+
+    /// y [rows, width] += bias [width] on every row.
+    pub fn add_bias(&self, y: &mut Buf, bias: &Buf, rows: usize, width: usize) -> Result<()> {
+        let n = rows * width;
+        assert!(y.len() >= n && bias.len() >= width);
+        let (py, pb) = (self.mptr(y), self.ptr(bias));
+        let (w, n64) = (width as i32, n as i64);
+        let mut b = self.stream().launch_builder(&self.kernels().add_bias);
+        b.arg(&py).arg(&pb).arg(&w).arg(&n64);
+        // SAFETY: thread i < n touches y[i] and bias[i % width].
+        unsafe { b.launch(grid_1d(n)) }
+            .map(drop)
+            .map_err(|e| err("add_bias", e))
+    }
+
+    /// The first `n` values of x rounded to bf16 (nearest even).
+    pub fn to_bf16(&self, x: &Buf, n: usize) -> Result<CudaSlice<u16>> {
+        assert!(x.len() >= n);
+        let mut y = self.alloc::<u16>(n)?;
+        let (px, py) = (self.ptr(x), self.mptr(&mut y));
+        let n64 = n as i64;
+        let mut b = self.stream().launch_builder(&self.kernels().to_bf16);
+        b.arg(&px).arg(&py).arg(&n64);
+        // SAFETY: thread i < n reads x[i] and writes y[i]; y holds n values.
+        unsafe { b.launch(grid_1d(n)) }
+            .map(drop)
+            .map_err(|e| err("to_bf16", e))?;
+        Ok(y)
+    }
+
+    /// Columns `col0 .. col0 + width` of x [rows, ld], as a new [rows, width] buffer.
+    pub fn copy_cols(
+        &self,
+        x: &Buf,
+        ld: usize,
+        col0: usize,
+        rows: usize,
+        width: usize,
+    ) -> Result<Buf> {
+        assert!(col0 + width <= ld && x.len() >= rows * ld);
+        let n = rows * width;
+        let mut y = self.alloc::<f32>(n)?;
+        let (px, py) = (self.ptr(x), self.mptr(&mut y));
+        let (ld_i, c0, w, n64) = (ld as i32, col0 as i32, width as i32, n as i64);
+        let mut b = self.stream().launch_builder(&self.kernels().copy_cols);
+        b.arg(&px).arg(&ld_i).arg(&c0).arg(&py).arg(&w).arg(&n64);
+        // SAFETY: thread i < n reads x[(i / width) * ld + col0 + i % width] < rows * ld.
+        unsafe { b.launch(grid_1d(n)) }
+            .map(drop)
+            .map_err(|e| err("copy_cols", e))?;
+        Ok(y)
+    }
+
+    /// Rows `idx` of x [src_rows, width], as a new [idx.len(), width] buffer.
+    pub fn gather_rows(&self, x: &Buf, src_rows: usize, idx: &[u32], width: usize) -> Result<Buf> {
+        assert!(idx.iter().all(|&r| (r as usize) < src_rows) && x.len() >= src_rows * width);
+        let mut y = self.alloc::<f32>(idx.len() * width)?;
+        if idx.is_empty() {
+            return Ok(y);
+        }
+        let pi = self.input(Input::RowIndices, idx)?;
+        let (px, py) = (self.ptr(x), self.mptr(&mut y));
+        let w = width as i32;
+        let mut b = self.stream().launch_builder(&self.kernels().gather_rows);
+        b.arg(&px).arg(&pi).arg(&py).arg(&w);
+        // SAFETY: block r copies row idx[r] < src_rows of x into row r of y.
+        unsafe { b.launch(per_row(idx.len(), row_threads(width).min(256))) }
+            .map(drop)
+            .map_err(|e| err("gather_rows", e))?;
+        Ok(y)
+    }
+
+    /// Rows `ids` of a bf16 table [vocab, dim], widened to f32.
+    pub fn embed_bf16(
+        &self,
+        table: &CudaSlice<u16>,
+        vocab: usize,
+        ids: &[u32],
+        dim: usize,
+    ) -> Result<Buf> {
+        assert!(ids.iter().all(|&i| (i as usize) < vocab) && table.len() >= vocab * dim);
+        let mut y = self.alloc::<f32>(ids.len() * dim)?;
+        if ids.is_empty() {
+            return Ok(y);
+        }
+        let pi = self.input(Input::TokenIds, ids)?;
+        let (pt, py) = (self.ptr(table), self.mptr(&mut y));
+        let d = dim as i32;
+        let mut b = self.stream().launch_builder(&self.kernels().embed_bf16);
+        b.arg(&pt).arg(&pi).arg(&py).arg(&d);
+        // SAFETY: block r copies table row ids[r] < vocab into row r of y.
+        unsafe { b.launch(per_row(ids.len(), row_threads(dim).min(256))) }
+            .map(drop)
+            .map_err(|e| err("embed_bf16", e))?;
+        Ok(y)
+    }
+
+    /// Rows `ids` of an f32 table [vocab, dim].
+    pub fn embed_f32(&self, table: &Buf, vocab: usize, ids: &[u32], dim: usize) -> Result<Buf> {
+        assert!(ids.iter().all(|&i| (i as usize) < vocab) && table.len() >= vocab * dim);
+        let mut y = self.alloc::<f32>(ids.len() * dim)?;
+        if ids.is_empty() {
+            return Ok(y);
+        }
+        let pi = self.input(Input::TokenIds, ids)?;
+        let (pt, py) = (self.ptr(table), self.mptr(&mut y));
+        let d = dim as i32;
+        let mut b = self.stream().launch_builder(&self.kernels().embed_f32);
+        b.arg(&pt).arg(&pi).arg(&py).arg(&d);
+        // SAFETY: block r copies table row ids[r] < vocab into row r of y.
+        unsafe { b.launch(per_row(ids.len(), row_threads(dim).min(256))) }
+            .map(drop)
+            .map_err(|e| err("embed_f32", e))?;
+        Ok(y)
+    }
+
+    /// The index of the largest value of each row of x [rows, n] (the first on ties).
+    pub fn argmax_rows(&self, x: &Buf, rows: usize, n: usize) -> Result<Vec<u32>> {
+        assert!(x.len() >= rows * n && n > 0);
+        if rows == 0 {
+            return Ok(Vec::new());
+        }
+        let mut out = self.alloc::<u32>(rows)?;
+        let (px, po) = (self.ptr(x), self.mptr(&mut out));
+        let n_i = n as i32;
+        let mut b = self.stream().launch_builder(&self.kernels().argmax_rows);
+        b.arg(&px).arg(&po).arg(&n_i);
+        // SAFETY: block r reads row r of x and writes out[r].
+        unsafe { b.launch(per_row(rows, 1024)) }
+            .map(drop)
+            .map_err(|e| err("argmax_rows", e))?;
+        self.download(&out, rows)
+    }
+
+    /// Writes row r of k and v [rows, kv_dim] to the page row at `dst[r]` (the address of the
+    /// row in attention slot 0): keys `k_off` elements further, values `k_off + val_off`; f32,
+    /// or (with `f16`) f16.
+    ///
+    /// # Safety
+    /// Every address in `dst` plus those offsets must point at `kv_dim` writable values of a
+    /// live page.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn kv_write(
+        &self,
+        k: &Buf,
+        v: &Buf,
+        dst: &[u64],
+        kv_dim: usize,
+        k_off: usize,
+        val_off: usize,
+        f16: bool,
+    ) -> Result<()> {
+        let rows = dst.len();
+        assert!(k.len() >= rows * kv_dim && v.len() >= rows * kv_dim);
+        if rows == 0 {
+            return Ok(());
+        }
+        let f = if f16 {
+            &self.kernels().kv_write_f16
+        } else {
+            &self.kernels().kv_write_f32
+        };
+        let pd = self.input(Input::KvDst, dst)?;
+        let (pk, pv) = (self.ptr(k), self.ptr(v));
+        let (d, ko, vo) = (kv_dim as i32, k_off as i64, val_off as i64);
+        let mut b = self.stream().launch_builder(f);
+        b.arg(&pk).arg(&pv).arg(&pd).arg(&d).arg(&ko).arg(&vo);
+        // SAFETY: the caller guarantees the destinations; sources are asserted above.
+        unsafe { b.launch(per_row(rows, row_threads(kv_dim).min(256))) }
+            .map(drop)
+            .map_err(|e| err("kv_write", e))
+    }
+
+    /// Causal attention of q [rows, n_heads * hd] over paged keys and values (see
+    /// `attn_paged` in kernels.cu); returns the context [rows, n_heads * hd].
+    ///
+    /// # Safety
+    /// `tiles.pages` must hold the addresses of live pages that contain every key and value
+    /// row the tiles' positions reach, laid out as `k_off`, `val_off` and `page_rows` say.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn attention(
+        &self,
+        q: &Buf,
+        rows: usize,
+        tiles: &AttnTiles,
+        page_rows: usize,
+        k_off: usize,
+        val_off: usize,
+        n_heads: usize,
+        n_kv_heads: usize,
+        hd: usize,
+        scale: f32,
+        window: Option<usize>,
+        f16: bool,
+    ) -> Result<Buf> {
+        assert!(hd <= 256 && n_heads.is_multiple_of(n_kv_heads) && q.len() >= rows * n_heads * hd);
+        let mut out = self.alloc::<f32>(rows * n_heads * hd)?;
+        if rows == 0 || tiles.n_tiles == 0 {
+            return Ok(out);
+        }
+        let f = if f16 {
+            &self.kernels().attn_paged_f16
+        } else {
+            &self.kernels().attn_paged_f32
+        };
+        let smem = attn_smem_bytes(hd) as u32;
+        let (pq, po) = (self.ptr(q), self.mptr(&mut out));
+        let (ts, tr, tn, rp, pg, p0) = (
+            tiles.tile_seq,
+            tiles.tile_row0,
+            tiles.tile_n,
+            tiles.row_pos,
+            tiles.pages,
+            tiles.page0,
+        );
+        let (pr, ko, vo) = (page_rows as i32, k_off as i64, val_off as i64);
+        let (h, kvh, d) = (n_heads as i32, n_kv_heads as i32, hd as i32);
+        let win = window.map_or(0, |w| w.clamp(1, i32::MAX as usize) as i32);
+        let mut b = self.stream().launch_builder(f);
+        b.arg(&pq)
+            .arg(&po)
+            .arg(&ts)
+            .arg(&tr)
+            .arg(&tn)
+            .arg(&rp)
+            .arg(&pg)
+            .arg(&p0)
+            .arg(&pr)
+            .arg(&ko)
+            .arg(&vo)
+            .arg(&h)
+            .arg(&kvh)
+            .arg(&d)
+            .arg(&scale)
+            .arg(&win);
+        let cfg = LaunchConfig {
+            grid_dim: (tiles.n_tiles as u32, n_heads as u32, 1),
+            block_dim: (32 * ATTN_ROWS as u32, 1, 1),
+            shared_mem_bytes: smem,
+        };
+        // SAFETY: the caller guarantees the pages; q, out and the tile arrays are sized by
+        // the asserts above and by `AttnTiles`' construction.
+        unsafe { b.launch(cfg) }
+            .map(drop)
+            .map_err(|e| err("attention", e))?;
+        Ok(out)
+    }
+
+    /// y [m, n] = x [m, k] · Wᵀ with W [n, k] (f32 sums; bf16 weights multiply bf16-rounded
+    /// activations), or y += that with `accumulate`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn matmul(
+        &self,
+        x: &Buf,
+        m: usize,
+        w: &MatrixData,
+        n: usize,
+        k: usize,
+        y: &mut Buf,
+        accumulate: bool,
+    ) -> Result<()> {
+        assert!(x.len() >= m * k && y.len() >= m * n);
+        if m == 0 || n == 0 {
+            return Ok(());
+        }
+        if m <= GEMV_ROWS && k % 8 == 0 && m * k * 4 <= GEMV_SMEM_BYTES {
+            return self.gemv(x, m, w, n, k, y, accumulate);
+        }
+        let (alpha, beta) = (1.0f32, if accumulate { 1.0f32 } else { 0.0f32 });
+        let py = self.mptr(y);
+        let _guard = self.blas_lock.lock();
+        let h = *self.blas.handle();
+        // Row-major y [m, n] is column-major yᵀ [n, m] = W [n, k] (column-major Wᵀ [k, n],
+        // transposed) times xᵀ [k, m].
+        let (mi, ni, ki) = (n as i32, m as i32, k as i32);
+        let t = blas::cublasOperation_t::CUBLAS_OP_T;
+        let nt = blas::cublasOperation_t::CUBLAS_OP_N;
+        match w {
+            MatrixData::F32(wb) => {
+                assert!(wb.len() >= n * k);
+                let (pw, px) = (self.ptr(wb), self.ptr(x));
+                // SAFETY: W holds n*k, x m*k and y m*n values (asserted); the handle is
+                // bound to this device's stream and used under the lock.
+                unsafe {
+                    cudarc::cublas::result::sgemm(
+                        h,
+                        t,
+                        nt,
+                        mi,
+                        ni,
+                        ki,
+                        &alpha,
+                        pw as *const f32,
+                        ki,
+                        px as *const f32,
+                        ki,
+                        &beta,
+                        py as *mut f32,
+                        mi,
+                    )
+                }
+                .map_err(|e| err("sgemm", e))
+            }
+            MatrixData::Bf16(wb) => {
+                assert!(wb.len() >= n * k);
+                let xb = self.to_bf16(x, m * k)?;
+                let (pw, px) = (self.ptr(wb), self.ptr(&xb));
+                // SAFETY: as above, with bf16 operands and f32 output and sums.
+                unsafe {
+                    cudarc::cublas::result::gemm_ex(
+                        h,
+                        t,
+                        nt,
+                        mi,
+                        ni,
+                        ki,
+                        (&alpha as *const f32).cast(),
+                        pw as *const _,
+                        blas::cudaDataType_t::CUDA_R_16BF,
+                        ki,
+                        px as *const _,
+                        blas::cudaDataType_t::CUDA_R_16BF,
+                        ki,
+                        (&beta as *const f32).cast(),
+                        py as *mut _,
+                        blas::cudaDataType_t::CUDA_R_32F,
+                        mi,
+                        blas::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+                        blas::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+                    )
+                }
+                .map_err(|e| err("gemm_ex bf16", e))
+            }
+        }
+    }
+
+    /// [`CudaDevice::matmul`] for m <= GEMV_ROWS rows and k a multiple of 8: one warp per output
+    /// column streaming W once (decode is bound by reading the weights).
+    #[allow(clippy::too_many_arguments)]
+    fn gemv(
+        &self,
+        x: &Buf,
+        m: usize,
+        w: &MatrixData,
+        n: usize,
+        k: usize,
+        y: &mut Buf,
+        accumulate: bool,
+    ) -> Result<()> {
+        let (f, pw) = match w {
+            MatrixData::F32(b) => {
+                assert!(b.len() >= n * k);
+                (&self.kernels().gemv_f32, self.ptr(b))
+            }
+            MatrixData::Bf16(b) => {
+                assert!(b.len() >= n * k);
+                (&self.kernels().gemv_bf16, self.ptr(b))
+            }
+        };
+        let (px, py) = (self.ptr(x), self.mptr(y));
+        let (mi, ni, ki, acc) = (m as i32, n as i32, k as i32, i32::from(accumulate));
+        let mut b = self.stream().launch_builder(f);
+        b.arg(&px)
+            .arg(&pw)
+            .arg(&py)
+            .arg(&mi)
+            .arg(&ni)
+            .arg(&ki)
+            .arg(&acc);
+        let cfg = LaunchConfig {
+            grid_dim: (n.div_ceil(8) as u32, 1, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: (m * k * 4) as u32,
+        };
+        // SAFETY: x holds m*k values (asserted by matmul), W n*k (16-byte aligned rows: k is a
+        // multiple of 8 and device allocations are 256-byte aligned), y m*n; warp `col < n`
+        // writes y[j * n + col] for j < m.
+        unsafe { b.launch(cfg) }
+            .map(drop)
+            .map_err(|e| err("gemv", e))
+    }
+}

@@ -1,0 +1,382 @@
+//! The CUDA backend (cargo feature `cuda`): one [`CudaDevice`] per GPU holding its context, a
+//! stream every op is queued on, a cuBLAS handle for the dense products and the kernels of
+//! `kernels.cu`, compiled by NVRTC for the device's architecture when the device is opened.
+//! The driver, NVRTC and cuBLAS are loaded at run time (cudarc's dynamic loading), so a binary
+//! built with the feature starts on machines without CUDA and `--device cuda` then fails with
+//! a message naming the missing piece.
+//!
+//! This module owns device memory and launches; what the ops compute is defined by the CPU
+//! backend, and tests/cuda_ops.rs holds every launcher here to it.
+#![allow(unsafe_code)]
+
+pub(crate) mod launch;
+mod paged;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use cudarc::cublas::CudaBlas;
+use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, DeviceRepr};
+
+use super::device::Op;
+use crate::{Error, Result};
+
+pub use launch::{AttnTiles, MatrixData};
+pub use paged::attend_paged;
+
+/// The kernel source (compiled at run time).
+pub const KERNELS: &str = include_str!("kernels.cu");
+
+/// f32 device memory.
+pub type Buf = CudaSlice<f32>;
+
+/// Whether the CUDA backend implements `op`.
+pub fn supports(op: Op) -> bool {
+    matches!(
+        op,
+        Op::LinearF32
+            | Op::LinearBf16
+            | Op::RmsNorm
+            | Op::LayerNorm
+            | Op::Rope
+            | Op::SiluMul
+            | Op::Gelu
+            | Op::AttentionF32
+            | Op::AttentionF16
+            | Op::Argmax
+    )
+}
+
+fn err(what: &str, e: impl std::fmt::Debug) -> Error {
+    Error::Device(format!("cuda: {what}: {e:?}"))
+}
+
+/// The compiled kernels.
+pub(crate) struct Kernels {
+    pub rms_norm: CudaFunction,
+    pub layer_norm: CudaFunction,
+    pub rope: CudaFunction,
+    pub silu_mul: CudaFunction,
+    pub gelu: CudaFunction,
+    pub add: CudaFunction,
+    pub add_bias: CudaFunction,
+    pub to_bf16: CudaFunction,
+    pub copy_cols: CudaFunction,
+    pub gather_rows: CudaFunction,
+    pub embed_bf16: CudaFunction,
+    pub embed_f32: CudaFunction,
+    pub gemv_bf16: CudaFunction,
+    pub gemv_f32: CudaFunction,
+    pub argmax_rows: CudaFunction,
+    pub kv_write_f32: CudaFunction,
+    pub kv_write_f16: CudaFunction,
+    pub attn_paged_f32: CudaFunction,
+    pub attn_paged_f16: CudaFunction,
+}
+
+/// One opened GPU.
+pub struct CudaDevice {
+    ordinal: usize,
+    name: String,
+    compute_capability: (i32, i32),
+    stream: Arc<CudaStream>,
+    blas: CudaBlas,
+    kernels: Kernels,
+    /// Serializes cuBLAS calls (the handle is not safe to use from two threads at once).
+    blas_lock: Mutex<()>,
+    /// The last upload of each [`Input`]: host bytes and their device copy.
+    inputs: Mutex<HashMap<Input, (Vec<u8>, CudaSlice<u8>)>>,
+}
+
+/// Small per-step inputs that every layer of a forward pass uploads alike (positions, page
+/// tables, query tiles, row destinations, token ids). [`CudaDevice::input`] keeps the last
+/// upload of each and skips uploads whose bytes did not change, so a pass uploads each once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Input {
+    /// RoPE positions.
+    RopePositions,
+    /// Page-row addresses new keys and values are written to.
+    KvDst,
+    /// Attention tiles: sequence of each.
+    TileSeq,
+    /// Attention tiles: first row of each.
+    TileRow0,
+    /// Attention tiles: rows of each.
+    TileRows,
+    /// Attention: position of each query row.
+    RowPositions,
+    /// Attention: page addresses of every sequence.
+    Pages,
+    /// Attention: each sequence's first page in `Pages`.
+    FirstPages,
+    /// Token ids of an embedding lookup.
+    TokenIds,
+    /// Row indices of a gather.
+    RowIndices,
+}
+
+/// Compiles the kernel source for compute capability `cc` to PTX (also usable without a GPU,
+/// given NVRTC: tests compile the kernels on machines without one).
+pub fn compile_kernels(cc: (i32, i32)) -> Result<cudarc::nvrtc::Ptx> {
+    // SAFETY: only probes whether the shared library can be loaded.
+    if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+        return Err(Error::Device(
+            "cuda: NVRTC (libnvrtc.so) could not be loaded; add the CUDA toolkit's lib64 folder \
+             to LD_LIBRARY_PATH"
+                .into(),
+        ));
+    }
+    let arch: &'static str = Box::leak(format!("compute_{}{}", cc.0, cc.1).into_boxed_str());
+    let opts = cudarc::nvrtc::CompileOptions {
+        arch: Some(arch),
+        options: vec!["--std=c++17".into()],
+        ..Default::default()
+    };
+    cudarc::nvrtc::compile_ptx_with_opts(KERNELS, opts)
+        .map_err(|e| Error::Device(format!("cuda: compiling kernels.cu for {arch}: {e}")))
+}
+
+impl CudaDevice {
+    /// Opens GPU `ordinal` (once per process; later calls share it).
+    pub fn open(ordinal: usize) -> Result<Arc<CudaDevice>> {
+        static OPEN: OnceLock<Mutex<HashMap<usize, Arc<CudaDevice>>>> = OnceLock::new();
+        let mut open = OPEN
+            .get_or_init(Default::default)
+            .lock()
+            .map_err(|_| Error::Device("cuda: device table poisoned".into()))?;
+        if let Some(d) = open.get(&ordinal) {
+            return Ok(Arc::clone(d));
+        }
+        let d = Arc::new(Self::open_new(ordinal)?);
+        open.insert(ordinal, Arc::clone(&d));
+        Ok(d)
+    }
+
+    fn open_new(ordinal: usize) -> Result<CudaDevice> {
+        // SAFETY: only probes whether the shared library can be loaded.
+        if !unsafe { cudarc::driver::sys::is_culib_present() } {
+            return Err(Error::Device(format!(
+                "cuda:{ordinal}: no CUDA driver (libcuda.so could not be loaded; is an NVIDIA \
+                 driver installed?)"
+            )));
+        }
+        let count = CudaContext::device_count().map_err(|e| err("counting devices", e))?;
+        if ordinal >= count.max(0) as usize {
+            return Err(Error::Device(format!(
+                "cuda:{ordinal}: no such device (this machine has {count} CUDA device{})",
+                if count == 1 { "" } else { "s" }
+            )));
+        }
+        // SAFETY: only probes whether the shared library can be loaded.
+        if !unsafe { cudarc::cublas::sys::is_culib_present() } {
+            return Err(Error::Device(format!(
+                "cuda:{ordinal}: cuBLAS (libcublas.so) could not be loaded; add the CUDA \
+                 toolkit's lib64 folder to LD_LIBRARY_PATH"
+            )));
+        }
+        let ctx = CudaContext::new(ordinal).map_err(|e| err("creating a context", e))?;
+        // One stream carries every op, so cudarc's per-buffer events are not needed.
+        // SAFETY: all work of this device is queued on the one stream made below.
+        unsafe { ctx.disable_event_tracking() };
+        let name = ctx.name().map_err(|e| err("device name", e))?;
+        let cc = ctx
+            .compute_capability()
+            .map_err(|e| err("compute capability", e))?;
+        keep_freed_memory(&ctx);
+        let stream = ctx.new_stream().map_err(|e| err("creating a stream", e))?;
+        let blas = CudaBlas::new(Arc::clone(&stream)).map_err(|e| err("creating cuBLAS", e))?;
+        let module = ctx
+            .load_module(compile_kernels(cc)?)
+            .map_err(|e| err("loading the kernels", e))?;
+        let f = |name: &str| {
+            module
+                .load_function(name)
+                .map_err(|e| err(&format!("kernel `{name}`"), e))
+        };
+        let kernels = Kernels {
+            rms_norm: f("rms_norm")?,
+            layer_norm: f("layer_norm")?,
+            rope: f("rope")?,
+            silu_mul: f("silu_mul")?,
+            gelu: f("gelu")?,
+            add: f("add")?,
+            add_bias: f("add_bias")?,
+            to_bf16: f("to_bf16")?,
+            copy_cols: f("copy_cols")?,
+            gather_rows: f("gather_rows")?,
+            embed_bf16: f("embed_bf16")?,
+            embed_f32: f("embed_f32")?,
+            gemv_bf16: f("gemv_bf16")?,
+            gemv_f32: f("gemv_f32")?,
+            argmax_rows: f("argmax_rows")?,
+            kv_write_f32: f("kv_write_f32")?,
+            kv_write_f16: f("kv_write_f16")?,
+            attn_paged_f32: f("attn_paged_f32")?,
+            attn_paged_f16: f("attn_paged_f16")?,
+        };
+        // Kernels that stage more than the default 48 KiB of shared memory.
+        let smem = cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
+        for (k, bytes) in [
+            (&kernels.attn_paged_f32, launch::attn_smem_bytes(256)),
+            (&kernels.attn_paged_f16, launch::attn_smem_bytes(256)),
+            (&kernels.gemv_bf16, launch::GEMV_SMEM_BYTES),
+            (&kernels.gemv_f32, launch::GEMV_SMEM_BYTES),
+        ] {
+            k.set_attribute(smem, bytes as i32)
+                .map_err(|e| err("raising a kernel's shared memory", e))?;
+        }
+        Ok(CudaDevice {
+            ordinal,
+            name,
+            compute_capability: cc,
+            stream,
+            blas,
+            kernels,
+            blas_lock: Mutex::new(()),
+            inputs: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The device number.
+    pub fn ordinal(&self) -> usize {
+        self.ordinal
+    }
+
+    /// The device's name (`NVIDIA H200`).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Compute capability (major, minor).
+    pub fn compute_capability(&self) -> (i32, i32) {
+        self.compute_capability
+    }
+
+    /// (free, total) device memory in bytes.
+    pub fn memory(&self) -> Result<(usize, usize)> {
+        self.stream
+            .context()
+            .mem_get_info()
+            .map_err(|e| err("memory info", e))
+    }
+
+    /// Waits for every queued op.
+    pub fn synchronize(&self) -> Result<()> {
+        self.stream.synchronize().map_err(|e| err("synchronize", e))
+    }
+
+    /// Uninitialized device memory for `n` values.
+    pub fn alloc<T: DeviceRepr>(&self, n: usize) -> Result<CudaSlice<T>> {
+        // SAFETY: every caller writes the buffer (by a kernel or a copy) before reading it.
+        unsafe { self.stream.alloc::<T>(n.max(1)) }.map_err(|e| err("allocating", e))
+    }
+
+    /// Zeroed device memory for `n` values.
+    pub fn zeros<T: DeviceRepr + cudarc::driver::ValidAsZeroBits>(
+        &self,
+        n: usize,
+    ) -> Result<CudaSlice<T>> {
+        self.stream
+            .alloc_zeros::<T>(n.max(1))
+            .map_err(|e| err("allocating", e))
+    }
+
+    /// A device copy of `host`.
+    pub fn upload<T: DeviceRepr>(&self, host: &[T]) -> Result<CudaSlice<T>> {
+        if host.is_empty() {
+            return self.alloc(1);
+        }
+        self.stream
+            .clone_htod(host)
+            .map_err(|e| err("copying to the device", e))
+    }
+
+    /// The first `n` values of `buf`, copied to the host (waits for the queued ops).
+    pub fn download<T: DeviceRepr + Default + Clone>(
+        &self,
+        buf: &CudaSlice<T>,
+        n: usize,
+    ) -> Result<Vec<T>> {
+        let mut out = vec![T::default(); n];
+        if n > 0 {
+            self.stream
+                .memcpy_dtoh(&buf.slice(..n), &mut out)
+                .map_err(|e| err("copying to the host", e))?;
+            self.synchronize()?;
+        }
+        Ok(out)
+    }
+
+    /// A device copy of `src`'s first `n` values.
+    pub fn duplicate<T: DeviceRepr>(&self, src: &CudaSlice<T>, n: usize) -> Result<CudaSlice<T>> {
+        let mut dst = self.alloc::<T>(n)?;
+        if n > 0 {
+            self.stream
+                .memcpy_dtod(&src.slice(..n), &mut dst.slice_mut(..n))
+                .map_err(|e| err("device copy", e))?;
+        }
+        Ok(dst)
+    }
+
+    /// The device address of a copy of `data` for `slot`, uploading only when the bytes differ
+    /// from the slot's last upload. The address stays valid until the slot's next change
+    /// (ops queued before then read the old copy: it is freed in stream order).
+    pub fn input<T: bytemuck::Pod>(&self, slot: Input, data: &[T]) -> Result<u64> {
+        let bytes: &[u8] = bytemuck::cast_slice(data);
+        let mut inputs = self
+            .inputs
+            .lock()
+            .map_err(|_| Error::Device("cuda: input table poisoned".into()))?;
+        if let Some((host, dev)) = inputs.get(&slot) {
+            if host.as_slice() == bytes {
+                return Ok(self.ptr(dev));
+            }
+        }
+        let dev = self.upload(bytes)?;
+        let p = self.ptr(&dev);
+        inputs.insert(slot, (bytes.to_vec(), dev));
+        Ok(p)
+    }
+
+    /// The raw address of `buf` (for kernels that take addresses, e.g. page tables).
+    pub fn ptr<T>(&self, buf: &CudaSlice<T>) -> u64 {
+        let (p, _sync) = buf.device_ptr(&self.stream);
+        p
+    }
+
+    pub(crate) fn stream(&self) -> &Arc<CudaStream> {
+        &self.stream
+    }
+
+    pub(crate) fn kernels(&self) -> &Kernels {
+        &self.kernels
+    }
+}
+
+/// Lets the driver's default memory pool keep freed memory for the next allocations instead
+/// of returning it at every synchronization (activations are allocated and freed every step).
+fn keep_freed_memory(ctx: &Arc<CudaContext>) {
+    use cudarc::driver::sys;
+    let mut pool: sys::CUmemoryPool = std::ptr::null_mut();
+    let mut threshold: u64 = u64::MAX;
+    // SAFETY: `pool` is written by the driver for a valid device of the current context; the
+    // attribute takes a pointer to a u64. Failure only costs speed, so results are ignored.
+    unsafe {
+        if ctx.bind_to_thread().is_ok()
+            && sys::cuDeviceGetDefaultMemPool(&mut pool, ctx.cu_device())
+                == sys::CUresult::CUDA_SUCCESS
+        {
+            let _ = sys::cuMemPoolSetAttribute(
+                pool,
+                sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+                (&mut threshold as *mut u64).cast(),
+            );
+        }
+    }
+}
+
+impl std::fmt::Debug for CudaDevice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "CudaDevice({}, {})", self.ordinal, self.name)
+    }
+}

@@ -1,0 +1,104 @@
+//! Causal attention of a batch whose tensors and KV pages are on a GPU: writes the new rows'
+//! keys and values into each sequence's pages, builds the launch's page table and query
+//! tiles from the states, and runs the paged flash-style kernel (backend::cuda).
+
+use std::sync::Arc;
+
+use super::launch::ATTN_ROWS;
+use super::{AttnTiles, Buf, CudaDevice, Input};
+use crate::attention::CausalShape;
+use crate::state::{KvDtype, SeqState};
+use crate::{Error, Result};
+
+/// [`crate::attention::attend`] on device buffers: `q` [rows, n_heads * hd], `k` and `v`
+/// [rows, n_kv_heads * hd]; returns the context [rows, n_heads * hd].
+#[allow(clippy::too_many_arguments)]
+pub fn attend_paged(
+    dev: &Arc<CudaDevice>,
+    q: &Buf,
+    k: &Buf,
+    v: &Buf,
+    seq_lens: &[usize],
+    states: &mut [&mut SeqState],
+    layer: usize,
+    shape: &CausalShape,
+    scale: f32,
+) -> Result<Buf> {
+    let kv_dim = shape.n_kv_heads * shape.head_dim;
+    let rows: usize = seq_lens.iter().sum();
+    let Some(first) = states.first() else {
+        return dev.alloc(0);
+    };
+    let dtype = first.kv_dtype();
+    let page_rows = first.page_rows();
+    let elt = dtype.bytes() as u64;
+    let mut dst = Vec::with_capacity(rows);
+    let mut row_pos = Vec::with_capacity(rows);
+    let (mut tile_seq, mut tile_row0, mut tile_n) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut pages, mut page0) = (Vec::new(), Vec::with_capacity(states.len()));
+    let (mut k_off, mut val_off) = (None, 0usize);
+    let mut row0 = 0usize;
+    let no_page = || Error::Device("a KV page is not in device memory".into());
+    for (s, (&n, state)) in seq_lens.iter().zip(states.iter_mut()).enumerate() {
+        if state.kv_dtype() != dtype || state.page_rows() != page_rows {
+            return Err(Error::InvalidInput(
+                "the sequences of one batch must share a KV pool".into(),
+            ));
+        }
+        let start = state.len();
+        let (slot, slots) = state.append_slots(layer, n)?;
+        for (pi, r) in slots {
+            let page = &state.pages()[pi];
+            let base = page.device_addr().ok_or_else(no_page)?;
+            dst.push(base + page.offset(0, false, r) as u64 * elt);
+        }
+        if let Some(p) = state.pages().first() {
+            k_off.get_or_insert(p.offset(slot, false, 0));
+            val_off = p.offset(slot, true, 0) - p.offset(slot, false, 0);
+        }
+        page0.push(pages.len() as i32);
+        let visible = state.visible_rows().div_ceil(page_rows);
+        for p in &state.pages()[..visible] {
+            pages.push(p.device_addr().ok_or_else(no_page)?);
+        }
+        row_pos.extend((start..start + n).map(|p| p as i32));
+        for c in (0..n).step_by(ATTN_ROWS) {
+            tile_seq.push(s as i32);
+            tile_row0.push((row0 + c) as i32);
+            tile_n.push((n - c).min(ATTN_ROWS) as i32);
+        }
+        row0 += n;
+    }
+    let k_off = k_off.unwrap_or(0);
+    let f16 = dtype == KvDtype::F16;
+    // SAFETY: every destination is a row of a live page that `append_slots` made exclusive to
+    // its sequence; `k_off` and `val_off` are this layer's keys and values within a page.
+    unsafe { dev.kv_write(k, v, &dst, kv_dim, k_off, val_off, f16)? };
+    let tiles = AttnTiles {
+        n_tiles: tile_seq.len(),
+        tile_seq: dev.input(Input::TileSeq, &tile_seq)?,
+        tile_row0: dev.input(Input::TileRow0, &tile_row0)?,
+        tile_n: dev.input(Input::TileRows, &tile_n)?,
+        row_pos: dev.input(Input::RowPositions, &row_pos)?,
+        pages: dev.input(Input::Pages, &pages)?,
+        page0: dev.input(Input::FirstPages, &page0)?,
+    };
+    // SAFETY: `pages` lists, per sequence, every page holding its visible rows (committed and
+    // just written), all of one pool and so one layout (k_off, val_off, page_rows).
+    unsafe {
+        dev.attention(
+            q,
+            rows,
+            &tiles,
+            page_rows,
+            k_off,
+            val_off,
+            shape.n_heads,
+            shape.n_kv_heads,
+            shape.head_dim,
+            scale,
+            shape.sliding_window,
+            f16,
+        )
+    }
+}

@@ -1,0 +1,304 @@
+//! [`Tensor`]: activations where they live. A tensor is f32 rows [rows, cols] on one
+//! [`Device`]: a host `Vec<f32>` on the CPU, device memory on a GPU. Models pass tensors
+//! between ops and never look inside; ops match on the storage and call their backend. Moving
+//! data between host and device happens only where a tensor is made from host rows
+//! ([`Tensor::from_host`]) or read back ([`Tensor::to_host`]).
+
+use crate::backend::Device;
+use crate::{Error, Result};
+
+/// Where a tensor's values are.
+pub enum Storage {
+    /// Host memory, row-major.
+    Cpu(Vec<f32>),
+    /// Device memory on a GPU, row-major.
+    #[cfg(feature = "cuda")]
+    Cuda(CudaStorage),
+}
+
+/// A tensor's device memory and the device that owns it.
+#[cfg(feature = "cuda")]
+pub struct CudaStorage {
+    /// The device.
+    pub dev: std::sync::Arc<crate::backend::cuda::CudaDevice>,
+    /// The values (at least rows * cols).
+    pub buf: crate::backend::cuda::Buf,
+}
+
+/// f32 [rows, cols] on a device.
+pub struct Tensor {
+    rows: usize,
+    cols: usize,
+    storage: Storage,
+}
+
+impl std::fmt::Debug for Tensor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "Tensor([{}, {}] on {})",
+            self.rows,
+            self.cols,
+            self.device()
+        )
+    }
+}
+
+impl Tensor {
+    /// A host tensor over `data` (rows * cols values).
+    pub fn cpu(rows: usize, cols: usize, data: Vec<f32>) -> Tensor {
+        assert_eq!(
+            data.len(),
+            rows * cols,
+            "tensor data does not match its shape"
+        );
+        Tensor {
+            rows,
+            cols,
+            storage: Storage::Cpu(data),
+        }
+    }
+
+    /// `data` (rows * cols host values) placed on `device`.
+    pub fn from_host(device: &Device, rows: usize, cols: usize, data: Vec<f32>) -> Result<Tensor> {
+        if data.len() != rows * cols {
+            return Err(Error::Shape {
+                op: "Tensor::from_host",
+                reason: format!("{} values for [{rows}, {cols}]", data.len()),
+            });
+        }
+        match device {
+            Device::Cpu => Ok(Tensor::cpu(rows, cols, data)),
+            #[cfg(feature = "cuda")]
+            Device::Cuda(dev) => Ok(Tensor::cuda(dev, rows, cols, dev.upload(&data)?)),
+        }
+    }
+
+    /// A tensor over device memory.
+    #[cfg(feature = "cuda")]
+    pub fn cuda(
+        dev: &std::sync::Arc<crate::backend::cuda::CudaDevice>,
+        rows: usize,
+        cols: usize,
+        buf: crate::backend::cuda::Buf,
+    ) -> Tensor {
+        assert!(
+            buf.len() >= rows * cols,
+            "device buffer smaller than its tensor"
+        );
+        Tensor {
+            rows,
+            cols,
+            storage: Storage::Cuda(CudaStorage {
+                dev: std::sync::Arc::clone(dev),
+                buf,
+            }),
+        }
+    }
+
+    /// Rows.
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// Values per row.
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+
+    /// Number of values.
+    pub fn len(&self) -> usize {
+        self.rows * self.cols
+    }
+
+    /// Whether the tensor holds no value.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The device the values are on.
+    pub fn device(&self) -> Device {
+        match &self.storage {
+            Storage::Cpu(_) => Device::Cpu,
+            #[cfg(feature = "cuda")]
+            Storage::Cuda(s) => Device::Cuda(std::sync::Arc::clone(&s.dev)),
+        }
+    }
+
+    /// The storage (for ops).
+    pub fn storage(&self) -> &Storage {
+        &self.storage
+    }
+
+    /// The storage, mutably (for ops).
+    pub fn storage_mut(&mut self) -> &mut Storage {
+        &mut self.storage
+    }
+
+    /// The storage, taken.
+    pub fn into_storage(self) -> Storage {
+        self.storage
+    }
+
+    /// The values as a host slice, if they are on the host.
+    pub fn as_host(&self) -> Option<&[f32]> {
+        match &self.storage {
+            Storage::Cpu(v) => Some(v),
+            #[cfg(feature = "cuda")]
+            Storage::Cuda(_) => None,
+        }
+    }
+
+    /// A host copy of the values (waits for the device).
+    pub fn to_host(&self) -> Result<Vec<f32>> {
+        match &self.storage {
+            Storage::Cpu(v) => Ok(v.clone()),
+            #[cfg(feature = "cuda")]
+            Storage::Cuda(s) => s.dev.download(&s.buf, self.len()),
+        }
+    }
+
+    /// The values on the host, moving them when they already are.
+    pub fn into_host(self) -> Result<Vec<f32>> {
+        match self.storage {
+            Storage::Cpu(v) => Ok(v),
+            #[cfg(feature = "cuda")]
+            Storage::Cuda(ref s) => s.dev.download(&s.buf, self.len()),
+        }
+    }
+
+    /// The same values viewed as [rows, cols] (rows * cols must not change).
+    pub fn reshape(mut self, rows: usize, cols: usize) -> Result<Tensor> {
+        if rows * cols != self.len() {
+            return Err(Error::Shape {
+                op: "Tensor::reshape",
+                reason: format!("[{}, {}] to [{rows}, {cols}]", self.rows, self.cols),
+            });
+        }
+        self.rows = rows;
+        self.cols = cols;
+        Ok(self)
+    }
+
+    /// A copy on the same device.
+    pub fn try_clone(&self) -> Result<Tensor> {
+        let storage = match &self.storage {
+            Storage::Cpu(v) => Storage::Cpu(v.clone()),
+            #[cfg(feature = "cuda")]
+            Storage::Cuda(s) => Storage::Cuda(CudaStorage {
+                dev: std::sync::Arc::clone(&s.dev),
+                buf: s.dev.duplicate(&s.buf, self.len())?,
+            }),
+        };
+        Ok(Tensor {
+            rows: self.rows,
+            cols: self.cols,
+            storage,
+        })
+    }
+
+    /// Rows `idx` (each < rows), in that order.
+    pub fn gather_rows(&self, idx: &[usize]) -> Result<Tensor> {
+        if let Some(&bad) = idx.iter().find(|&&r| r >= self.rows) {
+            return Err(Error::Shape {
+                op: "Tensor::gather_rows",
+                reason: format!("row {bad} of {}", self.rows),
+            });
+        }
+        let c = self.cols;
+        match &self.storage {
+            Storage::Cpu(v) => {
+                let mut out = Vec::with_capacity(idx.len() * c);
+                for &r in idx {
+                    out.extend_from_slice(&v[r * c..(r + 1) * c]);
+                }
+                Ok(Tensor::cpu(idx.len(), c, out))
+            }
+            #[cfg(feature = "cuda")]
+            Storage::Cuda(s) => {
+                let idx: Vec<u32> = idx.iter().map(|&r| r as u32).collect();
+                let buf = s.dev.gather_rows(&s.buf, self.rows, &idx, c)?;
+                Ok(Tensor::cuda(&s.dev, idx.len(), c, buf))
+            }
+        }
+    }
+
+    /// Splits the columns into consecutive groups of `widths` (which must sum to cols).
+    pub fn split_columns<const N: usize>(&self, widths: [usize; N]) -> Result<[Tensor; N]> {
+        if widths.iter().sum::<usize>() != self.cols {
+            return Err(Error::Shape {
+                op: "Tensor::split_columns",
+                reason: format!("widths {widths:?} of rows of {}", self.cols),
+            });
+        }
+        let mut col0 = 0;
+        let mut parts = Vec::with_capacity(N);
+        for w in widths {
+            parts.push(self.columns(col0, w)?);
+            col0 += w;
+        }
+        Ok(parts
+            .try_into()
+            .unwrap_or_else(|_| unreachable!("N parts were made")))
+    }
+
+    /// Columns `col0 .. col0 + width` as a new tensor.
+    pub fn columns(&self, col0: usize, width: usize) -> Result<Tensor> {
+        if col0 + width > self.cols {
+            return Err(Error::Shape {
+                op: "Tensor::columns",
+                reason: format!("columns {col0}..{} of {}", col0 + width, self.cols),
+            });
+        }
+        match &self.storage {
+            Storage::Cpu(v) => {
+                let mut out = Vec::with_capacity(self.rows * width);
+                for row in v.chunks_exact(self.cols.max(1)).take(self.rows) {
+                    out.extend_from_slice(&row[col0..col0 + width]);
+                }
+                Ok(Tensor::cpu(self.rows, width, out))
+            }
+            #[cfg(feature = "cuda")]
+            Storage::Cuda(s) => {
+                let buf = s.dev.copy_cols(&s.buf, self.cols, col0, self.rows, width)?;
+                Ok(Tensor::cuda(&s.dev, self.rows, width, buf))
+            }
+        }
+    }
+
+    /// `self += other` elementwise (same shape and device).
+    pub fn add_assign(&mut self, other: &Tensor) -> Result<()> {
+        if (self.rows, self.cols) != (other.rows, other.cols) {
+            return Err(Error::Shape {
+                op: "Tensor::add_assign",
+                reason: format!(
+                    "[{}, {}] += [{}, {}]",
+                    self.rows, self.cols, other.rows, other.cols
+                ),
+            });
+        }
+        match (&mut self.storage, &other.storage) {
+            (Storage::Cpu(a), Storage::Cpu(b)) => {
+                for (x, y) in a.iter_mut().zip(b) {
+                    *x += y;
+                }
+                Ok(())
+            }
+            #[cfg(feature = "cuda")]
+            (Storage::Cuda(a), Storage::Cuda(b)) => {
+                a.dev.add(&mut a.buf, &b.buf, self.rows * self.cols)
+            }
+            #[cfg(feature = "cuda")]
+            _ => Err(mixed("Tensor::add_assign")),
+        }
+    }
+}
+
+/// The error of an op given tensors on different devices (a caller bug).
+#[cfg(feature = "cuda")]
+pub(crate) fn mixed(op: &'static str) -> Error {
+    Error::Shape {
+        op,
+        reason: "tensors on different devices".into(),
+    }
+}

@@ -1,0 +1,148 @@
+//! Whole decoders on a GPU (feature `cuda`) against transformers, on the tiny random-weight
+//! fixtures of scripts/gen_decoder_fixtures.py: f32 last-position logits within 1e-5 relative
+//! error of the committed references and 64 greedy tokens equal (one token at a time over device
+//! KV pages); bf16 weights against the CPU's bf16 mode; a batch through the engine (continuous
+//! batching, prefix cache) generating the CPU's tokens. Skipped, saying so, without a GPU.
+#![cfg(feature = "cuda")]
+
+mod common;
+
+use common::{argmax, f32s, fixture, read_json, rel_err, u32s};
+use lattice_inference::backend::Device;
+use lattice_inference::engine::{BatchEngine, GenerateRequest, TextModel};
+use lattice_inference::model::decoder::{load_decoder_on, Decoder, Outputs};
+use lattice_inference::model::source::{Placement, WeightMode};
+use lattice_inference::sample::SamplingParams;
+
+const MODELS: [&str; 3] = ["tiny-qwen3", "tiny-llama", "tiny-qwen2"];
+
+fn gpu(test: &str) -> Option<Device> {
+    match Device::open("cuda") {
+        Ok(d) => Some(d),
+        Err(e) => {
+            eprintln!("SKIPPED {test}: {e}");
+            None
+        }
+    }
+}
+
+fn greedy(model: &dyn Decoder, prompt: &[u32], steps: usize) -> (Vec<f32>, Vec<u32>) {
+    let mut cache = model.new_cache(4096);
+    let first = model
+        .forward(
+            prompt,
+            &[prompt.len()],
+            &mut [&mut cache],
+            Outputs::LastLogits,
+        )
+        .unwrap();
+    let mut out = vec![argmax(&first)];
+    while out.len() < steps {
+        let logits = model
+            .forward(
+                &out[out.len() - 1..],
+                &[1],
+                &mut [&mut cache],
+                Outputs::LastLogits,
+            )
+            .unwrap();
+        out.push(argmax(&logits));
+    }
+    (first, out)
+}
+
+#[test]
+fn f32_logits_and_greedy_match_transformers_on_the_gpu() {
+    let Some(dev) = gpu("f32_logits_and_greedy_match_transformers_on_the_gpu") else {
+        return;
+    };
+    for name in MODELS {
+        let dir = fixture(name);
+        let model = load_decoder_on(&dir, &Placement::new(WeightMode::F32, dev.clone())).unwrap();
+        let reference = read_json(&dir.join("reference.json"));
+        let mut worst = 0.0f64;
+        for p in reference["prompts"].as_array().unwrap() {
+            let ids = u32s(&p["ids"]);
+            let (logits, got) = greedy(model.as_ref(), &ids, 64);
+            let err = rel_err(&logits, &f32s(&p["last_logits"]));
+            worst = worst.max(err);
+            assert!(err < 1e-5, "{name}/{}: relative error {err:e}", p["name"]);
+            assert_eq!(got, u32s(&p["greedy_ids"]), "{name}/{}: greedy", p["name"]);
+        }
+        eprintln!("{name} on {dev}: worst relative logit error {worst:.2e}, greedy 64 equal");
+    }
+}
+
+#[test]
+fn bf16_weights_match_the_cpu_bf16_mode() {
+    let Some(dev) = gpu("bf16_weights_match_the_cpu_bf16_mode") else {
+        return;
+    };
+    for name in MODELS {
+        let dir = fixture(name);
+        let g = load_decoder_on(&dir, &Placement::new(WeightMode::Bf16, dev.clone())).unwrap();
+        let c = load_decoder_on(&dir, &Placement::new(WeightMode::Bf16, Device::Cpu)).unwrap();
+        let reference = read_json(&dir.join("reference.json"));
+        let (mut worst, mut worst_hf) = (0.0f64, 0.0f64);
+        for p in reference["prompts"].as_array().unwrap() {
+            let ids = u32s(&p["ids"]);
+            let mut cg = g.new_cache(1024);
+            let mut cc = c.new_cache(1024);
+            let lg = g
+                .forward(&ids, &[ids.len()], &mut [&mut cg], Outputs::AllLogits)
+                .unwrap();
+            let lc = c
+                .forward(&ids, &[ids.len()], &mut [&mut cc], Outputs::AllLogits)
+                .unwrap();
+            let err = rel_err(&lg, &lc);
+            worst = worst.max(err);
+            // Against transformers (f32 reference), bf16 weights stay within 1e-2.
+            let last = &lg[lg.len() - f32s(&p["last_logits"]).len()..];
+            let vs_hf = rel_err(last, &f32s(&p["last_logits"]));
+            assert!(err < 1e-3, "{name}/{}: gpu vs cpu bf16 {err:e}", p["name"]);
+            assert!(
+                vs_hf < 3e-2,
+                "{name}/{}: bf16 vs transformers f32 {vs_hf:e}",
+                p["name"]
+            );
+        }
+        eprintln!("{name} bf16 on {dev}: worst relative error vs the CPU bf16 mode {worst:.2e}");
+    }
+}
+
+#[test]
+fn engine_batches_on_the_gpu_like_the_cpu() {
+    let Some(dev) = gpu("engine_batches_on_the_gpu_like_the_cpu") else {
+        return;
+    };
+    let dir = fixture("tiny-qwen3");
+    let g = TextModel::load_on(&dir, &Placement::new(WeightMode::F32, dev.clone())).unwrap();
+    let c = TextModel::load(&dir, WeightMode::F32).unwrap();
+    let reference = read_json(&dir.join("reference.json"));
+    let prompts: Vec<Vec<u32>> = reference["prompts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| u32s(&p["ids"]))
+        .collect();
+    let run = |m: &TextModel| -> Vec<Vec<u32>> {
+        let mut engine = BatchEngine::new(m, 4);
+        // Repeats of the first two are served from the prefix cache.
+        for p in prompts.iter().chain(prompts.iter().take(2)) {
+            let mut req = GenerateRequest::new(p.clone(), 24, SamplingParams::greedy());
+            req.ignore_eos = true;
+            engine.submit(req).unwrap();
+        }
+        engine
+            .run_all()
+            .unwrap()
+            .into_iter()
+            .map(|(_, g)| g.token_ids)
+            .collect()
+    };
+    assert_eq!(run(&g), run(&c), "engine tokens on {dev} vs cpu");
+    eprintln!(
+        "engine on {dev}: {} requests, tokens equal to the CPU's",
+        prompts.len() + 2
+    );
+}

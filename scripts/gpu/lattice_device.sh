@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# One device call for the CUDA backend (issue 13): finds the CUDA libraries, runs the op-parity
+# and model-parity test binaries, makes the random Qwen3-0.6B checkpoints, and measures Lattice
+# (`lattice bench generate --device cuda`) and the PyTorch peer on the same weights.
+#
+# Carried in .device/ (built here, stripped): lattice, cuda_ops, cuda_parity, and
+# qwen3-tokenizer/tokenizer.json.gz (scripts/gpu/prepare_carry.py). Results under $OUT.
+#   STEPS="env tests models lattice torch" bash scripts/gpu/lattice_device.sh
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+out=${OUT:-/tmp/gpu-out}
+mkdir -p "$out"
+steps=${STEPS:-env tests models lattice torch}
+models=${MODELS_DIR:-/tmp/gpu-models}
+export PYTHONUNBUFFERED=1
+
+libdirs=$(find /usr/local/cuda* /usr/lib/x86_64-linux-gnu /opt /usr/local/lib -maxdepth 8 \
+  \( -name 'libcublas.so*' -o -name 'libnvrtc.so*' -o -name 'libcublasLt.so*' \) 2>/dev/null |
+  grep -v /stubs/ | xargs -r -n1 dirname | sort -u | tr '\n' ':')
+export LD_LIBRARY_PATH="${libdirs}${LD_LIBRARY_PATH:-}"
+export CARGO_MANIFEST_DIR="$PWD/crates/inference"
+
+for step in $steps; do
+  echo "== $step ($(date +%T))"
+  case $step in
+    env)
+      nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm --format=csv
+      lscpu | grep -m1 'Model name'
+      echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+      ;;
+    tests)
+      .device/cuda_ops --nocapture --test-threads=1 2>&1 | tee "$out/cuda_ops.log" | grep -vE '^$'
+      .device/cuda_parity --nocapture --test-threads=1 2>&1 | tee "$out/cuda_parity.log" | grep -vE '^$'
+      ;;
+    models)
+      [ -f "$models/qwen3-0.6b-bf16/model.safetensors" ] ||
+        python3 scripts/gpu/make_models.py --out "$models" --device cuda \
+          --tokenizer .device/qwen3-tokenizer/tokenizer.json.gz
+      ;;
+    lattice)
+      for mode in "--bf16" ""; do
+        tag=${mode:-f32}; tag=${tag#--}
+        m="$models/qwen3-0.6b-${tag}"
+        .device/lattice bench generate --model "$m" $mode --device cuda --prompt-tokens 512 \
+          --gen-tokens 128 --runs 5 --streams ${STREAMS:-64} --json 2>&1 | tee "$out/lattice_$tag.json"
+      done
+      ;;
+    torch)
+      python3 scripts/gpu/torch_bench.py --model "$models/qwen3-0.6b-bf16" --device cuda \
+        --out "$out/torch_bench.json" ${BENCH_ARGS:---sections prefill,eager} 2>&1 | tail -40
+      ;;
+  esac
+done
+echo "== done ($(date +%T))"
