@@ -38,11 +38,19 @@ for step in $steps; do
           --tokenizer .device/qwen3-tokenizer/tokenizer.json.gz
       ;;
     lattice)
-      for mode in "--bf16" ""; do
-        tag=${mode:-f32}; tag=${tag#--}
-        m="$models/qwen3-0.6b-${tag}"
-        .device/lattice bench generate --model "$m" $mode --device cuda --prompt-tokens 512 \
-          --gen-tokens 128 --runs 5 --streams ${STREAMS:-64} --json 2>&1 | tee "$out/lattice_$tag.json"
+      # bf16 and f32 weights; decode steps of up to 8 sequences are replayed CUDA graphs, and
+      # LATTICE_CUDA_GRAPHS=0 runs the same bf16 test eagerly (what recording saves).
+      for run in bf16 bf16-eager f32; do
+        case $run in
+          bf16) m=bf16; flags=--bf16; env= ;;
+          bf16-eager) m=bf16; flags=--bf16; env=LATTICE_CUDA_GRAPHS=0 ;;
+          f32) m=f32; flags=; env= ;;
+        esac
+        for streams in ${STREAMS:-8 64}; do
+          env $env .device/lattice bench generate --model "$models/qwen3-0.6b-$m" $flags --device cuda \
+            --prompt-tokens 512 --gen-tokens 128 --runs 5 --streams "$streams" --json 2>&1 |
+            tee "$out/lattice_${run}_s$streams.json" | grep -v '^bench: run'
+        done
       done
       ;;
     torch)

@@ -10,6 +10,7 @@ mod common;
 use common::{argmax, f32s, fixture, read_json, rel_err, u32s};
 use lattice_inference::backend::Device;
 use lattice_inference::engine::{BatchEngine, GenerateRequest, TextModel};
+use lattice_inference::model::batch::{ForwardBatch, RowOutputs};
 use lattice_inference::model::decoder::{load_decoder_on, Decoder, Outputs};
 use lattice_inference::model::source::{Placement, WeightMode};
 use lattice_inference::sample::SamplingParams;
@@ -51,6 +52,19 @@ fn greedy(model: &dyn Decoder, prompt: &[u32], steps: usize) -> (Vec<f32>, Vec<u
     (first, out)
 }
 
+fn greedy_on_device(model: &dyn Decoder, prompt: &[u32], steps: usize) -> Vec<u32> {
+    let mut cache = model.new_cache(4096);
+    let mut out = Vec::new();
+    let mut next: Vec<u32> = prompt.to_vec();
+    while out.len() < steps {
+        let batch = ForwardBatch::tokens(&next, &[next.len()], RowOutputs::LastLogits);
+        let id = model.forward_greedy(&batch, &mut [&mut cache]).unwrap()[0];
+        out.push(id);
+        next = vec![id];
+    }
+    out
+}
+
 #[test]
 fn f32_logits_and_greedy_match_transformers_on_the_gpu() {
     let Some(dev) = gpu("f32_logits_and_greedy_match_transformers_on_the_gpu") else {
@@ -68,6 +82,10 @@ fn f32_logits_and_greedy_match_transformers_on_the_gpu() {
             worst = worst.max(err);
             assert!(err < 1e-5, "{name}/{}: relative error {err:e}", p["name"]);
             assert_eq!(got, u32s(&p["greedy_ids"]), "{name}/{}: greedy", p["name"]);
+            // The same through `forward_greedy`: ids picked on the device, decode steps
+            // recorded once and replayed (CUDA graphs) across page boundaries.
+            let picked = greedy_on_device(model.as_ref(), &ids, 64);
+            assert_eq!(picked, got, "{name}/{}: greedy on the device", p["name"]);
         }
         eprintln!("{name} on {dev}: worst relative logit error {worst:.2e}, greedy 64 equal");
     }
@@ -96,17 +114,23 @@ fn bf16_weights_match_the_cpu_bf16_mode() {
                 .unwrap();
             let err = rel_err(&lg, &lc);
             worst = worst.max(err);
-            // Against transformers (f32 reference), bf16 weights stay within 1e-2.
-            let last = &lg[lg.len() - f32s(&p["last_logits"]).len()..];
-            let vs_hf = rel_err(last, &f32s(&p["last_logits"]));
-            assert!(err < 1e-3, "{name}/{}: gpu vs cpu bf16 {err:e}", p["name"]);
+            // Both round activations to bf16 at every product, so an f32 difference of 1e-7
+            // can move a value across a bf16 rounding boundary (2^-8 apart); the two runs
+            // differ at that scale, and both stay near the f32 reference.
+            let want = f32s(&p["last_logits"]);
+            let vs_hf = rel_err(&lg[lg.len() - want.len()..], &want);
+            worst_hf = worst_hf.max(vs_hf);
+            assert!(err < 1e-2, "{name}/{}: gpu vs cpu bf16 {err:e}", p["name"]);
             assert!(
                 vs_hf < 3e-2,
                 "{name}/{}: bf16 vs transformers f32 {vs_hf:e}",
                 p["name"]
             );
         }
-        eprintln!("{name} bf16 on {dev}: worst relative error vs the CPU bf16 mode {worst:.2e}");
+        eprintln!(
+            "{name} bf16 on {dev}: worst relative error {worst:.2e} vs the CPU bf16 mode, \
+             {worst_hf:.2e} vs transformers f32"
+        );
     }
 }
 

@@ -444,7 +444,18 @@ pub struct DecoderInfo {
     pub weight_bytes: usize,
     /// Where the weights, activations and KV pages live.
     pub device: Device,
+    /// Unique per loaded model (keys what a device records of its steps).
+    pub instance: u64,
 }
+
+/// A new [`DecoderInfo::instance`].
+pub fn next_instance() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Decode steps of at most this many sequences are recorded and replayed on devices that can.
+pub const REPLAYED_ROWS: usize = 8;
 
 /// A causal language model over per-sequence states.
 pub trait Decoder: Send + Sync {
@@ -488,7 +499,24 @@ pub trait Decoder: Send + Sync {
     ) -> Result<Vec<u32>> {
         let mut last = batch.clone();
         last.outputs = RowOutputs::LastLogits;
-        crate::backend::cpu::on_pool(|| self.greedy_on_pool(&last, states))
+        let decode = matches!(batch.input, BatchInput::Tokens(_))
+            && batch.seq_lens.iter().all(|&n| n == 1)
+            && batch.seq_lens.len() <= REPLAYED_ROWS
+            && batch.seq_lens.len() == states.len();
+        let info = self.info();
+        crate::backend::cpu::on_pool(|| {
+            if !decode || info.device.is_cpu() {
+                return self.greedy_on_pool(&last, states);
+            }
+            // Pages first, so a recorded step allocates none.
+            for s in states.iter_mut() {
+                s.reserve(1)?;
+            }
+            let rows = batch.seq_lens.len();
+            crate::ops::replayed_step(&info.device, info.instance, rows, || {
+                self.greedy_on_pool(&last, states)
+            })
+        })
     }
 
     /// [`Decoder::forward_greedy`]'s body on a worker of the thread pool; `batch` asks for the

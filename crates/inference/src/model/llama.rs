@@ -152,6 +152,7 @@ impl LlamaModel {
                 weight_mode: mode,
                 weight_bytes,
                 device: place.device.clone(),
+                instance: super::decoder::next_instance(),
             },
             embed,
             layers,

@@ -200,6 +200,7 @@ impl Qwen35Model {
                 weight_mode: mode,
                 device: place.device.clone(),
                 weight_bytes,
+                instance: super::decoder::next_instance(),
             },
             gdn,
             kinds,

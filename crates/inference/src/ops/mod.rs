@@ -130,6 +130,25 @@ pub fn swiglu(gate_up: &Tensor) -> Result<Tensor> {
     }
 }
 
+/// Runs `step`, a greedy decode step of `rows` rows of model instance `key` on `device`, as a
+/// recorded graph where the device can (CUDA: after one eager run of that shape); on the CPU
+/// it just runs.
+pub fn replayed_step(
+    device: &crate::backend::Device,
+    key: u64,
+    rows: usize,
+    step: impl FnOnce() -> Result<Vec<u32>>,
+) -> Result<Vec<u32>> {
+    match device {
+        crate::backend::Device::Cpu => {
+            let _ = (key, rows);
+            step()
+        }
+        #[cfg(feature = "cuda")]
+        crate::backend::Device::Cuda(d) => d.graph_step(key, rows, step),
+    }
+}
+
 /// The index of the largest value of each row of `x` (the first on ties, 0 for a row without
 /// a number), computed where `x` lives: only the ids come back from a GPU.
 pub fn argmax_rows(x: &Tensor) -> Result<Vec<u32>> {

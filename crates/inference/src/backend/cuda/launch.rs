@@ -4,7 +4,7 @@
 //! of corrupting device memory.
 
 use cudarc::cublas::sys as blas;
-use cudarc::driver::{CudaSlice, DevicePtrMut, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaSlice, DevicePtrMut, LaunchArgs, LaunchConfig, PushKernelArg};
 
 use super::{err, Buf, CudaDevice, Input};
 use crate::Result;
@@ -74,6 +74,19 @@ fn row_threads(width: usize) -> u32 {
 }
 
 impl CudaDevice {
+    /// Launches `b` unless the device is replaying a recorded step (then the graph does it).
+    ///
+    /// # Safety
+    /// As `LaunchArgs::launch`: the arguments must match the kernel and every buffer it
+    /// touches must be live and large enough.
+    unsafe fn go(&self, b: &mut LaunchArgs<'_>, cfg: LaunchConfig, what: &str) -> Result<()> {
+        if self.replaying() {
+            return Ok(());
+        }
+        // SAFETY: the caller's guarantee.
+        unsafe { b.launch(cfg) }.map(drop).map_err(|e| err(what, e))
+    }
+
     fn mptr<T>(&self, b: &mut CudaSlice<T>) -> u64 {
         let (p, _sync) = b.device_ptr_mut(self.stream());
         p
@@ -107,9 +120,7 @@ impl CudaDevice {
         b.arg(&px).arg(&pw).arg(&py).arg(&dim_i).arg(&eps);
         // SAFETY: the kernel reads rows*dim values of x and dim of w and writes rows*dim of y,
         // all within the buffers (asserted above).
-        unsafe { b.launch(per_row(rows, row_threads(dim).min(256))) }
-            .map(drop)
-            .map_err(|e| err("rms_norm", e))
+        unsafe { self.go(&mut b, per_row(rows, row_threads(dim).min(256)), "rms_norm") }
     }
 
     /// y [rows, dim] = RMSNorm of x with weight `w` [dim] (x unchanged).
@@ -131,9 +142,7 @@ impl CudaDevice {
         let mut b = self.stream().launch_builder(&self.kernels().rms_norm);
         b.arg(&px).arg(&pw).arg(&py).arg(&dim_i).arg(&eps);
         // SAFETY: reads rows*dim values of x and dim of w, writes rows*dim of y (asserted).
-        unsafe { b.launch(per_row(rows, row_threads(dim).min(256))) }
-            .map(drop)
-            .map_err(|e| err("rms_norm", e))
+        unsafe { self.go(&mut b, per_row(rows, row_threads(dim).min(256)), "rms_norm") }
     }
 
     /// LayerNorm of x [rows, dim] in place with weight and bias [dim].
@@ -156,9 +165,13 @@ impl CudaDevice {
         let mut b = self.stream().launch_builder(&self.kernels().layer_norm);
         b.arg(&px).arg(&pw).arg(&pb).arg(&px).arg(&dim_i).arg(&eps);
         // SAFETY: reads and writes rows*dim values of x, dim of w and bias (asserted above).
-        unsafe { b.launch(per_row(rows, row_threads(dim).min(256))) }
-            .map(drop)
-            .map_err(|e| err("layer_norm", e))
+        unsafe {
+            self.go(
+                &mut b,
+                per_row(rows, row_threads(dim).min(256)),
+                "layer_norm",
+            )
+        }
     }
 
     /// Rotate-half RoPE in place over x [rows, n_heads * head_dim], row r at `positions[r]`,
@@ -193,9 +206,13 @@ impl CudaDevice {
             .arg(&attn);
         // SAFETY: row r touches x[r * n_heads * head_dim ..][.. n_heads * head_dim] and reads
         // pos[r] and inv_freq[..half] (asserted above).
-        unsafe { b.launch(per_row(rows, row_threads(n_heads * half).min(256))) }
-            .map(drop)
-            .map_err(|e| err("rope", e))
+        unsafe {
+            self.go(
+                &mut b,
+                per_row(rows, row_threads(n_heads * half).min(256)),
+                "rope",
+            )
+        }
     }
 
     /// out [rows, width] = silu(gate) * up of gate_up [rows, 2 * width].
@@ -207,9 +224,7 @@ impl CudaDevice {
         let mut b = self.stream().launch_builder(&self.kernels().silu_mul);
         b.arg(&pg).arg(&po).arg(&w).arg(&n64);
         // SAFETY: thread i < n reads gate_up[(i / width) * 2 * width ..] and writes out[i].
-        unsafe { b.launch(grid_1d(n)) }
-            .map(drop)
-            .map_err(|e| err("silu_mul", e))
+        unsafe { self.go(&mut b, grid_1d(n), "silu_mul") }
     }
 
     /// Exact GELU of the first `n` values of x, in place.
@@ -220,9 +235,7 @@ impl CudaDevice {
         let mut b = self.stream().launch_builder(&self.kernels().gelu);
         b.arg(&px).arg(&n64);
         // SAFETY: thread i < n touches x[i].
-        unsafe { b.launch(grid_1d(n)) }
-            .map(drop)
-            .map_err(|e| err("gelu", e))
+        unsafe { self.go(&mut b, grid_1d(n), "gelu") }
     }
 
     /// y[..n] += x[..n].
@@ -233,9 +246,7 @@ impl CudaDevice {
         let mut b = self.stream().launch_builder(&self.kernels().add);
         b.arg(&py).arg(&px).arg(&n64);
         // SAFETY: thread i < n touches y[i] and x[i].
-        unsafe { b.launch(grid_1d(n)) }
-            .map(drop)
-            .map_err(|e| err("add", e))
+        unsafe { self.go(&mut b, grid_1d(n), "add") }
     }
 
     /// y [rows, width] += bias [width] on every row.
@@ -247,9 +258,7 @@ impl CudaDevice {
         let mut b = self.stream().launch_builder(&self.kernels().add_bias);
         b.arg(&py).arg(&pb).arg(&w).arg(&n64);
         // SAFETY: thread i < n touches y[i] and bias[i % width].
-        unsafe { b.launch(grid_1d(n)) }
-            .map(drop)
-            .map_err(|e| err("add_bias", e))
+        unsafe { self.go(&mut b, grid_1d(n), "add_bias") }
     }
 
     /// The first `n` values of x rounded to bf16 (nearest even).
@@ -261,9 +270,7 @@ impl CudaDevice {
         let mut b = self.stream().launch_builder(&self.kernels().to_bf16);
         b.arg(&px).arg(&py).arg(&n64);
         // SAFETY: thread i < n reads x[i] and writes y[i]; y holds n values.
-        unsafe { b.launch(grid_1d(n)) }
-            .map(drop)
-            .map_err(|e| err("to_bf16", e))?;
+        unsafe { self.go(&mut b, grid_1d(n), "to_bf16") }?;
         Ok(y)
     }
 
@@ -284,9 +291,7 @@ impl CudaDevice {
         let mut b = self.stream().launch_builder(&self.kernels().copy_cols);
         b.arg(&px).arg(&ld_i).arg(&c0).arg(&py).arg(&w).arg(&n64);
         // SAFETY: thread i < n reads x[(i / width) * ld + col0 + i % width] < rows * ld.
-        unsafe { b.launch(grid_1d(n)) }
-            .map(drop)
-            .map_err(|e| err("copy_cols", e))?;
+        unsafe { self.go(&mut b, grid_1d(n), "copy_cols") }?;
         Ok(y)
     }
 
@@ -303,9 +308,13 @@ impl CudaDevice {
         let mut b = self.stream().launch_builder(&self.kernels().gather_rows);
         b.arg(&px).arg(&pi).arg(&py).arg(&w);
         // SAFETY: block r copies row idx[r] < src_rows of x into row r of y.
-        unsafe { b.launch(per_row(idx.len(), row_threads(width).min(256))) }
-            .map(drop)
-            .map_err(|e| err("gather_rows", e))?;
+        unsafe {
+            self.go(
+                &mut b,
+                per_row(idx.len(), row_threads(width).min(256)),
+                "gather_rows",
+            )
+        }?;
         Ok(y)
     }
 
@@ -328,9 +337,13 @@ impl CudaDevice {
         let mut b = self.stream().launch_builder(&self.kernels().embed_bf16);
         b.arg(&pt).arg(&pi).arg(&py).arg(&d);
         // SAFETY: block r copies table row ids[r] < vocab into row r of y.
-        unsafe { b.launch(per_row(ids.len(), row_threads(dim).min(256))) }
-            .map(drop)
-            .map_err(|e| err("embed_bf16", e))?;
+        unsafe {
+            self.go(
+                &mut b,
+                per_row(ids.len(), row_threads(dim).min(256)),
+                "embed_bf16",
+            )
+        }?;
         Ok(y)
     }
 
@@ -347,28 +360,35 @@ impl CudaDevice {
         let mut b = self.stream().launch_builder(&self.kernels().embed_f32);
         b.arg(&pt).arg(&pi).arg(&py).arg(&d);
         // SAFETY: block r copies table row ids[r] < vocab into row r of y.
-        unsafe { b.launch(per_row(ids.len(), row_threads(dim).min(256))) }
-            .map(drop)
-            .map_err(|e| err("embed_f32", e))?;
+        unsafe {
+            self.go(
+                &mut b,
+                per_row(ids.len(), row_threads(dim).min(256)),
+                "embed_f32",
+            )
+        }?;
         Ok(y)
     }
 
-    /// The index of the largest value of each row of x [rows, n] (the first on ties).
+    /// The index of the largest value of each row of x [rows, n] (the first on ties). While a
+    /// step is recorded or replayed the ids are written to the device's output and zeros are
+    /// returned; [`CudaDevice::graph_step`] reads the output once the graph has run.
     pub fn argmax_rows(&self, x: &Buf, rows: usize, n: usize) -> Result<Vec<u32>> {
         assert!(x.len() >= rows * n && n > 0);
         if rows == 0 {
             return Ok(Vec::new());
         }
-        let mut out = self.alloc::<u32>(rows)?;
-        let (px, po) = (self.ptr(x), self.mptr(&mut out));
+        let po = self.output(rows)?;
+        let px = self.ptr(x);
         let n_i = n as i32;
         let mut b = self.stream().launch_builder(&self.kernels().argmax_rows);
         b.arg(&px).arg(&po).arg(&n_i);
-        // SAFETY: block r reads row r of x and writes out[r].
-        unsafe { b.launch(per_row(rows, 1024)) }
-            .map(drop)
-            .map_err(|e| err("argmax_rows", e))?;
-        self.download(&out, rows)
+        // SAFETY: block r reads row r of x and writes output[r] (the output holds `rows`).
+        unsafe { self.go(&mut b, per_row(rows, 1024), "argmax_rows") }?;
+        if self.graph_mode() {
+            return Ok(vec![0; rows]);
+        }
+        self.read_output(rows)
     }
 
     /// Writes row r of k and v [rows, kv_dim] to the page row at `dst[r]` (the address of the
@@ -405,9 +425,13 @@ impl CudaDevice {
         let mut b = self.stream().launch_builder(f);
         b.arg(&pk).arg(&pv).arg(&pd).arg(&d).arg(&ko).arg(&vo);
         // SAFETY: the caller guarantees the destinations; sources are asserted above.
-        unsafe { b.launch(per_row(rows, row_threads(kv_dim).min(256))) }
-            .map(drop)
-            .map_err(|e| err("kv_write", e))
+        unsafe {
+            self.go(
+                &mut b,
+                per_row(rows, row_threads(kv_dim).min(256)),
+                "kv_write",
+            )
+        }
     }
 
     /// Causal attention of q [rows, n_heads * hd] over paged keys and values (see
@@ -479,9 +503,7 @@ impl CudaDevice {
         };
         // SAFETY: the caller guarantees the pages; q, out and the tile arrays are sized by
         // the asserts above and by `AttnTiles`' construction.
-        unsafe { b.launch(cfg) }
-            .map(drop)
-            .map_err(|e| err("attention", e))?;
+        unsafe { self.go(&mut b, cfg, "attention") }?;
         Ok(out)
     }
 
@@ -504,6 +526,9 @@ impl CudaDevice {
         }
         if m <= GEMV_ROWS && k % 8 == 0 && m * k * 4 <= GEMV_SMEM_BYTES {
             return self.gemv(x, m, w, n, k, y, accumulate);
+        }
+        if self.replaying() {
+            return Ok(());
         }
         let (alpha, beta) = (1.0f32, if accumulate { 1.0f32 } else { 0.0f32 });
         let py = self.mptr(y);
@@ -614,8 +639,6 @@ impl CudaDevice {
         // SAFETY: x holds m*k values (asserted by matmul), W n*k (16-byte aligned rows: k is a
         // multiple of 8 and device allocations are 256-byte aligned), y m*n; warp `col < n`
         // writes y[j * n + col] for j < m.
-        unsafe { b.launch(cfg) }
-            .map(drop)
-            .map_err(|e| err("gemv", e))
+        unsafe { self.go(&mut b, cfg, "gemv") }
     }
 }

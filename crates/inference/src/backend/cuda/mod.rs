@@ -9,6 +9,7 @@
 //! backend, and tests/cuda_ops.rs holds every launcher here to it.
 #![allow(unsafe_code)]
 
+mod graph;
 pub(crate) mod launch;
 mod paged;
 
@@ -84,8 +85,11 @@ pub struct CudaDevice {
     kernels: Kernels,
     /// Serializes cuBLAS calls (the handle is not safe to use from two threads at once).
     blas_lock: Mutex<()>,
-    /// The last upload of each [`Input`]: host bytes and their device copy.
+    /// The last upload of each [`Input`]: host bytes and their device copy (a buffer that
+    /// keeps its address while the bytes fit, so recorded steps read the new values).
     inputs: Mutex<HashMap<Input, (Vec<u8>, CudaSlice<u8>)>>,
+    /// Recorded decode steps and the mode of the step in flight (backend/cuda/graph.rs).
+    graphs: graph::Graphs,
 }
 
 /// Small per-step inputs that every layer of a forward pass uploads alike (positions, page
@@ -234,6 +238,7 @@ impl CudaDevice {
             kernels,
             blas_lock: Mutex::new(()),
             inputs: Mutex::new(HashMap::new()),
+            graphs: graph::Graphs::default(),
         })
     }
 
@@ -310,7 +315,7 @@ impl CudaDevice {
     /// A device copy of `src`'s first `n` values.
     pub fn duplicate<T: DeviceRepr>(&self, src: &CudaSlice<T>, n: usize) -> Result<CudaSlice<T>> {
         let mut dst = self.alloc::<T>(n)?;
-        if n > 0 {
+        if n > 0 && !self.replaying() {
             self.stream
                 .memcpy_dtod(&src.slice(..n), &mut dst.slice_mut(..n))
                 .map_err(|e| err("device copy", e))?;
@@ -319,23 +324,60 @@ impl CudaDevice {
     }
 
     /// The device address of a copy of `data` for `slot`, uploading only when the bytes differ
-    /// from the slot's last upload. The address stays valid until the slot's next change
-    /// (ops queued before then read the old copy: it is freed in stream order).
+    /// from the slot's last upload. A slot's buffer keeps its address while new bytes fit (they
+    /// are copied in, in stream order, so ops queued earlier read the old values first); a
+    /// larger upload moves it, and recorded steps are then dropped. While a step is recorded
+    /// the copy is deferred to just before the recording first runs.
     pub fn input<T: bytemuck::Pod>(&self, slot: Input, data: &[T]) -> Result<u64> {
         let bytes: &[u8] = bytemuck::cast_slice(data);
         let mut inputs = self
             .inputs
             .lock()
             .map_err(|_| Error::Device("cuda: input table poisoned".into()))?;
-        if let Some((host, dev)) = inputs.get(&slot) {
+        if let Some((host, dev)) = inputs.get_mut(&slot) {
             if host.as_slice() == bytes {
                 return Ok(self.ptr(dev));
             }
+            if dev.len() >= bytes.len() {
+                let p = self.ptr(dev);
+                host.clear();
+                host.extend_from_slice(bytes);
+                self.copy_input(p, bytes)?;
+                return Ok(p);
+            }
         }
-        let dev = self.upload(bytes)?;
+        if self.graph_mode() {
+            return Err(Error::Device(format!(
+                "cuda: step input {slot:?} outgrew its buffer while a step was recorded"
+            )));
+        }
+        // Room to grow, so later steps of a recorded shape keep the address.
+        let cap = (2 * bytes.len()).max(64 << 10);
+        let mut dev = self.alloc::<u8>(cap)?;
         let p = self.ptr(&dev);
+        if !bytes.is_empty() {
+            self.stream
+                .memcpy_htod(bytes, &mut dev.slice_mut(..bytes.len()))
+                .map_err(|e| err("copying a step input", e))?;
+        }
         inputs.insert(slot, (bytes.to_vec(), dev));
+        self.graphs.clear();
         Ok(p)
+    }
+
+    /// Copies `bytes` to device address `p` in stream order (deferred while recording).
+    fn copy_input(&self, p: u64, bytes: &[u8]) -> Result<()> {
+        if bytes.is_empty() {
+            return Ok(());
+        }
+        if self.graphs.recording() {
+            self.graphs.defer_copy(p, bytes.to_vec());
+            return Ok(());
+        }
+        // SAFETY: `p` is the start of a live input buffer of at least `bytes.len()` bytes
+        // (checked by the caller); the copy is queued on the device's stream.
+        unsafe { cudarc::driver::result::memcpy_htod_async(p, bytes, self.stream.cu_stream()) }
+            .map_err(|e| err("copying a step input", e))
     }
 
     /// The raw address of `buf` (for kernels that take addresses, e.g. page tables).

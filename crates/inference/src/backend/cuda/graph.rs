@@ -1,0 +1,253 @@
+//! Recorded decode steps (CUDA graphs). A decode step launches hundreds of small kernels; on
+//! the host each launch costs microseconds, more than the kernel runs. So a step of a given
+//! shape (model instance, rows) runs eagerly once (which also makes every lazily placed weight
+//! and step input), is recorded the second time, and is replayed from then on.
+//!
+//! Replaying still runs the model's code on the host, with launches skipped: that keeps the
+//! sequences' page tables, positions and step inputs (backend::cuda::Input, whose buffers keep
+//! their addresses) current without any model-specific code here, and then one graph launch
+//! does the device work. The chosen token ids land in a fixed output buffer, read after the
+//! launch.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::Mutex;
+
+use cudarc::driver::{sys, CudaGraph, CudaSlice};
+
+use super::{err, CudaDevice};
+use crate::{Error, Result};
+
+const EAGER: u8 = 0;
+const RECORD: u8 = 1;
+const REPLAY: u8 = 2;
+
+/// Rows of the fixed output buffer (token ids of one step).
+const OUTPUT_ROWS: usize = 4096;
+
+type Key = (u64, usize);
+
+/// A recorded step.
+struct Recording(CudaGraph);
+
+// SAFETY: a CUDA graph may be used from any thread as long as no two use it at once; every use
+// here happens under `Graphs::recorded`'s lock, inside `Graphs::step`'s.
+unsafe impl Send for Recording {}
+
+#[derive(Default)]
+struct Recorded {
+    graphs: HashMap<Key, Recording>,
+    /// Shapes that ran eagerly once (ready to record).
+    warmed: HashSet<Key>,
+    /// Shapes whose recording failed: they stay eager.
+    refused: HashSet<Key>,
+    /// Step-input copies made while recording, applied before the recording first runs.
+    deferred: Vec<(u64, Vec<u8>)>,
+}
+
+/// The recorded steps of one device and the mode of the step in flight.
+#[derive(Default)]
+pub(super) struct Graphs {
+    mode: AtomicU8,
+    recorded: Mutex<Recorded>,
+    output: Mutex<Option<CudaSlice<u32>>>,
+    /// One step at a time goes through [`CudaDevice::graph_step`].
+    step: Mutex<()>,
+}
+
+impl Graphs {
+    /// Forgets every recording (a step input moved).
+    pub(super) fn clear(&self) {
+        if let Ok(mut r) = self.recorded.lock() {
+            r.graphs.clear();
+            r.warmed.clear();
+        }
+    }
+
+    pub(super) fn recording(&self) -> bool {
+        self.mode.load(Ordering::Acquire) == RECORD
+    }
+
+    pub(super) fn defer_copy(&self, p: u64, bytes: Vec<u8>) {
+        if let Ok(mut r) = self.recorded.lock() {
+            r.deferred.push((p, bytes));
+        }
+    }
+}
+
+/// `LATTICE_CUDA_GRAPHS=0` runs every step eagerly (to measure what recording saves).
+fn graphs_enabled() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("LATTICE_CUDA_GRAPHS").map_or(true, |v| v != "0"))
+}
+
+enum Plan {
+    Eager,
+    Record,
+    Replay,
+}
+
+impl CudaDevice {
+    /// Whether launches are being skipped (a recorded step is being replayed).
+    pub(crate) fn replaying(&self) -> bool {
+        self.graphs.mode.load(Ordering::Acquire) == REPLAY
+    }
+
+    /// Whether a step is being recorded or replayed.
+    pub(crate) fn graph_mode(&self) -> bool {
+        self.graphs.mode.load(Ordering::Acquire) != EAGER
+    }
+
+    /// The address of the fixed output buffer, holding at least `rows` ids.
+    pub(crate) fn output(&self, rows: usize) -> Result<u64> {
+        let mut out = self
+            .graphs
+            .output
+            .lock()
+            .map_err(|_| Error::Device("cuda: output poisoned".into()))?;
+        if out.as_ref().is_none_or(|o| o.len() < rows) {
+            if self.graph_mode() {
+                return Err(Error::Device(format!(
+                    "cuda: a recorded step of {rows} rows outgrew the output buffer"
+                )));
+            }
+            *out = Some(self.alloc::<u32>(rows.max(OUTPUT_ROWS))?);
+            self.graphs.clear();
+        }
+        Ok(self.ptr(out.as_ref().expect("allocated above")))
+    }
+
+    /// The first `rows` ids of the output buffer (waits for the device).
+    pub(crate) fn read_output(&self, rows: usize) -> Result<Vec<u32>> {
+        let out = self
+            .graphs
+            .output
+            .lock()
+            .map_err(|_| Error::Device("cuda: output poisoned".into()))?;
+        match out.as_ref() {
+            Some(o) if o.len() >= rows => self.download(o, rows),
+            _ => Err(Error::Device("cuda: no step output to read".into())),
+        }
+    }
+
+    /// Runs `step` (a greedy decode step of `rows` rows of model instance `key`, whose chosen
+    /// ids come from [`CudaDevice::argmax_rows`]) eagerly the first time, recorded as a graph
+    /// the second, replayed after that; returns the chosen ids.
+    ///
+    /// `step` must launch the same kernels with the same shapes every time for a given key
+    /// (a decode step of that many sequences), allocate nothing outside the step but its
+    /// activations, and take its per-step values from step inputs.
+    pub fn graph_step(
+        &self,
+        key: u64,
+        rows: usize,
+        step: impl FnOnce() -> Result<Vec<u32>>,
+    ) -> Result<Vec<u32>> {
+        let _one = self
+            .graphs
+            .step
+            .lock()
+            .map_err(|_| Error::Device("cuda: step lock poisoned".into()))?;
+        let k = (key, rows);
+        if !graphs_enabled() {
+            return step();
+        }
+        let plan = {
+            let r = self
+                .graphs
+                .recorded
+                .lock()
+                .map_err(|_| Error::Device("cuda: graph table poisoned".into()))?;
+            if r.graphs.contains_key(&k) {
+                Plan::Replay
+            } else if r.warmed.contains(&k) && !r.refused.contains(&k) {
+                Plan::Record
+            } else {
+                Plan::Eager
+            }
+        };
+        match plan {
+            Plan::Eager => {
+                let ids = step()?;
+                if let Ok(mut r) = self.graphs.recorded.lock() {
+                    r.warmed.insert(k);
+                }
+                Ok(ids)
+            }
+            Plan::Replay => {
+                self.graphs.mode.store(REPLAY, Ordering::Release);
+                let done = step();
+                self.graphs.mode.store(EAGER, Ordering::Release);
+                done?;
+                let r = self
+                    .graphs
+                    .recorded
+                    .lock()
+                    .map_err(|_| Error::Device("cuda: graph table poisoned".into()))?;
+                match r.graphs.get(&k) {
+                    Some(g) => {
+                        g.0.launch()
+                            .map_err(|e| err("replaying a decode step", e))?
+                    }
+                    None => {
+                        return Err(Error::Device(
+                            "cuda: a recorded decode step vanished while it was replayed".into(),
+                        ))
+                    }
+                }
+                drop(r);
+                self.read_output(rows)
+            }
+            Plan::Record => {
+                self.stream()
+                    .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED)
+                    .map_err(|e| err("recording a decode step", e))?;
+                self.graphs.mode.store(RECORD, Ordering::Release);
+                let done = step();
+                self.graphs.mode.store(EAGER, Ordering::Release);
+                let graph = self.stream().end_capture(
+                    sys::CUgraphInstantiate_flags::CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH,
+                );
+                let mut r = self
+                    .graphs
+                    .recorded
+                    .lock()
+                    .map_err(|_| Error::Device("cuda: graph table poisoned".into()))?;
+                let deferred = std::mem::take(&mut r.deferred);
+                let graph = match (done, graph) {
+                    (Ok(_), Ok(Some(g))) => g,
+                    (Err(e), _) => {
+                        r.refused.insert(k);
+                        return Err(e);
+                    }
+                    (Ok(_), failed) => {
+                        r.refused.insert(k);
+                        return Err(Error::Device(format!(
+                            "cuda: recording a decode step of {rows} rows failed ({:?}); later \
+                             steps of this shape run without a graph",
+                            failed.err()
+                        )));
+                    }
+                };
+                for (p, bytes) in &deferred {
+                    // SAFETY: `p` is a live step-input buffer holding at least these bytes
+                    // (checked when the copy was deferred); queued on the device's stream.
+                    unsafe {
+                        cudarc::driver::result::memcpy_htod_async(
+                            *p,
+                            bytes,
+                            self.stream().cu_stream(),
+                        )
+                    }
+                    .map_err(|e| err("copying a step input", e))?;
+                }
+                graph
+                    .launch()
+                    .map_err(|e| err("running a recorded decode step", e))?;
+                r.graphs.insert(k, Recording(graph));
+                drop(r);
+                self.read_output(rows)
+            }
+        }
+    }
+}
