@@ -8,6 +8,7 @@
 use std::time::Instant;
 
 use lattice_inference::engine::{BatchEngine, GenerateRequest};
+use lattice_inference::model::batch::{ForwardBatch, RowOutputs};
 use lattice_inference::model::decoder::Outputs;
 use lattice_inference::sample::SamplingParams;
 
@@ -74,9 +75,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 Outputs::LastLogits,
             )?;
         }
+        // Each step picks its token as greedy generation does (on the device for a GPU
+        // model, whose decode steps are then recorded and replayed).
         let t = Instant::now();
         for &id in ids {
-            decoder.forward(&[id], &[1], &mut [&mut cache], Outputs::LastLogits)?;
+            let step =
+                ForwardBatch::tokens(std::slice::from_ref(&id), &[1], RowOutputs::LastLogits);
+            decoder.forward_greedy(&step, &mut [&mut cache])?;
         }
         Ok(t.elapsed().as_secs_f64())
     };

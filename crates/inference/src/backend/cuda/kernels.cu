@@ -180,10 +180,21 @@ extern "C" __global__ void embed_f32(const float* table, const unsigned* ids, fl
 
 template <bool BF16>
 __device__ void gemv(const float* x, const void* w, float* y, int m, int n, int k, int accumulate) {
-    extern __shared__ float xs[];  // [m][k]
+    // Staged so that the lanes of a warp read consecutive 16-byte vectors (no bank conflicts):
+    // bf16: row j's chunk c (values 8c .. 8c + 7) is xs4[(2j) * k8 + c] (first four) and
+    // xs4[(2j + 1) * k8 + c] (last four); f32: chunk c (values 4c .. 4c + 3) is xs4[j * k4 + c].
+    extern __shared__ float4 xs4[];
+    float* xs = (float*)xs4;
+    const int k8 = k / 8, k4 = k / 4;
     for (int i = threadIdx.x; i < m * k; i += blockDim.x) {
+        const int j = i / k, e = i - j * k;
         const float v = x[i];
-        xs[i] = BF16 ? bf16_to_f32(f32_to_bf16(v)) : v;
+        if (BF16) {
+            const int c = e >> 3, q = e & 7;
+            xs[(((2 * j + (q >> 2)) * k8 + c) << 2) + (q & 3)] = bf16_to_f32(f32_to_bf16(v));
+        } else {
+            xs[i] = v;
+        }
     }
     __syncthreads();
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -194,10 +205,10 @@ __device__ void gemv(const float* x, const void* w, float* y, int m, int n, int 
     for (int j = 0; j < GEMV_ROWS; j++) acc[j] = 0.0f;
     if (BF16) {
         const uint4* wr = (const uint4*)((const bf16_t*)w + (size_t)col * k);
-        for (int c = lane; c < k / 8; c += 32) {
+        for (int c = lane; c < k8; c += 32) {
             const uint4 pk = wr[c];
-            float wv[8];
             const unsigned parts[4] = {pk.x, pk.y, pk.z, pk.w};
+            float wv[8];
 #pragma unroll
             for (int q = 0; q < 4; q++) {
                 wv[2 * q] = __uint_as_float(parts[q] << 16);
@@ -206,23 +217,21 @@ __device__ void gemv(const float* x, const void* w, float* y, int m, int n, int 
 #pragma unroll
             for (int j = 0; j < GEMV_ROWS; j++) {
                 if (j < m) {
-                    const float* xr = xs + j * k + c * 8;
-#pragma unroll
-                    for (int q = 0; q < 8; q++) acc[j] += wv[q] * xr[q];
+                    const float4 a = xs4[(2 * j) * k8 + c], b = xs4[(2 * j + 1) * k8 + c];
+                    acc[j] += wv[0] * a.x + wv[1] * a.y + wv[2] * a.z + wv[3] * a.w
+                            + wv[4] * b.x + wv[5] * b.y + wv[6] * b.z + wv[7] * b.w;
                 }
             }
         }
     } else {
         const float4* wr = (const float4*)((const float*)w + (size_t)col * k);
-        for (int c = lane; c < k / 4; c += 32) {
+        for (int c = lane; c < k4; c += 32) {
             const float4 pk = wr[c];
-            const float wv[4] = {pk.x, pk.y, pk.z, pk.w};
 #pragma unroll
             for (int j = 0; j < GEMV_ROWS; j++) {
                 if (j < m) {
-                    const float* xr = xs + j * k + c * 4;
-#pragma unroll
-                    for (int q = 0; q < 4; q++) acc[j] += wv[q] * xr[q];
+                    const float4 a = xs4[j * k4 + c];
+                    acc[j] += pk.x * a.x + pk.y * a.y + pk.z * a.z + pk.w * a.w;
                 }
             }
         }
