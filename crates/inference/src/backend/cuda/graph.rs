@@ -53,6 +53,8 @@ pub(super) struct Graphs {
     output: Mutex<Option<CudaSlice<u32>>>,
     /// One step at a time goes through [`CudaDevice::graph_step`].
     step: Mutex<()>,
+    /// Replayed steps so far (for `LATTICE_CUDA_TRACE`).
+    traced: std::sync::atomic::AtomicU64,
 }
 
 impl Graphs {
@@ -73,6 +75,13 @@ impl Graphs {
             r.deferred.push((p, bytes));
         }
     }
+}
+
+/// `LATTICE_CUDA_TRACE=1` prints, every 64th step, where a step's time goes: the host pass
+/// (model code; launches skipped when replaying), the device time of the graph, the total.
+fn tracing() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("LATTICE_CUDA_TRACE").is_ok_and(|v| v != "0"))
 }
 
 /// `LATTICE_CUDA_GRAPHS=0` runs every step eagerly (to measure what recording saves).
@@ -150,7 +159,15 @@ impl CudaDevice {
             .map_err(|_| Error::Device("cuda: step lock poisoned".into()))?;
         let k = (key, rows);
         if !graphs_enabled() {
-            return step();
+            let t0 = std::time::Instant::now();
+            let ids = step()?;
+            if tracing() && self.graphs.traced.fetch_add(1, Ordering::Relaxed) % 64 == 0 {
+                eprintln!(
+                    "cuda trace: eager step of {rows} rows: {:.3} ms (launches and the wait)",
+                    t0.elapsed().as_secs_f64() * 1e3
+                );
+            }
+            return Ok(ids);
         }
         let plan = {
             let r = self
@@ -168,17 +185,43 @@ impl CudaDevice {
         };
         match plan {
             Plan::Eager => {
+                let t0 = std::time::Instant::now();
                 let ids = step()?;
+                if tracing() && self.graphs.traced.fetch_add(1, Ordering::Relaxed) % 64 == 0 {
+                    eprintln!(
+                        "cuda trace: eager step of {rows} rows: {:.3} ms (launches and the wait)",
+                        t0.elapsed().as_secs_f64() * 1e3
+                    );
+                }
                 if let Ok(mut r) = self.graphs.recorded.lock() {
                     r.warmed.insert(k);
                 }
                 Ok(ids)
             }
             Plan::Replay => {
+                let t0 = std::time::Instant::now();
                 self.graphs.mode.store(REPLAY, Ordering::Release);
                 let done = step();
                 self.graphs.mode.store(EAGER, Ordering::Release);
                 done?;
+                let host = t0.elapsed();
+                let trace = tracing() && {
+                    let n = self.graphs.traced.fetch_add(1, Ordering::Relaxed);
+                    n % 64 == 0
+                };
+                let events = if trace {
+                    let ctx = self.stream().context();
+                    let a = ctx
+                        .new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))
+                        .map_err(|e| err("event", e))?;
+                    let b = ctx
+                        .new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))
+                        .map_err(|e| err("event", e))?;
+                    a.record(self.stream()).map_err(|e| err("event", e))?;
+                    Some((a, b))
+                } else {
+                    None
+                };
                 let r = self
                     .graphs
                     .recorded
@@ -196,7 +239,20 @@ impl CudaDevice {
                     }
                 }
                 drop(r);
-                self.read_output(rows)
+                if let Some((_, b)) = &events {
+                    b.record(self.stream()).map_err(|e| err("event", e))?;
+                }
+                let ids = self.read_output(rows)?;
+                if let Some((a, b)) = events {
+                    let gpu = a.elapsed_ms(&b).map_err(|e| err("event", e))?;
+                    eprintln!(
+                        "cuda trace: replayed step of {rows} rows: host pass {:.3} ms, graph \
+                         {gpu:.3} ms on the device, total {:.3} ms",
+                        host.as_secs_f64() * 1e3,
+                        t0.elapsed().as_secs_f64() * 1e3
+                    );
+                }
+                Ok(ids)
             }
             Plan::Record => {
                 self.stream()

@@ -205,6 +205,7 @@ __device__ void gemv(const float* x, const void* w, float* y, int m, int n, int 
     for (int j = 0; j < GEMV_ROWS; j++) acc[j] = 0.0f;
     if (BF16) {
         const uint4* wr = (const uint4*)((const bf16_t*)w + (size_t)col * k);
+#pragma unroll 4
         for (int c = lane; c < k8; c += 32) {
             const uint4 pk = wr[c];
             const unsigned parts[4] = {pk.x, pk.y, pk.z, pk.w};
@@ -225,6 +226,7 @@ __device__ void gemv(const float* x, const void* w, float* y, int m, int n, int 
         }
     } else {
         const float4* wr = (const float4*)((const float*)w + (size_t)col * k);
+#pragma unroll 4
         for (int c = lane; c < k4; c += 32) {
             const float4 pk = wr[c];
 #pragma unroll
@@ -434,4 +436,111 @@ extern "C" __global__ void attn_paged_f16(const float* q, float* out, const int*
                                           int window) {
     attn_paged<f16_t>(q, out, tile_seq, tile_row0, tile_n, row_pos, pages, page0, page_rows,
                       k_off, val_off, n_heads, n_kv_heads, hd, scale, window);
+}
+
+// Decode attention: one query row per sequence (rows == sequences), over paged keys and values
+// read in place (no staging), 8 warps per (sequence, head) splitting the keys: warp w takes
+// chunks w, w + 8, ... of 32 keys, lane j scores key j of a chunk, each warp keeps its own
+// online softmax, and the 8 partial results are merged at the end. hd must be a multiple of 4
+// (16-byte rows for f32 pages, 8-byte for f16) and at most 256. Grid: (rows, n_heads).
+__device__ __forceinline__ void load4(const float* p, float* v) {
+    const float4 t = *(const float4*)p;
+    v[0] = t.x; v[1] = t.y; v[2] = t.z; v[3] = t.w;
+}
+__device__ __forceinline__ void load4(const f16_t* p, float* v) {
+    const uint2 t = *(const uint2*)p;
+    v[0] = f16_to_f32((f16_t)(t.x & 0xffffu)); v[1] = f16_to_f32((f16_t)(t.x >> 16));
+    v[2] = f16_to_f32((f16_t)(t.y & 0xffffu)); v[3] = f16_to_f32((f16_t)(t.y >> 16));
+}
+
+template <typename KV>
+__device__ void attn_decode(const float* q, float* out, const int* row_pos, const u64* pages,
+                            const int* page0, int page_rows, long long k_off, long long val_off,
+                            int n_heads, int n_kv_heads, int hd, float scale, int window) {
+    __shared__ float qs[256];
+    __shared__ float part_m[8], part_l[8];
+    __shared__ float part_acc[8][256];
+    const int seq = blockIdx.x, head = blockIdx.y;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int kv_head = head / (n_heads / n_kv_heads);
+    const int kv_dim = n_kv_heads * hd, q_dim = n_heads * hd;
+    const int pos = row_pos[seq];
+    const int lo = window > 0 ? max(0, pos - window + 1) : 0;
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) qs[d] = q[(size_t)seq * q_dim + head * hd + d] * scale;
+    __syncthreads();
+    const u64* sp = pages + page0[seq];
+    float m = -INFINITY, l = 0.0f;
+    float acc[ATTN_MAX_DIMS];
+#pragma unroll
+    for (int i = 0; i < ATTN_MAX_DIMS; i++) acc[i] = 0.0f;
+    for (int base = lo + warp * 32; base <= pos; base += 8 * 32) {
+        const int key = base + lane;
+        float s = -INFINITY;
+        if (key <= pos) {
+            const KV* kr = (const KV*)sp[key / page_rows] + k_off
+                + (long long)(key % page_rows) * kv_dim + kv_head * hd;
+            float dot = 0.0f;
+            for (int d = 0; d < hd; d += 4) {
+                float kv4[4];
+                load4(kr + d, kv4);
+                dot += qs[d] * kv4[0] + qs[d + 1] * kv4[1] + qs[d + 2] * kv4[2] + qs[d + 3] * kv4[3];
+            }
+            s = dot;
+        }
+        const float m_new = fmaxf(m, warp_max(s));
+        if (m_new == -INFINITY) continue;
+        const float p = s == -INFINITY ? 0.0f : expf(s - m_new);
+        const float corr = expf(m - m_new);
+        l = l * corr + warp_sum(p);
+        m = m_new;
+#pragma unroll
+        for (int i = 0; i < ATTN_MAX_DIMS; i++) acc[i] *= corr;
+        const int n_keys = min(32, pos - base + 1);
+        for (int j = 0; j < n_keys; j++) {
+            const float pj = __shfl_sync(0xffffffffu, p, j);
+            const int kj = base + j;
+            const KV* vr = (const KV*)sp[kj / page_rows] + k_off + val_off
+                + (long long)(kj % page_rows) * kv_dim + kv_head * hd;
+#pragma unroll
+            for (int i = 0; i < ATTN_MAX_DIMS; i++) {
+                const int d = lane + 32 * i;
+                if (d < hd) acc[i] += pj * load_kv(vr + d);
+            }
+        }
+    }
+    if (lane == 0) { part_m[warp] = m; part_l[warp] = l; }
+#pragma unroll
+    for (int i = 0; i < ATTN_MAX_DIMS; i++) {
+        const int d = lane + 32 * i;
+        if (d < hd) part_acc[warp][d] = acc[i];
+    }
+    __syncthreads();
+    float gm = -INFINITY;
+    for (int w = 0; w < 8; w++) gm = fmaxf(gm, part_m[w]);
+    float gl = 0.0f;
+    for (int w = 0; w < 8; w++) gl += part_m[w] == -INFINITY ? 0.0f : part_l[w] * expf(part_m[w] - gm);
+    const float inv = gl > 0.0f ? 1.0f / gl : 0.0f;
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+        float o = 0.0f;
+        for (int w = 0; w < 8; w++) {
+            if (part_m[w] != -INFINITY) o += part_acc[w][d] * expf(part_m[w] - gm);
+        }
+        out[(size_t)seq * q_dim + head * hd + d] = o * inv;
+    }
+}
+
+extern "C" __global__ void attn_decode_f32(const float* q, float* out, const int* row_pos,
+                                           const u64* pages, const int* page0, int page_rows,
+                                           long long k_off, long long val_off, int n_heads,
+                                           int n_kv_heads, int hd, float scale, int window) {
+    attn_decode<float>(q, out, row_pos, pages, page0, page_rows, k_off, val_off, n_heads,
+                       n_kv_heads, hd, scale, window);
+}
+
+extern "C" __global__ void attn_decode_f16(const float* q, float* out, const int* row_pos,
+                                           const u64* pages, const int* page0, int page_rows,
+                                           long long k_off, long long val_off, int n_heads,
+                                           int n_kv_heads, int hd, float scale, int window) {
+    attn_decode<f16_t>(q, out, row_pos, pages, page0, page_rows, k_off, val_off, n_heads,
+                       n_kv_heads, hd, scale, window);
 }

@@ -507,6 +507,68 @@ impl CudaDevice {
         Ok(out)
     }
 
+    /// Decode attention: query row r of q [rows, n_heads * hd] is sequence r's one new row (see
+    /// `attn_decode` in kernels.cu; hd a multiple of 4, at most 256); `tiles` as for
+    /// [`CudaDevice::attention`] (only its positions and pages are read).
+    ///
+    /// # Safety
+    /// As [`CudaDevice::attention`].
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn attention_decode(
+        &self,
+        q: &Buf,
+        rows: usize,
+        tiles: &AttnTiles,
+        page_rows: usize,
+        k_off: usize,
+        val_off: usize,
+        n_heads: usize,
+        n_kv_heads: usize,
+        hd: usize,
+        scale: f32,
+        window: Option<usize>,
+        f16: bool,
+    ) -> Result<Buf> {
+        assert!(hd <= 256 && hd % 4 == 0 && n_heads.is_multiple_of(n_kv_heads));
+        assert!(q.len() >= rows * n_heads * hd);
+        let mut out = self.alloc::<f32>(rows * n_heads * hd)?;
+        if rows == 0 {
+            return Ok(out);
+        }
+        let f = if f16 {
+            &self.kernels().attn_decode_f16
+        } else {
+            &self.kernels().attn_decode_f32
+        };
+        let (pq, po) = (self.ptr(q), self.mptr(&mut out));
+        let (rp, pg, p0) = (tiles.row_pos, tiles.pages, tiles.page0);
+        let (pr, ko, vo) = (page_rows as i32, k_off as i64, val_off as i64);
+        let (h, kvh, d) = (n_heads as i32, n_kv_heads as i32, hd as i32);
+        let win = window.map_or(0, |w| w.clamp(1, i32::MAX as usize) as i32);
+        let mut b = self.stream().launch_builder(f);
+        b.arg(&pq)
+            .arg(&po)
+            .arg(&rp)
+            .arg(&pg)
+            .arg(&p0)
+            .arg(&pr)
+            .arg(&ko)
+            .arg(&vo)
+            .arg(&h)
+            .arg(&kvh)
+            .arg(&d)
+            .arg(&scale)
+            .arg(&win);
+        let cfg = LaunchConfig {
+            grid_dim: (rows as u32, n_heads as u32, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: the caller guarantees the pages; q and out are sized above.
+        unsafe { self.go(&mut b, cfg, "attention_decode") }?;
+        Ok(out)
+    }
+
     /// y [m, n] = x [m, k] · Wᵀ with W [n, k] (f32 sums; bf16 weights multiply bf16-rounded
     /// activations), or y += that with `accumulate`.
     #[allow(clippy::too_many_arguments)]

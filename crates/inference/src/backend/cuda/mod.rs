@@ -73,6 +73,8 @@ pub(crate) struct Kernels {
     pub kv_write_f16: CudaFunction,
     pub attn_paged_f32: CudaFunction,
     pub attn_paged_f16: CudaFunction,
+    pub attn_decode_f32: CudaFunction,
+    pub attn_decode_f16: CudaFunction,
 }
 
 /// One opened GPU.
@@ -217,6 +219,8 @@ impl CudaDevice {
             kv_write_f16: f("kv_write_f16")?,
             attn_paged_f32: f("attn_paged_f32")?,
             attn_paged_f16: f("attn_paged_f16")?,
+            attn_decode_f32: f("attn_decode_f32")?,
+            attn_decode_f16: f("attn_decode_f16")?,
         };
         // Kernels that stage more than the default 48 KiB of shared memory.
         let smem = cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;

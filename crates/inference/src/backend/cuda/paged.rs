@@ -83,22 +83,40 @@ pub fn attend_paged(
         pages: dev.input(Input::Pages, &pages)?,
         page0: dev.input(Input::FirstPages, &page0)?,
     };
+    let decode = seq_lens.iter().all(|&n| n == 1) && shape.head_dim.is_multiple_of(4);
     // SAFETY: `pages` lists, per sequence, every page holding its visible rows (committed and
     // just written), all of one pool and so one layout (k_off, val_off, page_rows).
     unsafe {
-        dev.attention(
-            q,
-            rows,
-            &tiles,
-            page_rows,
-            k_off,
-            val_off,
-            shape.n_heads,
-            shape.n_kv_heads,
-            shape.head_dim,
-            scale,
-            shape.sliding_window,
-            f16,
-        )
+        if decode {
+            dev.attention_decode(
+                q,
+                rows,
+                &tiles,
+                page_rows,
+                k_off,
+                val_off,
+                shape.n_heads,
+                shape.n_kv_heads,
+                shape.head_dim,
+                scale,
+                shape.sliding_window,
+                f16,
+            )
+        } else {
+            dev.attention(
+                q,
+                rows,
+                &tiles,
+                page_rows,
+                k_off,
+                val_off,
+                shape.n_heads,
+                shape.n_kv_heads,
+                shape.head_dim,
+                scale,
+                shape.sliding_window,
+                f16,
+            )
+        }
     }
 }
