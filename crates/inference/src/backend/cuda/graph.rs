@@ -161,13 +161,7 @@ impl CudaDevice {
         if !graphs_enabled() {
             let t0 = std::time::Instant::now();
             let ids = step()?;
-            if tracing()
-                && self
-                    .graphs
-                    .traced
-                    .fetch_add(1, Ordering::Relaxed)
-                    .is_multiple_of(64)
-            {
+            if tracing() && self.graphs.traced.fetch_add(1, Ordering::Relaxed) % 64 == 0 {
                 eprintln!(
                     "cuda trace: eager step of {rows} rows: {:.3} ms (launches and the wait)",
                     t0.elapsed().as_secs_f64() * 1e3
@@ -193,13 +187,7 @@ impl CudaDevice {
             Plan::Eager => {
                 let t0 = std::time::Instant::now();
                 let ids = step()?;
-                if tracing()
-                    && self
-                        .graphs
-                        .traced
-                        .fetch_add(1, Ordering::Relaxed)
-                        .is_multiple_of(64)
-                {
+                if tracing() && self.graphs.traced.fetch_add(1, Ordering::Relaxed) % 64 == 0 {
                     eprintln!(
                         "cuda trace: eager step of {rows} rows: {:.3} ms (launches and the wait)",
                         t0.elapsed().as_secs_f64() * 1e3
@@ -219,7 +207,7 @@ impl CudaDevice {
                 let host = t0.elapsed();
                 let trace = tracing() && {
                     let n = self.graphs.traced.fetch_add(1, Ordering::Relaxed);
-                    n.is_multiple_of(64)
+                    n % 64 == 0
                 };
                 let events = if trace {
                     let ctx = self.stream().context();

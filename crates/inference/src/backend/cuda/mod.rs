@@ -22,8 +22,8 @@ use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr
 use super::device::Op;
 use crate::{Error, Result};
 
-pub use launch::{AttnTiles, GemvInput, MatrixData};
-pub use paged::{attend_paged, attend_qkv_paged, QkvPrep};
+pub use launch::{AttnTiles, MatrixData};
+pub use paged::attend_paged;
 
 /// The kernel source (compiled at run time).
 pub const KERNELS: &str = include_str!("kernels.cu");
@@ -75,8 +75,6 @@ pub(crate) struct Kernels {
     pub attn_paged_f16: CudaFunction,
     pub attn_decode_f32: CudaFunction,
     pub attn_decode_f16: CudaFunction,
-    pub qkv_prep_f32: CudaFunction,
-    pub qkv_prep_f16: CudaFunction,
 }
 
 /// One opened GPU.
@@ -91,13 +89,10 @@ pub struct CudaDevice {
     blas_lock: Mutex<()>,
     /// The last upload of each [`Input`]: host bytes and their device copy (a buffer that
     /// keeps its address while the bytes fit, so recorded steps read the new values).
-    inputs: Mutex<HashMap<Input, InputBuf>>,
+    inputs: Mutex<HashMap<Input, (Vec<u8>, CudaSlice<u8>)>>,
     /// Recorded decode steps and the mode of the step in flight (backend/cuda/graph.rs).
     graphs: graph::Graphs,
 }
-
-/// A step input's last bytes on the host and its device buffer.
-type InputBuf = (Vec<u8>, CudaSlice<u8>);
 
 /// Small per-step inputs that every layer of a forward pass uploads alike (positions, page
 /// tables, query tiles, row destinations, token ids). [`CudaDevice::input`] keeps the last
@@ -226,8 +221,6 @@ impl CudaDevice {
             attn_paged_f16: f("attn_paged_f16")?,
             attn_decode_f32: f("attn_decode_f32")?,
             attn_decode_f16: f("attn_decode_f16")?,
-            qkv_prep_f32: f("qkv_prep_f32")?,
-            qkv_prep_f16: f("qkv_prep_f16")?,
         };
         // Kernels that stage more than the default 48 KiB of shared memory.
         let smem = cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
