@@ -55,8 +55,8 @@ struct GatedAttention {
 
 #[derive(Debug)]
 enum Mixer {
-    Linear(Gdn),
-    Full(GatedAttention),
+    Linear(Box<Gdn>),
+    Full(Box<GatedAttention>),
 }
 
 #[derive(Debug)]
@@ -114,13 +114,13 @@ impl Qwen35Model {
                     format!("{a}.o_proj"),
                 );
                 let bias = cfg.qkv_bias;
-                Mixer::Full(GatedAttention {
+                Mixer::Full(Box::new(GatedAttention {
                     q_proj: src.linear(&[&q], &[2 * q_dim], h, bias, mode, &[])?,
                     kv_proj: src.linear(&[&k, &v], &[kv_dim, kv_dim], h, bias, mode, &[])?,
                     q_norm: offset_norm(src, &format!("{a}.q_norm"), hd, eps)?,
                     k_norm: offset_norm(src, &format!("{a}.k_norm"), hd, eps)?,
                     o_proj: src.linear(&[&o], &[h], q_dim, cfg.o_bias, mode, &[])?,
-                })
+                }))
             } else {
                 let a = format!("{p}.linear_attn");
                 let (conv_dim, heads) = (gdn.conv_dim(), &gdn.heads);
@@ -132,7 +132,7 @@ impl Qwen35Model {
                 let names = ["in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a"]
                     .map(|n| format!("{a}.{n}"));
                 let refs: Vec<&str> = names.iter().map(String::as_str).collect();
-                Mixer::Linear(Gdn {
+                Mixer::Linear(Box::new(Gdn {
                     in_proj: src.linear(&refs, &[conv_dim, vd, nv, nv], h, false, mode, &[])?,
                     conv: src.conv_kernel(&format!("{a}.conv1d"), conv_dim, gdn.conv_kernel)?,
                     a_log_exp: src.a_log_exp(&a, nv)?,
@@ -149,7 +149,7 @@ impl Qwen35Model {
                         mode,
                         &[],
                     )?,
-                })
+                }))
             };
             let mlp = format!("{p}.mlp");
             layers.push(Layer {

@@ -109,7 +109,7 @@ pub fn silu_mul(gate_up: &[f32], width: usize) -> Vec<f32> {
 
 /// [`silu_mul`] on a tensor [n, 2 * width] → [n, width], on its device.
 pub fn swiglu(gate_up: &Tensor) -> Result<Tensor> {
-    if gate_up.cols() % 2 != 0 {
+    if !gate_up.cols().is_multiple_of(2) {
         return Err(Error::Shape {
             op: "swiglu",
             reason: format!(

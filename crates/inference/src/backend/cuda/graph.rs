@@ -161,7 +161,13 @@ impl CudaDevice {
         if !graphs_enabled() {
             let t0 = std::time::Instant::now();
             let ids = step()?;
-            if tracing() && self.graphs.traced.fetch_add(1, Ordering::Relaxed) % 64 == 0 {
+            if tracing()
+                && self
+                    .graphs
+                    .traced
+                    .fetch_add(1, Ordering::Relaxed)
+                    .is_multiple_of(64)
+            {
                 eprintln!(
                     "cuda trace: eager step of {rows} rows: {:.3} ms (launches and the wait)",
                     t0.elapsed().as_secs_f64() * 1e3
@@ -187,7 +193,13 @@ impl CudaDevice {
             Plan::Eager => {
                 let t0 = std::time::Instant::now();
                 let ids = step()?;
-                if tracing() && self.graphs.traced.fetch_add(1, Ordering::Relaxed) % 64 == 0 {
+                if tracing()
+                    && self
+                        .graphs
+                        .traced
+                        .fetch_add(1, Ordering::Relaxed)
+                        .is_multiple_of(64)
+                {
                     eprintln!(
                         "cuda trace: eager step of {rows} rows: {:.3} ms (launches and the wait)",
                         t0.elapsed().as_secs_f64() * 1e3
@@ -207,7 +219,7 @@ impl CudaDevice {
                 let host = t0.elapsed();
                 let trace = tracing() && {
                     let n = self.graphs.traced.fetch_add(1, Ordering::Relaxed);
-                    n % 64 == 0
+                    n.is_multiple_of(64)
                 };
                 let events = if trace {
                     let ctx = self.stream().context();

@@ -529,7 +529,7 @@ impl CudaDevice {
         window: Option<usize>,
         f16: bool,
     ) -> Result<Buf> {
-        assert!(hd <= 256 && hd % 4 == 0 && n_heads.is_multiple_of(n_kv_heads));
+        assert!(hd <= 256 && hd.is_multiple_of(4) && n_heads.is_multiple_of(n_kv_heads));
         assert!(q.len() >= rows * n_heads * hd);
         let mut out = self.alloc::<f32>(rows * n_heads * hd)?;
         if rows == 0 {
@@ -586,7 +586,7 @@ impl CudaDevice {
         if m == 0 || n == 0 {
             return Ok(());
         }
-        if m <= GEMV_ROWS && k % 8 == 0 && m * k * 4 <= GEMV_SMEM_BYTES {
+        if m <= GEMV_ROWS && k.is_multiple_of(8) && m * k * 4 <= GEMV_SMEM_BYTES {
             return self.gemv(x, m, w, n, k, y, accumulate);
         }
         if self.replaying() {

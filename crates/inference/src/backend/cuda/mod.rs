@@ -89,10 +89,13 @@ pub struct CudaDevice {
     blas_lock: Mutex<()>,
     /// The last upload of each [`Input`]: host bytes and their device copy (a buffer that
     /// keeps its address while the bytes fit, so recorded steps read the new values).
-    inputs: Mutex<HashMap<Input, (Vec<u8>, CudaSlice<u8>)>>,
+    inputs: Mutex<HashMap<Input, InputBuf>>,
     /// Recorded decode steps and the mode of the step in flight (backend/cuda/graph.rs).
     graphs: graph::Graphs,
 }
+
+/// A step input's last bytes on the host and its device buffer.
+type InputBuf = (Vec<u8>, CudaSlice<u8>);
 
 /// Small per-step inputs that every layer of a forward pass uploads alike (positions, page
 /// tables, query tiles, row destinations, token ids). [`CudaDevice::input`] keeps the last
