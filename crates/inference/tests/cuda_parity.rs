@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{argmax, f32s, fixture, read_json, rel_err, u32s};
+use common::{f32s, fixture, greedy, read_json, rel_err, u32s};
 use lattice_inference::backend::Device;
 use lattice_inference::engine::{BatchEngine, GenerateRequest, TextModel};
 use lattice_inference::model::batch::{ForwardBatch, RowOutputs};
@@ -25,31 +25,6 @@ fn gpu(test: &str) -> Option<Device> {
             None
         }
     }
-}
-
-fn greedy(model: &dyn Decoder, prompt: &[u32], steps: usize) -> (Vec<f32>, Vec<u32>) {
-    let mut cache = model.new_cache(4096);
-    let first = model
-        .forward(
-            prompt,
-            &[prompt.len()],
-            &mut [&mut cache],
-            Outputs::LastLogits,
-        )
-        .unwrap();
-    let mut out = vec![argmax(&first)];
-    while out.len() < steps {
-        let logits = model
-            .forward(
-                &out[out.len() - 1..],
-                &[1],
-                &mut [&mut cache],
-                Outputs::LastLogits,
-            )
-            .unwrap();
-        out.push(argmax(&logits));
-    }
-    (first, out)
 }
 
 fn greedy_on_device(model: &dyn Decoder, prompt: &[u32], steps: usize) -> Vec<u32> {

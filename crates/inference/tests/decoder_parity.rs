@@ -5,36 +5,11 @@
 
 mod common;
 
-use common::{argmax, f32s, fixture, read_json, rel_err, u32s};
-use lattice_inference::model::decoder::{load_decoder, Decoder, Outputs};
+use common::{f32s, fixture, greedy, read_json, rel_err, u32s};
+use lattice_inference::model::decoder::{load_decoder, Outputs};
 use lattice_inference::model::source::WeightMode;
 
 const MODELS: [&str; 3] = ["tiny-qwen3", "tiny-llama", "tiny-qwen2"];
-
-fn greedy(model: &dyn Decoder, prompt: &[u32], steps: usize) -> (Vec<f32>, Vec<u32>) {
-    let mut cache = model.new_cache(4096);
-    let first = model
-        .forward(
-            prompt,
-            &[prompt.len()],
-            &mut [&mut cache],
-            Outputs::LastLogits,
-        )
-        .unwrap();
-    let mut out = vec![argmax(&first)];
-    while out.len() < steps {
-        let logits = model
-            .forward(
-                &out[out.len() - 1..],
-                &[1],
-                &mut [&mut cache],
-                Outputs::LastLogits,
-            )
-            .unwrap();
-        out.push(argmax(&logits));
-    }
-    (first, out)
-}
 
 #[test]
 fn logits_and_greedy_match_transformers() {

@@ -9,32 +9,12 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use common::{argmax, f32s, fixture, read_json, rel_err, u32s};
+use common::{f32s, fixture, greedy, read_json, rel_err, u32s};
 use lattice_inference::model::decoder::{load_decoder, Decoder, DecoderArch, Outputs};
 use lattice_inference::model::source::WeightMode;
 
 fn gguf_path() -> PathBuf {
     fixture("tiny-qwen35").join("tiny-qwen35.bf16.gguf")
-}
-
-fn greedy(m: &dyn Decoder, ids: &[u32], steps: usize) -> (Vec<f32>, Vec<u32>) {
-    let mut state = m.new_cache(4096);
-    let first = m
-        .forward(ids, &[ids.len()], &mut [&mut state], Outputs::LastLogits)
-        .unwrap();
-    let mut got = vec![argmax(&first)];
-    while got.len() < steps {
-        let l = m
-            .forward(
-                &got[got.len() - 1..],
-                &[1],
-                &mut [&mut state],
-                Outputs::LastLogits,
-            )
-            .unwrap();
-        got.push(argmax(&l));
-    }
-    (first, got)
 }
 
 #[test]

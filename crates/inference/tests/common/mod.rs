@@ -133,3 +133,35 @@ pub fn reference_prompt(model: &str, name: &str) -> Vec<u32> {
         .unwrap_or_else(|| panic!("{model}: no prompt `{name}` in reference.json"));
     u32s(&prompt["ids"])
 }
+
+/// Greedy decoding one token at a time over the KV cache: the last-position logits of the
+/// prompt and the `steps` tokens picked.
+pub fn greedy(
+    model: &dyn lattice_inference::model::decoder::Decoder,
+    prompt: &[u32],
+    steps: usize,
+) -> (Vec<f32>, Vec<u32>) {
+    use lattice_inference::model::decoder::Outputs;
+    let mut cache = model.new_cache(4096);
+    let first = model
+        .forward(
+            prompt,
+            &[prompt.len()],
+            &mut [&mut cache],
+            Outputs::LastLogits,
+        )
+        .unwrap();
+    let mut out = vec![argmax(&first)];
+    while out.len() < steps {
+        let logits = model
+            .forward(
+                &out[out.len() - 1..],
+                &[1],
+                &mut [&mut cache],
+                Outputs::LastLogits,
+            )
+            .unwrap();
+        out.push(argmax(&logits));
+    }
+    (first, out)
+}

@@ -139,6 +139,25 @@ impl CudaDevice {
         }
     }
 
+    /// Runs `step` eagerly (timed under `LATTICE_CUDA_TRACE`).
+    fn eager(&self, rows: usize, step: impl FnOnce() -> Result<Vec<u32>>) -> Result<Vec<u32>> {
+        let t0 = std::time::Instant::now();
+        let ids = step()?;
+        if tracing()
+            && self
+                .graphs
+                .traced
+                .fetch_add(1, Ordering::Relaxed)
+                .is_multiple_of(64)
+        {
+            eprintln!(
+                "cuda trace: eager step of {rows} rows: {:.3} ms (launches and the wait)",
+                t0.elapsed().as_secs_f64() * 1e3
+            );
+        }
+        Ok(ids)
+    }
+
     /// Runs `step` (a greedy decode step of `rows` rows of model instance `key`, whose chosen
     /// ids come from [`CudaDevice::argmax_rows`]) eagerly the first time, recorded as a graph
     /// the second, replayed after that; returns the chosen ids.
@@ -159,21 +178,7 @@ impl CudaDevice {
             .map_err(|_| Error::Device("cuda: step lock poisoned".into()))?;
         let k = (key, rows);
         if !graphs_enabled() {
-            let t0 = std::time::Instant::now();
-            let ids = step()?;
-            if tracing()
-                && self
-                    .graphs
-                    .traced
-                    .fetch_add(1, Ordering::Relaxed)
-                    .is_multiple_of(64)
-            {
-                eprintln!(
-                    "cuda trace: eager step of {rows} rows: {:.3} ms (launches and the wait)",
-                    t0.elapsed().as_secs_f64() * 1e3
-                );
-            }
-            return Ok(ids);
+            return self.eager(rows, step);
         }
         let plan = {
             let r = self
@@ -191,20 +196,7 @@ impl CudaDevice {
         };
         match plan {
             Plan::Eager => {
-                let t0 = std::time::Instant::now();
-                let ids = step()?;
-                if tracing()
-                    && self
-                        .graphs
-                        .traced
-                        .fetch_add(1, Ordering::Relaxed)
-                        .is_multiple_of(64)
-                {
-                    eprintln!(
-                        "cuda trace: eager step of {rows} rows: {:.3} ms (launches and the wait)",
-                        t0.elapsed().as_secs_f64() * 1e3
-                    );
-                }
+                let ids = self.eager(rows, step)?;
                 if let Ok(mut r) = self.graphs.recorded.lock() {
                     r.warmed.insert(k);
                 }
