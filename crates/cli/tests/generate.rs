@@ -258,3 +258,42 @@ fn embed_with_a_qwen3_embedding_model_and_matryoshka_dimensions() {
         &["dimensions 65"],
     );
 }
+
+/// `--device` names a device this build or machine cannot use: a clear error naming it, never a
+/// panic (without `--features cuda`: no CUDA backend; with it but no driver: no CUDA driver).
+#[test]
+fn unusable_devices_are_refused_with_the_reason() {
+    let dir = fixture("tiny-qwen3");
+    let model = dir.to_str().unwrap();
+    for device in ["cuda", "cuda:3"] {
+        let o = lattice(&[
+            "generate", "--model", model, "--prompt", "hi", "--device", device,
+        ]);
+        assert_fails_with(&o, &["cuda"]);
+        let err = stderr(&o);
+        assert!(
+            err.contains("no CUDA backend")
+                || err.contains("no CUDA driver")
+                || err.contains("no such device"),
+            "{err}"
+        );
+    }
+    let o = lattice(&["bench", "generate", "--model", model, "--device", "tpu"]);
+    assert_fails_with(&o, &["unknown device `tpu`"]);
+    // Encoders refuse a GPU before looking at the model.
+    let o = lattice(&["embed", "--model", model, "--device", "cuda", "text"]);
+    assert_fails_with(&o, &["cuda"]);
+    // The CPU stays the default and `--device cpu` is accepted everywhere.
+    let o = lattice(&[
+        "generate",
+        "--model",
+        model,
+        "--prompt",
+        "hi",
+        "--max-tokens",
+        "2",
+        "--device",
+        "cpu",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+}

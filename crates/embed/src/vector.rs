@@ -1,23 +1,23 @@
 //! Vector math on embeddings (384..4096-d and any other length), on the engine's SIMD kernels.
 
-use lattice_inference::backend::cpu;
+use lattice_inference::ops;
 
 /// Dot product. Vectors of different lengths are compared over the shorter one.
 pub fn dot(a: &[f32], b: &[f32]) -> f32 {
     let n = a.len().min(b.len());
-    cpu::dot(&a[..n], &b[..n])
+    ops::dot(&a[..n], &b[..n])
 }
 
 /// Cosine similarity (0 when either vector is zero). Vectors of different lengths are compared
 /// over the shorter one.
 pub fn cosine(a: &[f32], b: &[f32]) -> f32 {
     let n = a.len().min(b.len());
-    cpu::cosine(&a[..n], &b[..n])
+    ops::cosine(&a[..n], &b[..n])
 }
 
 /// Scales `v` to unit L2 norm in place (a zero vector stays zero).
 pub fn normalize(v: &mut [f32]) {
-    cpu::l2_normalize(v)
+    ops::l2_normalize(v)
 }
 
 #[cfg(test)]

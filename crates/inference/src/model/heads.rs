@@ -1,7 +1,7 @@
 //! Heads over an encoder's per-token hidden states: sequence pooling (mean, CLS, last token,
 //! max) and L2 normalization, with sentence-transformers' exact semantics.
 
-use crate::backend::cpu;
+use crate::ops;
 
 /// How a sequence's token states become one vector.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -37,9 +37,9 @@ pub fn pool(
             Pooling::LastToken => o.copy_from_slice(row(end - 1)),
             Pooling::Mean => {
                 for t in start..end {
-                    cpu::add_assign(o, row(t));
+                    ops::add_assign(o, row(t));
                 }
-                cpu::scale(o, 1.0 / (end - start) as f32);
+                ops::scale(o, 1.0 / (end - start) as f32);
             }
             Pooling::Max => {
                 o.copy_from_slice(row(start));
@@ -57,7 +57,7 @@ pub fn pool(
 /// Divides each row of `x` by its L2 norm (clamped below at 1e-12, as `F.normalize`).
 pub fn l2_normalize_rows(x: &mut [f32], dim: usize) {
     for row in x.chunks_exact_mut(dim) {
-        cpu::l2_normalize(row);
+        ops::l2_normalize(row);
     }
 }
 

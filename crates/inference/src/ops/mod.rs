@@ -66,6 +66,26 @@ pub fn scale(x: &mut [f32], s: f32) {
     cpu::scale(x, s)
 }
 
+/// `x += y` elementwise (same lengths).
+pub fn add_assign(x: &mut [f32], y: &[f32]) {
+    cpu::add_assign(x, y)
+}
+
+/// Dot product of two vectors of the same length.
+pub fn dot(a: &[f32], b: &[f32]) -> f32 {
+    cpu::dot(a, b)
+}
+
+/// Cosine similarity of two vectors of the same length (0 when either is zero).
+pub fn cosine(a: &[f32], b: &[f32]) -> f32 {
+    cpu::cosine(a, b)
+}
+
+/// Scales `x` to unit L2 norm in place (a zero vector stays zero).
+pub fn l2_normalize(x: &mut [f32]) {
+    cpu::l2_normalize(x)
+}
+
 /// `log(1 + exp(x))`, and `x` itself above 20, as `torch.nn.functional.softplus`.
 pub fn softplus(x: f32) -> f32 {
     if x > 20.0 {
