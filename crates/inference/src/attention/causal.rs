@@ -10,8 +10,6 @@
 //! so every cached row is read from memory once per step, in place from the cache's pages
 //! (f32 or f16), never copied.
 
-use rayon::prelude::*;
-
 use crate::backend::cpu;
 use crate::backend::cpu::attn::{self, DecodeGroup};
 use crate::state::{KvRows, KvView, SeqState};
@@ -228,13 +226,9 @@ pub fn decode_attention_views(
         .zip(&first)
         .map(|((k, _), &f)| (k.rows() - f) * q_dim)
         .sum();
-    if work < SERIAL_WORK {
-        out.chunks_exact_mut(group * hd).enumerate().for_each(task);
-    } else {
-        out.par_chunks_exact_mut(group * hd)
-            .enumerate()
-            .for_each(task);
-    }
+    cpu::par_chunks_mut(&mut out, group * hd, work >= SERIAL_WORK, |i, c| {
+        task((i, c))
+    });
     Ok(out)
 }
 
@@ -273,59 +267,55 @@ pub fn causal_attention(
     } else {
         1
     };
-    let results: Vec<Vec<f32>> = (0..n_heads)
-        .into_par_iter()
-        .with_min_len(min_len)
-        .map(|h| {
-            let g = h / group;
-            let mut o = vec![0.0f32; n * hd];
-            let mut s = Vec::new();
-            for b0 in (0..n).step_by(QUERY_TILE) {
-                let b1 = (b0 + QUERY_TILE).min(n);
-                let rows = b1 - b0;
-                // Keys any row of this tile may see.
-                let k0 = lo(past + b0);
-                let k1 = past + b1;
-                let len = k1 - k0;
-                s.clear();
-                s.resize(rows * len, 0.0);
-                cpu::gemm_bt(
-                    rows,
-                    len,
-                    hd,
-                    &q[b0 * q_dim + h * hd..],
-                    q_dim,
-                    &keys[k0 * kv_dim + g * hd..],
-                    kv_dim,
-                    &mut s,
-                    len,
-                    false,
-                );
-                for (r, row) in s.chunks_exact_mut(len).enumerate() {
-                    let p = past + b0 + r;
-                    let (a, z) = (lo(p) - k0, p + 1 - k0);
-                    row[..a].fill(0.0);
-                    row[z..].fill(0.0);
-                    let visible = &mut row[a..z];
-                    cpu::scale(visible, scale);
-                    cpu::softmax(visible);
-                }
-                cpu::gemm_nn(
-                    rows,
-                    hd,
-                    len,
-                    &s,
-                    len,
-                    &values[k0 * kv_dim + g * hd..],
-                    kv_dim,
-                    &mut o[b0 * hd..],
-                    hd,
-                    false,
-                );
+    let results: Vec<Vec<f32>> = cpu::par_map(n_heads, min_len, |h| {
+        let g = h / group;
+        let mut o = vec![0.0f32; n * hd];
+        let mut s = Vec::new();
+        for b0 in (0..n).step_by(QUERY_TILE) {
+            let b1 = (b0 + QUERY_TILE).min(n);
+            let rows = b1 - b0;
+            // Keys any row of this tile may see.
+            let k0 = lo(past + b0);
+            let k1 = past + b1;
+            let len = k1 - k0;
+            s.clear();
+            s.resize(rows * len, 0.0);
+            cpu::gemm_bt(
+                rows,
+                len,
+                hd,
+                &q[b0 * q_dim + h * hd..],
+                q_dim,
+                &keys[k0 * kv_dim + g * hd..],
+                kv_dim,
+                &mut s,
+                len,
+                false,
+            );
+            for (r, row) in s.chunks_exact_mut(len).enumerate() {
+                let p = past + b0 + r;
+                let (a, z) = (lo(p) - k0, p + 1 - k0);
+                row[..a].fill(0.0);
+                row[z..].fill(0.0);
+                let visible = &mut row[a..z];
+                cpu::scale(visible, scale);
+                cpu::softmax(visible);
             }
-            o
-        })
-        .collect();
+            cpu::gemm_nn(
+                rows,
+                hd,
+                len,
+                &s,
+                len,
+                &values[k0 * kv_dim + g * hd..],
+                kv_dim,
+                &mut o[b0 * hd..],
+                hd,
+                false,
+            );
+        }
+        o
+    });
     for (h, o) in results.iter().enumerate() {
         for (i, row) in o.chunks_exact(hd).enumerate() {
             out[i * q_dim + h * hd..i * q_dim + (h + 1) * hd].copy_from_slice(row);

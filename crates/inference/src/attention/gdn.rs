@@ -16,8 +16,6 @@
 
 use std::ops::Range;
 
-use rayon::prelude::*;
-
 use crate::backend::cpu;
 use crate::ops::{put_columns, softplus, take_columns};
 
@@ -132,10 +130,8 @@ pub fn delta_rule_heads(
         "delta_rule_heads: inputs do not match {heads:?} over {n} tokens"
     );
     let head_cols = |h: usize, d: usize| -> Range<usize> { h * d..(h + 1) * d };
-    let results: Vec<(Vec<f32>, Vec<f32>)> = (0..nv)
-        .into_par_iter()
-        .with_min_len(if n * dk * dv < 1 << 14 { nv } else { 1 })
-        .map(|h| {
+    let results: Vec<(Vec<f32>, Vec<f32>)> =
+        cpu::par_map(nv, if n * dk * dv < 1 << 14 { nv } else { 1 }, |h| {
             let kh = heads.key_head(h);
             let (q, k, v) = (
                 take_columns(x.q, kd, head_cols(kh, dk)),
@@ -162,8 +158,7 @@ pub fn delta_rule_heads(
                 delta_rule_sequential(&inputs, &mut s)
             };
             (o, s)
-        })
-        .collect();
+        });
     let mut out = vec![0.0f32; n * vd];
     let mut new_state = Vec::with_capacity(state.len());
     for (h, (o, s)) in results.into_iter().enumerate() {

@@ -17,8 +17,6 @@ pub use causal::{
 };
 pub use entry::{attend, attend_tensors};
 
-use rayon::prelude::*;
-
 use crate::backend::cpu;
 use crate::{Error, Result};
 
@@ -97,43 +95,41 @@ pub fn packed_attention(
         .flat_map(|s| (0..n_heads).map(move |h| (s, h)))
         .filter(|&(s, _)| cu_seqlens[s + 1] > cu_seqlens[s])
         .collect();
-    let results: Vec<Vec<f32>> = tasks
-        .par_iter()
-        .map(|&(s, h)| {
-            let start = cu_seqlens[s];
-            let len = cu_seqlens[s + 1] - start;
-            let base = start * stride + h * head_dim;
-            let q = &qkv[base..];
-            let k = &qkv[base + hidden..];
-            let v = &qkv[base + 2 * hidden..];
-            let mut scores = vec![0.0f32; len * len];
-            cpu::gemm_bt(
-                len,
-                len,
-                head_dim,
-                q,
-                stride,
-                k,
-                stride,
-                &mut scores,
-                len,
-                false,
-            );
-            cpu::scale(&mut scores, scale);
-            for (i, row) in scores.chunks_exact_mut(len).enumerate() {
-                if let Some(b) = bias {
-                    let off = h * b.max_len * b.max_len + i * b.max_len;
-                    cpu::add_assign(row, &b.values[off..off + len]);
-                }
-                cpu::softmax(row);
+    let results: Vec<Vec<f32>> = cpu::par_map(tasks.len(), 1, |t| {
+        let (s, h) = tasks[t];
+        let start = cu_seqlens[s];
+        let len = cu_seqlens[s + 1] - start;
+        let base = start * stride + h * head_dim;
+        let q = &qkv[base..];
+        let k = &qkv[base + hidden..];
+        let v = &qkv[base + 2 * hidden..];
+        let mut scores = vec![0.0f32; len * len];
+        cpu::gemm_bt(
+            len,
+            len,
+            head_dim,
+            q,
+            stride,
+            k,
+            stride,
+            &mut scores,
+            len,
+            false,
+        );
+        cpu::scale(&mut scores, scale);
+        for (i, row) in scores.chunks_exact_mut(len).enumerate() {
+            if let Some(b) = bias {
+                let off = h * b.max_len * b.max_len + i * b.max_len;
+                cpu::add_assign(row, &b.values[off..off + len]);
             }
-            let mut out = vec![0.0f32; len * head_dim];
-            cpu::gemm_nn(
-                len, head_dim, len, &scores, len, v, stride, &mut out, head_dim, false,
-            );
-            out
-        })
-        .collect();
+            cpu::softmax(row);
+        }
+        let mut out = vec![0.0f32; len * head_dim];
+        cpu::gemm_nn(
+            len, head_dim, len, &scores, len, v, stride, &mut out, head_dim, false,
+        );
+        out
+    });
     let mut context = vec![0.0f32; n_tokens * hidden];
     for (&(s, h), out) in tasks.iter().zip(&results) {
         let start = cu_seqlens[s];

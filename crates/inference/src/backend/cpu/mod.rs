@@ -72,6 +72,40 @@ pub fn on_pool<R: Send>(f: impl FnOnce() -> R + Send) -> R {
     }
 }
 
+/// `f(i)` for every `i` in `0..n` on the worker pool, results in order; tasks are handed out at
+/// least `min_len` at a time (`min_len >= n` runs them all on the calling thread). The one way
+/// code above the backend spreads independent tasks (attention heads, sequences) over cores.
+pub fn par_map<T: Send>(n: usize, min_len: usize, f: impl Fn(usize) -> T + Sync + Send) -> Vec<T> {
+    use rayon::prelude::*;
+    if min_len >= n {
+        return (0..n).map(f).collect();
+    }
+    (0..n)
+        .into_par_iter()
+        .with_min_len(min_len.max(1))
+        .map(f)
+        .collect()
+}
+
+/// `f(i, chunk)` for the consecutive chunks of `chunk` values of `out` (the last may be
+/// shorter), on the worker pool when `parallel`, else in order on the calling thread.
+pub fn par_chunks_mut<T: Send>(
+    out: &mut [T],
+    chunk: usize,
+    parallel: bool,
+    f: impl Fn(usize, &mut [T]) + Sync + Send,
+) {
+    use rayon::prelude::*;
+    let chunk = chunk.max(1);
+    if parallel {
+        out.par_chunks_mut(chunk)
+            .enumerate()
+            .for_each(|(i, c)| f(i, c));
+    } else {
+        out.chunks_mut(chunk).enumerate().for_each(|(i, c)| f(i, c));
+    }
+}
+
 /// `c[m×n] (+)= a[m×k] · b[n×k]ᵀ`: activations times transposed weights (the `nn.Linear` layout).
 ///
 /// `a` rows are `lda` apart, `b` rows `ldb` apart, `c` rows `ldc` apart. With `accumulate` the
