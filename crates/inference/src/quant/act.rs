@@ -12,8 +12,6 @@
 //! weight layout needs (weights are stored as unsigned codes `q + offset`, so
 //! `Σ q_w q_a = Σ code · q_a − offset · Σ q_a`).
 
-use rayon::prelude::*;
-
 use super::blocks::{f16_round, QK_K};
 use super::QuantType;
 
@@ -171,13 +169,14 @@ pub(crate) struct QActs {
 }
 
 impl QActs {
-    /// Quantizes the `m` rows of `x` (`m × k`) for weights of type `t` (a quantized type).
+    /// Zeroed storage for `m` rows of `k` values quantized for weights of type `t` (a quantized
+    /// type), which [`quantize_act_row`] fills row by row.
     ///
     /// `corr` holds, per row: Q4_0 / Q5_0 / Q8_0: `-offset · Σq` per block of 32 (offset 8, 16,
     /// 128: the weight codes are stored unsigned); Q6_K: `-32 · Σq` per 16; Q4_K: per
     /// super-block, the four pairs of sums per 32 packed as two i16 in one i32 (low half the
     /// even sub-block); Q4_1: nothing.
-    pub(crate) fn new(t: QuantType, x: &[f32], m: usize, k: usize) -> QActs {
+    pub(crate) fn zeroed(t: QuantType, m: usize, k: usize) -> QActs {
         let f = ActFormat::for_weights(t).expect("quantized type");
         let nb = k / f.block_len();
         let corr_per_row = match t {
@@ -186,7 +185,7 @@ impl QActs {
             QuantType::Q4_K => nb * 4,
             _ => 0,
         };
-        let mut a = QActs {
+        QActs {
             m,
             k,
             qs: vec![0; m * k],
@@ -194,49 +193,18 @@ impl QActs {
             s: vec![0.0; if f == ActFormat::Q8_1 { m * nb } else { 0 }],
             corr: vec![0; m * corr_per_row],
             corr_per_row,
-        };
-        if m == 0 || k == 0 {
-            return a;
         }
-        let row = |(((x, qs), d), (s, corr)): RowSlices| quantize_act_row(t, x, qs, d, s, corr);
-        // Chunk sizes that are never zero (empty arrays get one dummy chunk per row).
-        let (sl, cl) = (if a.s.is_empty() { 1 } else { nb }, corr_per_row.max(1));
-        let mut s_dummy = vec![0.0; if a.s.is_empty() { m } else { 0 }];
-        let mut c_dummy = vec![0; if corr_per_row == 0 { m } else { 0 }];
-        let s_buf = if a.s.is_empty() {
-            &mut s_dummy
-        } else {
-            &mut a.s
-        };
-        let c_buf = if corr_per_row == 0 {
-            &mut c_dummy
-        } else {
-            &mut a.corr
-        };
-        let rows = x[..m * k]
-            .par_chunks(k)
-            .zip(a.qs.par_chunks_mut(k))
-            .zip(a.d.par_chunks_mut(nb))
-            .zip(s_buf.par_chunks_mut(sl).zip(c_buf.par_chunks_mut(cl)));
-        // Parallel only when there is enough work to pay for waking the workers.
-        if m * k >= 1 << 15 {
-            rows.with_min_len(4).for_each(row);
-        } else {
-            rows.with_min_len(m).for_each(row);
-        }
-        a
+    }
+
+    /// Values of `d` (and of `s`, when it is not empty) per row.
+    pub(crate) fn scales_per_row(&self) -> usize {
+        self.d.len().checked_div(self.m).unwrap_or(0)
     }
 }
 
-/// One row's slices of a [`QActs`] as the parallel iterator yields them:
-/// `(((x, qs), d), (s, corr))`.
-type RowSlices<'a> = (
-    ((&'a [f32], &'a mut [i8]), &'a mut [f32]),
-    (&'a mut [f32], &'a mut [i32]),
-);
-
-/// Quantizes one row for weights of type `t` into its slices of a [`QActs`].
-fn quantize_act_row(
+/// Quantizes one row for weights of type `t` into its slices of a [`QActs`] (the CPU backend
+/// fills the rows of a [`QActs`] with it, in parallel: `backend::cpu::qdot`).
+pub(crate) fn quantize_act_row(
     t: QuantType,
     x: &[f32],
     qs: &mut [i8],

@@ -18,7 +18,7 @@ use std::sync::OnceLock;
 use super::detect::Isa;
 use super::repack::{record_bytes, GROUP_ROWS};
 use super::threads;
-use crate::quant::act::QActs;
+use crate::quant::act::{quantize_act_row, QActs};
 use crate::quant::QuantType;
 
 /// Integer-and-float vector vocabulary of the quantized tiles: `ROWS` i32 lanes, one per
@@ -440,7 +440,7 @@ pub(crate) fn qmatmul(
         }
         return;
     }
-    let acts = QActs::new(t, x, m, k);
+    let acts = quantize_acts(t, x, m, k);
     debug_assert_eq!((acts.m, acts.k), (m, k));
     let tile = tab.tile(t);
     let yp = OutPtr(y.as_mut_ptr());
@@ -488,4 +488,49 @@ pub(crate) fn qmatmul(
             }
         }
     });
+}
+
+/// One row's slices of a [`QActs`] as the parallel iterator yields them:
+/// `(((x, qs), d), (s, corr))`.
+type RowSlices<'a> = (
+    ((&'a [f32], &'a mut [i8]), &'a mut [f32]),
+    (&'a mut [f32], &'a mut [i32]),
+);
+
+/// The `m` rows of `x` (`m × k`) quantized for weights of type `t`, rows in parallel when
+/// there is enough work to pay for waking the workers.
+fn quantize_acts(t: QuantType, x: &[f32], m: usize, k: usize) -> QActs {
+    use rayon::prelude::*;
+    let mut a = QActs::zeroed(t, m, k);
+    if m == 0 || k == 0 {
+        return a;
+    }
+    let nb = a.scales_per_row();
+    let corr_per_row = a.corr_per_row;
+    let row = |(((x, qs), d), (s, corr)): RowSlices| quantize_act_row(t, x, qs, d, s, corr);
+    // Chunk sizes that are never zero (empty arrays get one dummy chunk per row).
+    let (sl, cl) = (if a.s.is_empty() { 1 } else { nb }, corr_per_row.max(1));
+    let mut s_dummy = vec![0.0; if a.s.is_empty() { m } else { 0 }];
+    let mut c_dummy = vec![0; if corr_per_row == 0 { m } else { 0 }];
+    let s_buf = if a.s.is_empty() {
+        &mut s_dummy
+    } else {
+        &mut a.s
+    };
+    let c_buf = if corr_per_row == 0 {
+        &mut c_dummy
+    } else {
+        &mut a.corr
+    };
+    let rows = x[..m * k]
+        .par_chunks(k)
+        .zip(a.qs.par_chunks_mut(k))
+        .zip(a.d.par_chunks_mut(nb))
+        .zip(s_buf.par_chunks_mut(sl).zip(c_buf.par_chunks_mut(cl)));
+    if m * k >= 1 << 15 {
+        rows.with_min_len(4).for_each(row);
+    } else {
+        rows.with_min_len(m).for_each(row);
+    }
+    a
 }
