@@ -18,6 +18,7 @@ pub use causal::{
 pub use entry::{attend, attend_tensors};
 
 use crate::backend::cpu;
+use crate::tensor::{Storage, Tensor};
 use crate::{Error, Result};
 
 /// The lengths of the sequences in a packed batch, as cumulative offsets:
@@ -53,6 +54,27 @@ pub struct PositionBias {
 ///
 /// `qkv` f32 [n_tokens, 3 * hidden] holds Q, K and V side by side per token (heads contiguous
 /// inside each, `hidden = n_heads * head_dim`). Returns the context f32 [n_tokens, hidden].
+pub fn packed_attention_tensor(
+    qkv: &Tensor,
+    cu_seqlens: &[usize],
+    n_heads: usize,
+    head_dim: usize,
+    bias: Option<&PositionBias>,
+) -> Result<Tensor> {
+    match qkv.storage() {
+        Storage::Cpu(v) => {
+            let out = packed_attention(v, cu_seqlens, n_heads, head_dim, bias)?;
+            Ok(Tensor::cpu(qkv.rows(), n_heads * head_dim, out))
+        }
+        #[cfg(feature = "cuda")]
+        Storage::Cuda(_) => Err(Error::Device(format!(
+            "bidirectional (encoder) attention is not implemented on {} yet",
+            qkv.device()
+        ))),
+    }
+}
+
+/// [`packed_attention_tensor`] over host rows: `qkv` f32 [n_tokens, 3 * n_heads * head_dim].
 pub fn packed_attention(
     qkv: &[f32],
     cu_seqlens: &[usize],

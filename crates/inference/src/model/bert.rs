@@ -13,6 +13,7 @@ use super::layers::{position_ids, LayerDims, LayerNames, PostNormLayer};
 use super::{Encoder, EncoderInfo, PackedBatch};
 use crate::io::store::{Scope, WeightStore};
 use crate::ops::{self, Embedding, LayerNorm, Linear};
+use crate::tensor::Tensor;
 use crate::{Error, Result};
 
 fn default_type_vocab() -> usize {
@@ -238,11 +239,13 @@ impl Encoder for BertModel {
 
     fn forward(&self, batch: &PackedBatch) -> Result<Vec<f32>> {
         batch.validate(self.info.max_positions)?;
-        let mut x = self.embeddings.forward(batch)?;
+        let x = self.embeddings.forward(batch)?;
+        let width = self.info.hidden_size;
+        let mut t = Tensor::cpu(x.len() / width.max(1), width, x);
         for layer in &self.layers {
-            x = layer.forward(&x, &batch.cu_seqlens, None)?;
+            t = layer.forward(t, &batch.cu_seqlens, None)?;
         }
-        Ok(x)
+        t.into_host()
     }
 }
 

@@ -2,9 +2,10 @@
 //! (attention → residual → LayerNorm → GELU MLP → residual → LayerNorm) that BERT, RoBERTa and
 //! MPNet all use under different tensor names.
 
-use crate::attention::{packed_attention, PositionBias};
+use crate::attention::{packed_attention_tensor, PositionBias};
 use crate::io::store::Scope;
 use crate::ops::{LayerNorm, Linear};
+use crate::tensor::Tensor;
 use crate::Result;
 
 /// Where one architecture keeps a [`PostNormLayer`]'s tensors, relative to the layer's scope.
@@ -74,22 +75,22 @@ impl PostNormLayer {
         })
     }
 
-    /// `x` f32 [n_tokens, hidden] → same shape, attending within each packed sequence.
+    /// `x` [n_tokens, hidden] → same shape, attending within each packed sequence.
     pub fn forward(
         &self,
-        x: &[f32],
+        x: Tensor,
         cu_seqlens: &[usize],
         bias: Option<&PositionBias>,
-    ) -> Result<Vec<f32>> {
+    ) -> Result<Tensor> {
         let head_dim = self.attn_output.out_dim() / self.n_heads;
-        let qkv = self.qkv.forward(x);
-        let context = packed_attention(&qkv, cu_seqlens, self.n_heads, head_dim, bias)?;
+        let qkv = self.qkv.apply(&x)?;
+        let context = packed_attention_tensor(&qkv, cu_seqlens, self.n_heads, head_dim, bias)?;
         drop(qkv);
-        let mut attn = self.attn_output.forward_residual(&context, x);
-        self.attn_norm.forward_inplace(&mut attn);
-        let inter = self.intermediate.forward_gelu(&attn);
-        let mut out = self.output.forward_residual(&inter, &attn);
-        self.output_norm.forward_inplace(&mut out);
+        let mut attn = self.attn_output.apply_residual(&context, x)?;
+        self.attn_norm.apply(&mut attn)?;
+        let inter = self.intermediate.apply_gelu(&attn)?;
+        let mut out = self.output.apply_residual(&inter, attn)?;
+        self.output_norm.apply(&mut out)?;
         Ok(out)
     }
 }

@@ -13,6 +13,7 @@ use super::{Encoder, EncoderInfo, PackedBatch};
 use crate::attention::PositionBias;
 use crate::io::store::{Scope, WeightStore};
 use crate::ops::{Embedding, LayerNorm};
+use crate::tensor::Tensor;
 use crate::{Error, Result};
 
 fn default_eps() -> f64 {
@@ -222,10 +223,12 @@ impl Encoder for MpnetModel {
         self.position_embeddings.add_rows(positions, &mut x)?;
         self.embeddings_norm.forward_inplace(&mut x);
         let bias = self.position_bias(batch.max_len())?;
+        let width = self.info.hidden_size;
+        let mut t = Tensor::cpu(x.len() / width.max(1), width, x);
         for layer in &self.layers {
-            x = layer.forward(&x, &batch.cu_seqlens, Some(&bias))?;
+            t = layer.forward(t, &batch.cu_seqlens, Some(&bias))?;
         }
-        Ok(x)
+        t.into_host()
     }
 }
 
