@@ -5,6 +5,9 @@
 //! is still compiled with NVRTC when the library can be loaded.
 #![cfg(feature = "cuda")]
 
+mod common;
+
+use common::gpu;
 use lattice_inference::attention::{attend_tensors, CausalShape};
 use lattice_inference::backend::cuda::compile_kernels;
 use lattice_inference::backend::Device;
@@ -12,16 +15,6 @@ use lattice_inference::io::store::Weight;
 use lattice_inference::ops::{swiglu, Linear, RmsNorm, Rope, RopeConfig, RopeScaling};
 use lattice_inference::state::{KvDtype, LayerKind, SeqState};
 use lattice_inference::tensor::Tensor;
-
-fn gpu(test: &str) -> Option<Device> {
-    match Device::open("cuda") {
-        Ok(d) => Some(d),
-        Err(e) => {
-            eprintln!("SKIPPED {test}: {e}");
-            None
-        }
-    }
-}
 
 struct Rng(u64);
 

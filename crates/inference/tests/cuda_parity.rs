@@ -7,6 +7,7 @@
 
 mod common;
 
+use common::gpu;
 use common::{f32s, fixture, greedy, read_json, rel_err, u32s};
 use lattice_inference::backend::Device;
 use lattice_inference::engine::{BatchEngine, GenerateRequest, TextModel};
@@ -16,16 +17,6 @@ use lattice_inference::model::source::{Placement, WeightMode};
 use lattice_inference::sample::SamplingParams;
 
 const MODELS: [&str; 3] = ["tiny-qwen3", "tiny-llama", "tiny-qwen2"];
-
-fn gpu(test: &str) -> Option<Device> {
-    match Device::open("cuda") {
-        Ok(d) => Some(d),
-        Err(e) => {
-            eprintln!("SKIPPED {test}: {e}");
-            None
-        }
-    }
-}
 
 fn greedy_on_device(model: &dyn Decoder, prompt: &[u32], steps: usize) -> Vec<u32> {
     let mut cache = model.new_cache(4096);

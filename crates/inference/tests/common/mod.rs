@@ -165,3 +165,15 @@ pub fn greedy(
     }
     (first, out)
 }
+
+/// The GPU for a CUDA test, or `None` after printing that `test` was skipped and why (no CUDA
+/// in this build, no driver, no device).
+pub fn gpu(test: &str) -> Option<lattice_inference::backend::Device> {
+    match lattice_inference::backend::Device::open("cuda") {
+        Ok(d) => Some(d),
+        Err(e) => {
+            eprintln!("SKIPPED {test}: {e}");
+            None
+        }
+    }
+}
