@@ -6,7 +6,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/fetch_models.sh
 ./scripts/fetch_sentencepiece.sh
-nvrtc=$(./scripts/fetch_nvrtc.sh)
+# NVRTC lets the CUDA kernels compile here; without it that one test says SKIPPED.
+nvrtc=$(./scripts/fetch_nvrtc.sh || echo "fetch of NVRTC failed" >&2)
 cargo fmt --all -- --check
 cargo clippy --release --workspace --all-targets -- -D warnings
 # The CUDA backend builds everywhere (its libraries load at run time): lint it, and run its tests,
