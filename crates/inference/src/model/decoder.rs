@@ -474,7 +474,7 @@ pub trait Decoder: Send + Sync {
         batch: &ForwardBatch<'_>,
         states: &mut [&mut SeqState],
     ) -> Result<Vec<f32>> {
-        crate::backend::cpu::on_pool(|| self.forward_on_pool(batch, states))
+        crate::ops::pass(|| self.forward_on_pool(batch, states))
     }
 
     /// [`Decoder::forward_batch`] over token ids (`lens[i]` of them for sequence `i`, taken
@@ -504,7 +504,7 @@ pub trait Decoder: Send + Sync {
             && batch.seq_lens.len() <= REPLAYED_ROWS
             && batch.seq_lens.len() == states.len();
         let info = self.info();
-        crate::backend::cpu::on_pool(|| {
+        crate::ops::pass(|| {
             if !decode || info.device.is_cpu() {
                 return self.greedy_on_pool(&last, states);
             }
@@ -535,7 +535,7 @@ pub trait Decoder: Send + Sync {
     }
 
     /// [`Decoder::forward_batch`]'s body, run on a worker of the thread pool (see
-    /// [`crate::backend::cpu::on_pool`]); implementations provide this one.
+    /// [`crate::ops::pass`]); implementations provide this one.
     fn forward_on_pool(
         &self,
         batch: &ForwardBatch<'_>,

@@ -10,11 +10,10 @@
 
 use std::path::Path;
 
-use crate::backend::cpu::QuantMatrix;
 use crate::backend::{Device, Mirror};
 use crate::io::gguf_tensors::{GgufTensors, RawTensor};
 use crate::io::store::{Weight, WeightStore};
-use crate::ops::Linear;
+use crate::ops::{Linear, QuantMatrix};
 use crate::quant::{quantize_row, QuantType};
 use crate::tensor::Tensor;
 use crate::{Error, Result};

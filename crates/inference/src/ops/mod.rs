@@ -17,6 +17,10 @@ pub use norm::{LayerNorm, RmsNorm};
 pub use rope::{Rope, RopeConfig, RopeScaling};
 pub use split::{put_columns, split_columns, take_columns};
 
+/// A GGUF / Q8_0 quantized weight matrix in the CPU kernels' layout (what quantized
+/// [`Linear`] layers and embedding tables hold).
+pub use crate::backend::cpu::QuantMatrix;
+
 use crate::backend::cpu;
 use crate::tensor::{Storage, Tensor};
 use crate::{Error, Result};
@@ -59,6 +63,13 @@ pub fn sigmoid_gate(x: &mut [f32], gate: &[f32]) {
     for (v, &g) in x.iter_mut().zip(gate) {
         *v *= 1.0 / (1.0 + (-g).exp());
     }
+}
+
+/// Runs one forward pass `f` on a worker of the CPU thread pool, so the parallel kernels inside
+/// split their work without putting threads to sleep between calls (see
+/// `backend::cpu::on_pool`).
+pub fn pass<R: Send>(f: impl FnOnce() -> R + Send) -> R {
+    cpu::on_pool(f)
 }
 
 /// `x *= s` elementwise.
