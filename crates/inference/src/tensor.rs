@@ -140,15 +140,6 @@ impl Tensor {
         self.storage
     }
 
-    /// The values as a host slice, if they are on the host.
-    pub fn as_host(&self) -> Option<&[f32]> {
-        match &self.storage {
-            Storage::Cpu(v) => Some(v),
-            #[cfg(feature = "cuda")]
-            Storage::Cuda(_) => None,
-        }
-    }
-
     /// A host copy of the values (waits for the device).
     pub fn to_host(&self) -> Result<Vec<f32>> {
         match &self.storage {
@@ -178,23 +169,6 @@ impl Tensor {
         self.rows = rows;
         self.cols = cols;
         Ok(self)
-    }
-
-    /// A copy on the same device.
-    pub fn try_clone(&self) -> Result<Tensor> {
-        let storage = match &self.storage {
-            Storage::Cpu(v) => Storage::Cpu(v.clone()),
-            #[cfg(feature = "cuda")]
-            Storage::Cuda(s) => Storage::Cuda(CudaStorage {
-                dev: std::sync::Arc::clone(&s.dev),
-                buf: s.dev.duplicate(&s.buf, self.len())?,
-            }),
-        };
-        Ok(Tensor {
-            rows: self.rows,
-            cols: self.cols,
-            storage,
-        })
     }
 
     /// Rows `idx` (each < rows), in that order.
@@ -263,33 +237,6 @@ impl Tensor {
                 let buf = s.dev.copy_cols(&s.buf, self.cols, col0, self.rows, width)?;
                 Ok(Tensor::cuda(&s.dev, self.rows, width, buf))
             }
-        }
-    }
-
-    /// `self += other` elementwise (same shape and device).
-    pub fn add_assign(&mut self, other: &Tensor) -> Result<()> {
-        if (self.rows, self.cols) != (other.rows, other.cols) {
-            return Err(Error::Shape {
-                op: "Tensor::add_assign",
-                reason: format!(
-                    "[{}, {}] += [{}, {}]",
-                    self.rows, self.cols, other.rows, other.cols
-                ),
-            });
-        }
-        match (&mut self.storage, &other.storage) {
-            (Storage::Cpu(a), Storage::Cpu(b)) => {
-                for (x, y) in a.iter_mut().zip(b) {
-                    *x += y;
-                }
-                Ok(())
-            }
-            #[cfg(feature = "cuda")]
-            (Storage::Cuda(a), Storage::Cuda(b)) => {
-                a.dev.add(&mut a.buf, &b.buf, self.rows * self.cols)
-            }
-            #[cfg(feature = "cuda")]
-            _ => Err(mixed("Tensor::add_assign")),
         }
     }
 }

@@ -116,17 +116,6 @@ impl Device {
             ))),
         }
     }
-
-    /// Whether both name the same device.
-    pub fn same(&self, other: &Device) -> bool {
-        match (self, other) {
-            (Device::Cpu, Device::Cpu) => true,
-            #[cfg(feature = "cuda")]
-            (Device::Cuda(a), Device::Cuda(b)) => Arc::ptr_eq(a, b),
-            #[cfg(feature = "cuda")]
-            _ => false,
-        }
-    }
 }
 
 impl fmt::Display for Device {

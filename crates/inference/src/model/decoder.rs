@@ -505,7 +505,7 @@ pub trait Decoder: Send + Sync {
             && batch.seq_lens.len() == states.len();
         let info = self.info();
         crate::ops::pass(|| {
-            if !decode || info.device.is_cpu() {
+            if !decode {
                 return self.greedy_on_pool(&last, states);
             }
             // Pages first, so a recorded step allocates none.

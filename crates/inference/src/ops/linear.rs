@@ -125,11 +125,7 @@ impl Linear {
         match device {
             Device::Cpu => Self::from_f32(w, out_dim, in_dim, bias),
             #[cfg(feature = "cuda")]
-            Device::Cuda(d) => {
-                check_parts(w.len(), out_dim * in_dim, bias.as_deref(), out_dim)?;
-                let m = crate::backend::cuda::MatrixData::F32(d.upload(w)?);
-                Ok(Self::on_gpu(m, bias, in_dim, out_dim))
-            }
+            Device::Cuda(d) => Self::on_gpu(d, w, out_dim, in_dim, bias, false),
         }
     }
 
@@ -144,32 +140,39 @@ impl Linear {
         match device {
             Device::Cpu => Self::from_bf16(w, out_dim, in_dim, bias),
             #[cfg(feature = "cuda")]
-            Device::Cuda(d) => {
-                check_parts(w.len(), out_dim * in_dim, bias.as_deref(), out_dim)?;
-                let bits: Vec<u16> = w
-                    .iter()
-                    .map(|&x| half::bf16::from_f32(x).to_bits())
-                    .collect();
-                let m = crate::backend::cuda::MatrixData::Bf16(d.upload(&bits)?);
-                Ok(Self::on_gpu(m, bias, in_dim, out_dim))
-            }
+            Device::Cuda(d) => Self::on_gpu(d, w, out_dim, in_dim, bias, true),
         }
     }
 
+    /// A layer whose weights `w` [out_dim, in_dim] are uploaded to `d`, as f32 or (with `bf16`)
+    /// rounded to bf16.
     #[cfg(feature = "cuda")]
     fn on_gpu(
-        m: crate::backend::cuda::MatrixData,
-        bias: Option<Vec<f32>>,
-        in_dim: usize,
+        d: &crate::backend::cuda::CudaDevice,
+        w: &[f32],
         out_dim: usize,
-    ) -> Self {
-        Self {
+        in_dim: usize,
+        bias: Option<Vec<f32>>,
+        bf16: bool,
+    ) -> Result<Self> {
+        use crate::backend::cuda::MatrixData;
+        check_parts(w.len(), out_dim * in_dim, bias.as_deref(), out_dim)?;
+        let m = if bf16 {
+            let bits: Vec<u16> = w
+                .iter()
+                .map(|&x| half::bf16::from_f32(x).to_bits())
+                .collect();
+            MatrixData::Bf16(d.upload(&bits)?)
+        } else {
+            MatrixData::F32(d.upload(w)?)
+        };
+        Ok(Self {
             weight: LinearWeight::Cuda(m),
             bias,
             in_dim,
             out_dim,
             bias_dev: Mirror::new(),
-        }
+        })
     }
 
     /// A layer from quantized matrices with the same input width, stacked along the output

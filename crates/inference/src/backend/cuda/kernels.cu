@@ -124,12 +124,6 @@ extern "C" __global__ void gelu(float* x, long long n) {
     x[i] = 0.5f * v * (1.0f + erff(v * 0.70710678118654752f));
 }
 
-// y[i] += x[i].
-extern "C" __global__ void add(float* y, const float* x, long long n) {
-    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) y[i] += x[i];
-}
-
 // y [rows, width] += bias [width] per row.
 extern "C" __global__ void add_bias(float* y, const float* bias, int width, long long n) {
     const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
@@ -156,13 +150,6 @@ extern "C" __global__ void gather_rows(const float* x, const unsigned* idx, floa
     const float* src = x + (size_t)idx[blockIdx.x] * width;
     float* dst = y + (size_t)blockIdx.x * width;
     for (int i = threadIdx.x; i < width; i += blockDim.x) dst[i] = src[i];
-}
-
-// y [n, dim] = rows `ids` of a bf16 table. Grid: n.
-extern "C" __global__ void embed_bf16(const bf16_t* table, const unsigned* ids, float* y, int dim) {
-    const bf16_t* src = table + (size_t)ids[blockIdx.x] * dim;
-    float* dst = y + (size_t)blockIdx.x * dim;
-    for (int i = threadIdx.x; i < dim; i += blockDim.x) dst[i] = bf16_to_f32(src[i]);
 }
 
 // y [n, dim] = rows `ids` of an f32 table. Grid: n.

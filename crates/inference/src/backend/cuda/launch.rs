@@ -238,17 +238,6 @@ impl CudaDevice {
         unsafe { self.go(&mut b, grid_1d(n), "gelu") }
     }
 
-    /// y[..n] += x[..n].
-    pub fn add(&self, y: &mut Buf, x: &Buf, n: usize) -> Result<()> {
-        assert!(y.len() >= n && x.len() >= n);
-        let (py, px) = (self.mptr(y), self.ptr(x));
-        let n64 = n as i64;
-        let mut b = self.stream().launch_builder(&self.kernels().add);
-        b.arg(&py).arg(&px).arg(&n64);
-        // SAFETY: thread i < n touches y[i] and x[i].
-        unsafe { self.go(&mut b, grid_1d(n), "add") }
-    }
-
     /// y [rows, width] += bias [width] on every row.
     pub fn add_bias(&self, y: &mut Buf, bias: &Buf, rows: usize, width: usize) -> Result<()> {
         let n = rows * width;
@@ -313,35 +302,6 @@ impl CudaDevice {
                 &mut b,
                 per_row(idx.len(), row_threads(width).min(256)),
                 "gather_rows",
-            )
-        }?;
-        Ok(y)
-    }
-
-    /// Rows `ids` of a bf16 table [vocab, dim], widened to f32.
-    pub fn embed_bf16(
-        &self,
-        table: &CudaSlice<u16>,
-        vocab: usize,
-        ids: &[u32],
-        dim: usize,
-    ) -> Result<Buf> {
-        assert!(ids.iter().all(|&i| (i as usize) < vocab) && table.len() >= vocab * dim);
-        let mut y = self.alloc::<f32>(ids.len() * dim)?;
-        if ids.is_empty() {
-            return Ok(y);
-        }
-        let pi = self.input(Input::TokenIds, ids)?;
-        let (pt, py) = (self.ptr(table), self.mptr(&mut y));
-        let d = dim as i32;
-        let mut b = self.stream().launch_builder(&self.kernels().embed_bf16);
-        b.arg(&pt).arg(&pi).arg(&py).arg(&d);
-        // SAFETY: block r copies table row ids[r] < vocab into row r of y.
-        unsafe {
-            self.go(
-                &mut b,
-                per_row(ids.len(), row_threads(dim).min(256)),
-                "embed_bf16",
             )
         }?;
         Ok(y)

@@ -59,12 +59,10 @@ pub(crate) struct Kernels {
     pub rope: CudaFunction,
     pub silu_mul: CudaFunction,
     pub gelu: CudaFunction,
-    pub add: CudaFunction,
     pub add_bias: CudaFunction,
     pub to_bf16: CudaFunction,
     pub copy_cols: CudaFunction,
     pub gather_rows: CudaFunction,
-    pub embed_bf16: CudaFunction,
     pub embed_f32: CudaFunction,
     pub gemv_bf16: CudaFunction,
     pub gemv_f32: CudaFunction,
@@ -81,7 +79,6 @@ pub(crate) struct Kernels {
 pub struct CudaDevice {
     ordinal: usize,
     name: String,
-    compute_capability: (i32, i32),
     stream: Arc<CudaStream>,
     blas: CudaBlas,
     kernels: Kernels,
@@ -208,12 +205,10 @@ impl CudaDevice {
             rope: f("rope")?,
             silu_mul: f("silu_mul")?,
             gelu: f("gelu")?,
-            add: f("add")?,
             add_bias: f("add_bias")?,
             to_bf16: f("to_bf16")?,
             copy_cols: f("copy_cols")?,
             gather_rows: f("gather_rows")?,
-            embed_bf16: f("embed_bf16")?,
             embed_f32: f("embed_f32")?,
             gemv_bf16: f("gemv_bf16")?,
             gemv_f32: f("gemv_f32")?,
@@ -239,7 +234,6 @@ impl CudaDevice {
         Ok(CudaDevice {
             ordinal,
             name,
-            compute_capability: cc,
             stream,
             blas,
             kernels,
@@ -259,11 +253,6 @@ impl CudaDevice {
         &self.name
     }
 
-    /// Compute capability (major, minor).
-    pub fn compute_capability(&self) -> (i32, i32) {
-        self.compute_capability
-    }
-
     /// (free, total) device memory in bytes.
     pub fn memory(&self) -> Result<(usize, usize)> {
         self.stream
@@ -281,16 +270,6 @@ impl CudaDevice {
     pub fn alloc<T: DeviceRepr>(&self, n: usize) -> Result<CudaSlice<T>> {
         // SAFETY: every caller writes the buffer (by a kernel or a copy) before reading it.
         unsafe { self.stream.alloc::<T>(n.max(1)) }.map_err(|e| err("allocating", e))
-    }
-
-    /// Zeroed device memory for `n` values.
-    pub fn zeros<T: DeviceRepr + cudarc::driver::ValidAsZeroBits>(
-        &self,
-        n: usize,
-    ) -> Result<CudaSlice<T>> {
-        self.stream
-            .alloc_zeros::<T>(n.max(1))
-            .map_err(|e| err("allocating", e))
     }
 
     /// A device copy of `host`.
