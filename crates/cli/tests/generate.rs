@@ -283,6 +283,9 @@ fn unusable_devices_are_refused_with_the_reason() {
     // Encoders refuse a GPU before looking at the model.
     let o = lattice(&["embed", "--model", model, "--device", "cuda", "text"]);
     assert_fails_with(&o, &["cuda"]);
+    // `serve --device` without a generation model would not place anything: refused.
+    let o = lattice(&["serve", "--embedding-model", model, "--device", "cuda"]);
+    assert_fails_with(&o, &["cuda"]);
     // The CPU stays the default and `--device cpu` is accepted everywhere.
     let o = lattice(&[
         "generate",

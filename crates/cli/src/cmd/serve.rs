@@ -5,6 +5,7 @@ use std::path::Path;
 
 use anyhow::Context;
 use lattice_embed::{Embedder, EmbedderOptions, Reranker};
+use lattice_inference::backend::Device;
 use lattice_server::{Models, ServeOptions};
 
 /// Arguments of `lattice serve`.
@@ -91,6 +92,13 @@ fn names(arg: &str, preferred: Option<&str>) -> Vec<String> {
 pub fn run(args: Args) -> anyhow::Result<()> {
     if args.model.is_none() && args.embedding_model.is_none() && args.rerank_model.is_none() {
         anyhow::bail!("nothing to serve: give --model, --embedding-model and/or --rerank-model");
+    }
+    if args.model.is_none() && !Device::open(&args.device)?.is_cpu() {
+        anyhow::bail!(
+            "--device {} applies to the generation model (--model); embedding and rerank models \
+             run on the CPU",
+            args.device
+        );
     }
     let mut models = Models::default();
     if let Some(model) = &args.model {
