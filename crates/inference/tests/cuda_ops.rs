@@ -8,7 +8,7 @@
 mod common;
 
 use common::gpu;
-use lattice_inference::attention::{attend_tensors, CausalShape};
+use lattice_inference::attention::{attend_qkv, attend_tensors, CausalShape, QkvHeads};
 use lattice_inference::backend::cuda::compile_kernels;
 use lattice_inference::backend::Device;
 use lattice_inference::io::store::Weight;
@@ -279,6 +279,127 @@ fn paged_attention_matches_the_cpu() {
             let got =
                 attend_tensors(&qg, &kg, &vg, &[3], &mut [&mut fg], layer, &shape, scale).unwrap();
             check("attention after fork", &got, &want, 1e-5);
+        }
+    }
+}
+
+/// The fused paths decode steps take on a GPU (RMSNorm into the product, SwiGLU into the down
+/// product, split + head norms + RoPE + KV write in one kernel) against the separate CPU ops.
+#[test]
+fn fused_products_and_qkv_preparation_match_the_cpu() {
+    let Some(dev) = gpu("fused_products_and_qkv_preparation_match_the_cpu") else {
+        return;
+    };
+    let mut rng = Rng(0x5eed_0fca_fe00_0001);
+    for &(m, n, k) in &[(1, 3072, 1024), (3, 1000, 2048), (8, 1024, 3072)] {
+        for bf16 in [false, true] {
+            let w = rng.vec(n * k, 0.05);
+            let make = |d: &Device| {
+                if bf16 {
+                    Linear::from_bf16_on(d, &w, n, k, None).unwrap()
+                } else {
+                    Linear::from_f32_on(d, &w, n, k, None).unwrap()
+                }
+            };
+            let (lc, lg) = (make(&Device::Cpu), make(&dev));
+            let norm = RmsNorm::new(Weight::from_vec(rng.vec(k, 1.0), vec![k]), 1e-6);
+            let (xc, xg) = pair(&dev, m, k, rng.vec(m * k, 2.0));
+            let tag = format!("{m}x{n}x{k} bf16={bf16}");
+            check(
+                &format!("normed product {tag}"),
+                &lg.apply_normed(&xg, &norm).unwrap(),
+                &lc.apply_normed(&xc, &norm).unwrap(),
+                1e-5,
+            );
+            let (gc, gg) = pair(&dev, m, 2 * k, rng.vec(m * 2 * k, 3.0));
+            let (rc, rg) = pair(&dev, m, n, rng.vec(m * n, 1.0));
+            check(
+                &format!("swiglu product {tag}"),
+                &lg.apply_swiglu_residual(&gg, rg).unwrap(),
+                &lc.apply_swiglu_residual(&gc, rc).unwrap(),
+                1e-5,
+            );
+        }
+    }
+    for (n_heads, n_kv_heads, hd, with_norms, dtype) in [
+        (16, 8, 128, true, KvDtype::F32),
+        (14, 2, 64, false, KvDtype::F16),
+    ] {
+        let shape = CausalShape {
+            n_heads,
+            n_kv_heads,
+            head_dim: hd,
+            sliding_window: None,
+        };
+        let width = (n_heads + 2 * n_kv_heads) * hd;
+        let kv_dim = n_kv_heads * hd;
+        let rope = Rope::new(
+            &RopeConfig {
+                theta: 1_000_000.0,
+                rotary_dim: hd,
+                scaling: RopeScaling::None,
+            },
+            hd,
+        )
+        .unwrap();
+        let qn = RmsNorm::new(Weight::from_vec(rng.vec(hd, 1.0), vec![hd]), 1e-6);
+        let kn = RmsNorm::new(Weight::from_vec(rng.vec(hd, 1.0), vec![hd]), 1e-6);
+        let kinds = [LayerKind::Attention];
+        let new =
+            |d: &Device| SeqState::with_layers_on(d, &kinds, kv_dim, 4096).with_kv_dtype(dtype);
+        let (mut c, mut g) = (
+            (new(&Device::Cpu), new(&Device::Cpu)),
+            (new(&dev), new(&dev)),
+        );
+        let scale = 1.0 / (hd as f32).sqrt();
+        for (step, lens) in [vec![37usize, 5], vec![1, 1], vec![1, 1]]
+            .iter()
+            .enumerate()
+        {
+            let rows: usize = lens.iter().sum();
+            let mut positions = Vec::new();
+            for (i, &n) in lens.iter().enumerate() {
+                let start = if i == 0 { c.0.len() } else { c.1.len() };
+                positions.extend(start..start + n);
+            }
+            let heads = QkvHeads {
+                norms: with_norms.then_some((&qn, &kn)),
+                rope: &rope,
+                positions: &positions,
+            };
+            let (xc, xg) = pair(&dev, rows, width, rng.vec(rows * width, 1.5));
+            let want = attend_qkv(
+                &xc,
+                &heads,
+                lens,
+                &mut [&mut c.0, &mut c.1],
+                0,
+                &shape,
+                scale,
+            )
+            .unwrap();
+            let got = attend_qkv(
+                &xg,
+                &heads,
+                lens,
+                &mut [&mut g.0, &mut g.1],
+                0,
+                &shape,
+                scale,
+            )
+            .unwrap();
+            check(
+                &format!("attend_qkv {n_heads}/{n_kv_heads}x{hd} norms={with_norms} {dtype:?} step {step}"),
+                &got,
+                &want,
+                1e-5,
+            );
+            for (s, &n) in [&mut c.0, &mut c.1].into_iter().zip(lens) {
+                s.commit(n);
+            }
+            for (s, &n) in [&mut g.0, &mut g.1].into_iter().zip(lens) {
+                s.commit(n);
+            }
         }
     }
 }

@@ -4,6 +4,7 @@
 //! head) when each sequence brings a single row, the tiled causal kernel per sequence
 //! otherwise.
 
+use crate::ops::{RmsNorm, Rope};
 use crate::state::SeqState;
 use crate::tensor::{Storage, Tensor};
 use crate::{Error, Result};
@@ -121,5 +122,96 @@ pub fn attend_tensors(
         }
         #[cfg(feature = "cuda")]
         _ => Err(crate::tensor::mixed("attend")),
+    }
+}
+
+/// How a layer's queries and keys are prepared before attention: optional per-head RMSNorm of
+/// queries and keys (Qwen3), then RoPE at `positions`.
+#[derive(Clone, Copy)]
+pub struct QkvHeads<'a> {
+    /// Per-head query and key norms (both or neither).
+    pub norms: Option<(&'a RmsNorm, &'a RmsNorm)>,
+    /// The rotary embedding.
+    pub rope: &'a Rope,
+    /// Position of every row.
+    pub positions: &'a [usize],
+}
+
+/// Attention from a layer's fused Q/K/V product `qkv` [rows, (n_heads + 2 n_kv_heads) *
+/// head_dim]: split into heads, `heads` applied to queries and keys, then [`attend_tensors`].
+/// On a GPU the split, norms, rotation and KV write are one kernel.
+#[allow(clippy::too_many_arguments)]
+pub fn attend_qkv(
+    qkv: &Tensor,
+    heads: &QkvHeads<'_>,
+    seq_lens: &[usize],
+    states: &mut [&mut SeqState],
+    layer: usize,
+    shape: &CausalShape,
+    scale: f32,
+) -> Result<Tensor> {
+    let (hd, rows) = (shape.head_dim, qkv.rows());
+    let (q_dim, kv_dim) = (shape.n_heads * hd, shape.n_kv_heads * hd);
+    if qkv.cols() != q_dim + 2 * kv_dim
+        || heads.positions.len() != rows
+        || heads.rope.head_dim() != hd
+    {
+        return Err(Error::Shape {
+            op: "attend_qkv",
+            reason: format!(
+                "qkv [{rows}, {}] for {} + 2 x {kv_dim} columns, {} positions, rope heads of {}",
+                qkv.cols(),
+                q_dim,
+                heads.positions.len(),
+                heads.rope.head_dim()
+            ),
+        });
+    }
+    match qkv.storage() {
+        #[cfg(feature = "cuda")]
+        Storage::Cuda(s) => {
+            let norms = match heads.norms {
+                Some((qn, kn)) => {
+                    Some((qn.cuda_weight(&s.dev)?, kn.cuda_weight(&s.dev)?, qn.eps()))
+                }
+                None => None,
+            };
+            let positions: Vec<i32> = heads.positions.iter().map(|&p| p as i32).collect();
+            let prep = crate::backend::cuda::QkvPrep {
+                inv_freq: heads.rope.cuda_inv_freq(&s.dev)?,
+                attn: heads.rope.attention_scaling(),
+                norms,
+                positions: &positions,
+            };
+            if seq_lens.iter().sum::<usize>() != rows || seq_lens.len() != states.len() {
+                return Err(Error::Shape {
+                    op: "attend_qkv",
+                    reason: format!(
+                        "{rows} rows for sequences of {seq_lens:?} ({} states)",
+                        states.len()
+                    ),
+                });
+            }
+            let out = crate::backend::cuda::attend_qkv_paged(
+                &s.dev, &s.buf, &prep, seq_lens, states, layer, shape, scale,
+            )?;
+            Ok(Tensor::cuda(&s.dev, rows, q_dim, out))
+        }
+        Storage::Cpu(_) => {
+            let [mut q, mut k, v] = qkv.split_columns([q_dim, kv_dim, kv_dim])?;
+            if let Some((qn, kn)) = heads.norms {
+                q = q.reshape(rows * shape.n_heads, hd)?;
+                k = k.reshape(rows * shape.n_kv_heads, hd)?;
+                qn.apply(&mut q)?;
+                kn.apply(&mut k)?;
+                q = q.reshape(rows, q_dim)?;
+                k = k.reshape(rows, kv_dim)?;
+            }
+            heads.rope.rotate(&mut q, shape.n_heads, heads.positions)?;
+            heads
+                .rope
+                .rotate(&mut k, shape.n_kv_heads, heads.positions)?;
+            attend_tensors(&q, &k, &v, seq_lens, states, layer, shape, scale)
+        }
     }
 }

@@ -7,9 +7,9 @@
 //! device; the weights come from a [`TensorSource`] by their transformers names, so
 //! safetensors checkpoints and GGUF files load through the same code.
 
-use crate::attention::{attend_tensors, CausalShape};
+use crate::attention::{attend_qkv, CausalShape, QkvHeads};
 use crate::backend::{Device, Op};
-use crate::ops::{argmax_rows, swiglu, Linear, RmsNorm, Rope};
+use crate::ops::{argmax_rows, Linear, RmsNorm, Rope};
 use crate::state::{LayerKind, SeqState};
 use crate::tensor::Tensor;
 use crate::Result;
@@ -178,39 +178,28 @@ impl LlamaModel {
     ) -> Result<Tensor> {
         let cfg = self.config();
         let l = &self.layers[layer];
-        let (q_dim, kv_dim, hd) = (cfg.q_dim(), cfg.kv_dim(), cfg.head_dim);
-        let rows = x.rows();
-
-        let hn = l.attn_norm.norm(&x)?;
-        let [mut q, mut k, v] = l.qkv.apply(&hn)?.split_columns([q_dim, kv_dim, kv_dim])?;
-        if let (Some(qn), Some(kn)) = (&l.q_norm, &l.k_norm) {
-            q = q.reshape(rows * cfg.n_heads, hd)?;
-            k = k.reshape(rows * cfg.n_kv_heads, hd)?;
-            qn.apply(&mut q)?;
-            kn.apply(&mut k)?;
-            q = q.reshape(rows, q_dim)?;
-            k = k.reshape(rows, kv_dim)?;
-        }
-        self.rope.rotate(&mut q, cfg.n_heads, positions)?;
-        self.rope.rotate(&mut k, cfg.n_kv_heads, positions)?;
-
+        let qkv = l.qkv.apply_normed(&x, &l.attn_norm)?;
+        let heads = QkvHeads {
+            norms: l.q_norm.as_ref().zip(l.k_norm.as_ref()),
+            rope: &self.rope,
+            positions,
+        };
         let shape = CausalShape {
             n_heads: cfg.n_heads,
             n_kv_heads: cfg.n_kv_heads,
-            head_dim: hd,
+            head_dim: cfg.head_dim,
             sliding_window: cfg.sliding_window,
         };
-        let scale = 1.0 / (hd as f32).sqrt();
-        let ctx = attend_tensors(&q, &k, &v, lens, caches, layer, &shape, scale)?;
+        let scale = 1.0 / (cfg.head_dim as f32).sqrt();
+        let ctx = attend_qkv(&qkv, &heads, lens, caches, layer, &shape, scale)?;
         let x = l.o_proj.apply_residual(&ctx, x)?;
         self.mlp(l, x)
     }
 
     /// The feed-forward half of a layer, with its residual.
     fn mlp(&self, l: &Layer, x: Tensor) -> Result<Tensor> {
-        let hn = l.mlp_norm.norm(&x)?;
-        let act = swiglu(&l.gate_up.apply(&hn)?)?;
-        l.down.apply_residual(&act, x)
+        let gate_up = l.gate_up.apply_normed(&x, &l.mlp_norm)?;
+        l.down.apply_swiglu_residual(&gate_up, x)
     }
 
     fn device(&self) -> &Device {

@@ -13,6 +13,7 @@ use crate::backend::cpu::bf16::{gemm_bt_bf16, Bf16Weights};
 use crate::backend::cpu::{self, PackedWeights, QuantMatrix};
 use crate::backend::{Device, Mirror};
 use crate::io::store::{Scope, Weight};
+use crate::ops::RmsNorm;
 use crate::tensor::{Storage, Tensor};
 use crate::{Error, Result};
 
@@ -326,6 +327,80 @@ impl Linear {
     /// residual's memory for the output.
     pub fn apply_residual(&self, x: &Tensor, residual: Tensor) -> Result<Tensor> {
         self.apply_with(x, Some(residual), false)
+    }
+
+    /// `norm(x) · Wᵀ + b`: the RMSNorm of the input rows fused into the product where the
+    /// device can (a GPU's matrix-vector kernel), else the two ops.
+    pub fn apply_normed(&self, x: &Tensor, norm: &RmsNorm) -> Result<Tensor> {
+        #[cfg(feature = "cuda")]
+        if let Storage::Cuda(s) = x.storage() {
+            let input =
+                crate::backend::cuda::GemvInput::Normed(norm.cuda_weight(&s.dev)?, norm.eps());
+            if let Some(y) = self.fused_gemv(x, self.in_dim, &mut None, input)? {
+                return Ok(y);
+            }
+        }
+        self.apply(&norm.norm(x)?)
+    }
+
+    /// `residual + swiglu(gate_up) · Wᵀ + b` with `gate_up` [n, 2 * in_dim] (gate and up side
+    /// by side): SwiGLU fused into the product where the device can, else the two ops.
+    pub fn apply_swiglu_residual(&self, gate_up: &Tensor, residual: Tensor) -> Result<Tensor> {
+        #[cfg_attr(not(feature = "cuda"), allow(unused_mut))]
+        let mut residual = Some(residual);
+        #[cfg(feature = "cuda")]
+        if let Some(y) = self.fused_gemv(
+            gate_up,
+            2 * self.in_dim,
+            &mut residual,
+            crate::backend::cuda::GemvInput::Swiglu,
+        )? {
+            return Ok(y);
+        }
+        let residual = residual.expect("the residual is taken only when the product is fused");
+        self.apply_residual(&crate::ops::swiglu(gate_up)?, residual)
+    }
+
+    /// The product by a GPU's matrix-vector kernel with `input` applied to the rows of `x`
+    /// (`cols` values each) as they are staged, adding to `residual` (taken) when given;
+    /// `None` when `x` or the weights are not on a GPU or the shape does not take the kernel.
+    #[cfg(feature = "cuda")]
+    fn fused_gemv(
+        &self,
+        x: &Tensor,
+        cols: usize,
+        residual: &mut Option<Tensor>,
+        input: crate::backend::cuda::GemvInput<'_>,
+    ) -> Result<Option<Tensor>> {
+        let (Storage::Cuda(s), LinearWeight::Cuda(w)) = (x.storage(), &self.weight) else {
+            return Ok(None);
+        };
+        let m = x.rows();
+        let residual_ok = residual.as_ref().is_none_or(|r| {
+            (r.rows(), r.cols()) == (m, self.out_dim) && matches!(r.storage(), Storage::Cuda(_))
+        });
+        if x.cols() != cols || !s.dev.gemv_fits(m, self.in_dim) || !residual_ok {
+            return Ok(None);
+        }
+        let (mut y, accumulate) = match residual.take().map(Tensor::into_storage) {
+            Some(Storage::Cuda(r)) => (r.buf, true),
+            _ => (s.dev.alloc::<f32>(m * self.out_dim)?, false),
+        };
+        s.dev.gemv(
+            &s.buf,
+            m,
+            w,
+            self.out_dim,
+            self.in_dim,
+            &mut y,
+            accumulate,
+            input,
+        )?;
+        if let Some(b) = self.bias.as_deref() {
+            let b = self.bias_dev.cuda(&s.dev, b)?;
+            s.dev.add_bias(&mut y, b, m, self.out_dim)?;
+        }
+        Ok(Some(Tensor::cuda(&s.dev, m, self.out_dim, y)))
     }
 
     fn apply_with(&self, x: &Tensor, residual: Option<Tensor>, gelu: bool) -> Result<Tensor> {

@@ -124,6 +124,20 @@ impl RmsNorm {
         }
     }
 
+    /// The epsilon.
+    pub fn eps(&self) -> f32 {
+        self.eps
+    }
+
+    /// The weight on a GPU (for kernels that fuse the norm).
+    #[cfg(feature = "cuda")]
+    pub fn cuda_weight(
+        &self,
+        dev: &crate::backend::cuda::CudaDevice,
+    ) -> Result<&crate::backend::cuda::Buf> {
+        self.weight_dev.cuda(dev, self.weight.as_slice())
+    }
+
     /// A normalized copy of `x` [n, dim].
     pub fn norm(&self, x: &Tensor) -> Result<Tensor> {
         check_width("RmsNorm", x, self.dim())?;

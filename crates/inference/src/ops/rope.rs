@@ -218,6 +218,20 @@ impl Rope {
         })
     }
 
+    /// The inverse frequencies on a GPU (for kernels that fuse the rotation).
+    #[cfg(feature = "cuda")]
+    pub fn cuda_inv_freq(
+        &self,
+        dev: &crate::backend::cuda::CudaDevice,
+    ) -> Result<&crate::backend::cuda::Buf> {
+        self.inv_freq_dev.cuda(dev, &self.inv_freq)
+    }
+
+    /// Features per head.
+    pub fn head_dim(&self) -> usize {
+        self.head_dim
+    }
+
     /// [`Rope::apply`] on a tensor [positions.len(), n_heads * head_dim], on its device.
     pub fn rotate(&self, x: &mut Tensor, n_heads: usize, positions: &[usize]) -> Result<()> {
         if x.rows() != positions.len() || x.cols() != n_heads * self.head_dim {

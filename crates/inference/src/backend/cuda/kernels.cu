@@ -166,16 +166,37 @@ extern "C" __global__ void embed_f32(const float* table, const unsigned* ids, fl
 #define GEMV_ROWS 8
 
 template <bool BF16>
-__device__ void gemv(const float* x, const void* w, float* y, int m, int n, int k, int accumulate) {
+__device__ void gemv(const float* x, const void* w, float* y, int m, int n, int k, int accumulate,
+                     const float* norm_w, float eps, int swiglu) {
     // Staged so that the lanes of a warp read consecutive 16-byte vectors (no bank conflicts):
     // bf16: row j's chunk c (values 8c .. 8c + 7) is xs4[(2j) * k8 + c] (first four) and
     // xs4[(2j + 1) * k8 + c] (last four); f32: chunk c (values 4c .. 4c + 3) is xs4[j * k4 + c].
     extern __shared__ float4 xs4[];
     float* xs = (float*)xs4;
     const int k8 = k / 8, k4 = k / 4;
+    // Fused on the way in: an RMSNorm of each input row (norm_w [k]), or SwiGLU of rows of
+    // 2k values (gate, up), as the separate ops compute them.
+    __shared__ float rs[GEMV_ROWS];
+    if (norm_w != nullptr) {
+        const int w8 = threadIdx.x >> 5, l8 = threadIdx.x & 31;
+        if (w8 < m) {
+            float ss = 0.0f;
+            for (int e = l8; e < k; e += 32) ss += x[w8 * k + e] * x[w8 * k + e];
+            ss = warp_sum(ss);
+            if (l8 == 0) rs[w8] = 1.0f / sqrtf(ss / (float)k + eps);
+        }
+        __syncthreads();
+    }
     for (int i = threadIdx.x; i < m * k; i += blockDim.x) {
         const int j = i / k, e = i - j * k;
-        const float v = x[i];
+        float v;
+        if (swiglu) {
+            const float g = x[(size_t)j * 2 * k + e], u = x[(size_t)j * 2 * k + k + e];
+            v = g / (1.0f + expf(-g)) * u;
+        } else {
+            v = x[i];
+        }
+        if (norm_w != nullptr) v = norm_w[e] * (v * rs[j]);
         if (BF16) {
             const int c = e >> 3, q = e & 7;
             xs[(((2 * j + (q >> 2)) * k8 + c) << 2) + (q & 3)] = bf16_to_f32(f32_to_bf16(v));
@@ -238,13 +259,13 @@ __device__ void gemv(const float* x, const void* w, float* y, int m, int n, int 
 }
 
 extern "C" __global__ void gemv_bf16(const float* x, const bf16_t* w, float* y, int m, int n, int k,
-                                     int accumulate) {
-    gemv<true>(x, w, y, m, n, k, accumulate);
+                                     int accumulate, const float* norm_w, float eps, int swiglu) {
+    gemv<true>(x, w, y, m, n, k, accumulate, norm_w, eps, swiglu);
 }
 
 extern "C" __global__ void gemv_f32(const float* x, const float* w, float* y, int m, int n, int k,
-                                    int accumulate) {
-    gemv<false>(x, w, y, m, n, k, accumulate);
+                                    int accumulate, const float* norm_w, float eps, int swiglu) {
+    gemv<false>(x, w, y, m, n, k, accumulate, norm_w, eps, swiglu);
 }
 
 // Index of the largest value of each row of x [rows, n] (the first one on ties). Grid: rows.
@@ -306,6 +327,8 @@ extern "C" __global__ void kv_write_f16(const float* k, const float* v, const u6
 
 __device__ __forceinline__ float load_kv(const float* p) { return *p; }
 __device__ __forceinline__ float load_kv(const f16_t* p) { return f16_to_f32(*p); }
+__device__ __forceinline__ void store_kv(float* p, float v) { *p = v; }
+__device__ __forceinline__ void store_kv(f16_t* p, float v) { *p = f32_to_f16(v); }
 
 // Causal attention over paged keys and values, flash style (online softmax, nothing of size
 // context in memory). One block = one query head of up to ATTN_ROWS consecutive query rows of
@@ -530,4 +553,70 @@ extern "C" __global__ void attn_decode_f16(const float* q, float* out, const int
                                            int n_kv_heads, int hd, float scale, int window) {
     attn_decode<f16_t>(q, out, row_pos, pages, page0, page_rows, k_off, val_off, n_heads,
                        n_kv_heads, hd, scale, window);
+}
+
+// The attention input of one layer from its fused Q/K/V product, in one pass: per row r of
+// qkv [rows, (n_heads + 2 n_kv_heads) * hd] and per head, the optional per-head RMSNorm (Qwen3;
+// weights [hd]), rotate-half RoPE of queries and keys (row r at pos[r]; `half` pairs), then the
+// query to q_out [rows, n_heads * hd] and the key and value rows straight into the KV page at
+// dst[r] (+ k_off, + val_off). What split_columns + RmsNorm + Rope + kv_write compute, one
+// launch instead of eight. Grid: (rows, n_heads + 2 n_kv_heads); block: 128 threads.
+template <typename KV>
+__device__ void qkv_prep(const float* qkv, float* q_out, const u64* dst, const int* pos,
+                         const float* inv_freq, int half, float attn, const float* q_w,
+                         const float* k_w, float eps, int n_heads, int n_kv_heads, int hd,
+                         long long k_off, long long val_off) {
+    __shared__ float x[256];
+    const int r = blockIdx.x, h = blockIdx.y;
+    const int width = (n_heads + 2 * n_kv_heads) * hd;
+    const int kind = h < n_heads ? 0 : (h < n_heads + n_kv_heads ? 1 : 2);  // q, k, v
+    const float* src = qkv + (size_t)r * width + (size_t)h * hd;
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) x[d] = src[d];
+    const float* w = kind == 0 ? q_w : (kind == 1 ? k_w : nullptr);
+    if (w != nullptr) {
+        __syncthreads();
+        float ss = 0.0f;
+        for (int d = threadIdx.x; d < hd; d += blockDim.x) ss += x[d] * x[d];
+        ss = block_sum(ss);
+        const float rs = 1.0f / sqrtf(ss / (float)hd + eps);
+        for (int d = threadIdx.x; d < hd; d += blockDim.x) x[d] = w[d] * (x[d] * rs);
+    }
+    __syncthreads();
+    if (kind != 2) {
+        const float p = (float)pos[r];
+        for (int i = threadIdx.x; i < half; i += blockDim.x) {
+            const float angle = p * inv_freq[i];
+            const float c = cosf(angle) * attn, s = sinf(angle) * attn;
+            const float a = x[i], b = x[i + half];
+            x[i] = a * c - b * s;
+            x[i + half] = b * c + a * s;
+        }
+        __syncthreads();
+    }
+    if (kind == 0) {
+        float* o = q_out + (size_t)r * n_heads * hd + (size_t)h * hd;
+        for (int d = threadIdx.x; d < hd; d += blockDim.x) o[d] = x[d];
+    } else {
+        const int kvh = kind == 1 ? h - n_heads : h - n_heads - n_kv_heads;
+        KV* o = (KV*)dst[r] + k_off + (kind == 2 ? val_off : 0) + (long long)kvh * hd;
+        for (int d = threadIdx.x; d < hd; d += blockDim.x) store_kv(o + d, x[d]);
+    }
+}
+
+extern "C" __global__ void qkv_prep_f32(const float* qkv, float* q_out, const u64* dst,
+                                        const int* pos, const float* inv_freq, int half,
+                                        float attn, const float* q_w, const float* k_w, float eps,
+                                        int n_heads, int n_kv_heads, int hd, long long k_off,
+                                        long long val_off) {
+    qkv_prep<float>(qkv, q_out, dst, pos, inv_freq, half, attn, q_w, k_w, eps, n_heads,
+                    n_kv_heads, hd, k_off, val_off);
+}
+
+extern "C" __global__ void qkv_prep_f16(const float* qkv, float* q_out, const u64* dst,
+                                        const int* pos, const float* inv_freq, int half,
+                                        float attn, const float* q_w, const float* k_w, float eps,
+                                        int n_heads, int n_kv_heads, int hd, long long k_off,
+                                        long long val_off) {
+    qkv_prep<f16_t>(qkv, q_out, dst, pos, inv_freq, half, attn, q_w, k_w, eps, n_heads,
+                    n_kv_heads, hd, k_off, val_off);
 }

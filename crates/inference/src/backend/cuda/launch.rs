@@ -41,6 +41,17 @@ pub struct AttnTiles {
 /// Query rows per attention tile (`ATTN_ROWS` in kernels.cu).
 pub const ATTN_ROWS: usize = 8;
 
+/// What the matrix-vector kernel applies to its input rows as it stages them.
+#[derive(Clone, Copy)]
+pub enum GemvInput<'a> {
+    /// The rows as they are.
+    Plain,
+    /// RMSNorm of each row with this weight [k] and epsilon.
+    Normed(&'a Buf, f32),
+    /// SwiGLU of rows of 2k values (gate then up): the product's input is [m, k].
+    Swiglu,
+}
+
 /// Rows a matrix-vector product takes at most (`GEMV_ROWS` in kernels.cu).
 pub const GEMV_ROWS: usize = 8;
 
@@ -467,6 +478,79 @@ impl CudaDevice {
         Ok(out)
     }
 
+    /// The fused attention input of a layer (see `qkv_prep` in kernels.cu): returns the
+    /// queries [rows, n_heads * hd] and writes the keys and values into the pages at `dst`.
+    ///
+    /// # Safety
+    /// As [`CudaDevice::kv_write`] for `dst`, `k_off` and `val_off`.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn qkv_prep(
+        &self,
+        qkv: &Buf,
+        dst: &[u64],
+        positions: &[i32],
+        inv_freq: &Buf,
+        attn: f32,
+        norms: Option<(&Buf, &Buf, f32)>,
+        n_heads: usize,
+        n_kv_heads: usize,
+        hd: usize,
+        k_off: usize,
+        val_off: usize,
+        f16: bool,
+    ) -> Result<Buf> {
+        let rows = dst.len();
+        let half = inv_freq.len();
+        assert!(hd <= 256 && 2 * half <= hd && positions.len() == rows);
+        assert!(qkv.len() >= rows * (n_heads + 2 * n_kv_heads) * hd);
+        let mut q = self.alloc::<f32>(rows * n_heads * hd)?;
+        if rows == 0 {
+            return Ok(q);
+        }
+        let f = if f16 {
+            &self.kernels().qkv_prep_f16
+        } else {
+            &self.kernels().qkv_prep_f32
+        };
+        let pd = self.input(Input::KvDst, dst)?;
+        let pp = self.input(Input::RopePositions, positions)?;
+        let (px, pq, pf) = (self.ptr(qkv), self.mptr(&mut q), self.ptr(inv_freq));
+        let (qw, kw, eps) = match norms {
+            Some((qn, kn, eps)) => {
+                assert!(qn.len() >= hd && kn.len() >= hd);
+                (self.ptr(qn), self.ptr(kn), eps)
+            }
+            None => (0u64, 0u64, 0.0f32),
+        };
+        let (hf, h, kvh, d) = (half as i32, n_heads as i32, n_kv_heads as i32, hd as i32);
+        let (ko, vo) = (k_off as i64, val_off as i64);
+        let mut b = self.stream().launch_builder(f);
+        b.arg(&px)
+            .arg(&pq)
+            .arg(&pd)
+            .arg(&pp)
+            .arg(&pf)
+            .arg(&hf)
+            .arg(&attn)
+            .arg(&qw)
+            .arg(&kw)
+            .arg(&eps)
+            .arg(&h)
+            .arg(&kvh)
+            .arg(&d)
+            .arg(&ko)
+            .arg(&vo);
+        let cfg = LaunchConfig {
+            grid_dim: (rows as u32, (n_heads + 2 * n_kv_heads) as u32, 1),
+            block_dim: (128, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: block (r, h) reads head h of qkv row r (sized above) and writes query row r
+        // of q or the key / value row at dst[r] (the caller's guarantee).
+        unsafe { self.go(&mut b, cfg, "qkv_prep") }?;
+        Ok(q)
+    }
+
     /// Decode attention: query row r of q [rows, n_heads * hd] is sequence r's one new row (see
     /// `attn_decode` in kernels.cu; hd a multiple of 4, at most 256); `tiles` as for
     /// [`CudaDevice::attention`] (only its positions and pages are read).
@@ -546,8 +630,8 @@ impl CudaDevice {
         if m == 0 || n == 0 {
             return Ok(());
         }
-        if m <= GEMV_ROWS && k.is_multiple_of(8) && m * k * 4 <= GEMV_SMEM_BYTES {
-            return self.gemv(x, m, w, n, k, y, accumulate);
+        if self.gemv_fits(m, k) {
+            return self.gemv(x, m, w, n, k, y, accumulate, GemvInput::Plain);
         }
         if self.replaying() {
             return Ok(());
@@ -620,10 +704,18 @@ impl CudaDevice {
         }
     }
 
-    /// [`CudaDevice::matmul`] for m <= GEMV_ROWS rows and k a multiple of 8: one warp per output
-    /// column streaming W once (decode is bound by reading the weights).
+    /// Whether a product of m rows of k takes the matrix-vector kernel.
+    pub fn gemv_fits(&self, m: usize, k: usize) -> bool {
+        m <= GEMV_ROWS && k.is_multiple_of(8) && m * k * 4 <= GEMV_SMEM_BYTES
+    }
+
+    /// [`CudaDevice::matmul`] for m <= GEMV_ROWS rows and k a multiple of 8 ([`gemv_fits`]):
+    /// one warp per output column streaming W once (decode is bound by reading the weights),
+    /// with `input` applied to the rows as they are staged.
+    ///
+    /// [`gemv_fits`]: CudaDevice::gemv_fits
     #[allow(clippy::too_many_arguments)]
-    fn gemv(
+    pub fn gemv(
         &self,
         x: &Buf,
         m: usize,
@@ -632,7 +724,15 @@ impl CudaDevice {
         k: usize,
         y: &mut Buf,
         accumulate: bool,
+        input: GemvInput<'_>,
     ) -> Result<()> {
+        assert!(self.gemv_fits(m, k) && y.len() >= m * n);
+        let x_len = if matches!(input, GemvInput::Swiglu) {
+            2 * m * k
+        } else {
+            m * k
+        };
+        assert!(x.len() >= x_len);
         let (f, pw) = match w {
             MatrixData::F32(b) => {
                 assert!(b.len() >= n * k);

@@ -22,8 +22,8 @@ use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr
 use super::device::Op;
 use crate::{Error, Result};
 
-pub use launch::{AttnTiles, MatrixData};
-pub use paged::attend_paged;
+pub use launch::{AttnTiles, GemvInput, MatrixData};
+pub use paged::{attend_paged, attend_qkv_paged, QkvPrep};
 
 /// The kernel source (compiled at run time).
 pub const KERNELS: &str = include_str!("kernels.cu");
@@ -73,6 +73,8 @@ pub(crate) struct Kernels {
     pub attn_paged_f16: CudaFunction,
     pub attn_decode_f32: CudaFunction,
     pub attn_decode_f16: CudaFunction,
+    pub qkv_prep_f32: CudaFunction,
+    pub qkv_prep_f16: CudaFunction,
 }
 
 /// One opened GPU.
@@ -219,6 +221,8 @@ impl CudaDevice {
             attn_paged_f16: f("attn_paged_f16")?,
             attn_decode_f32: f("attn_decode_f32")?,
             attn_decode_f16: f("attn_decode_f16")?,
+            qkv_prep_f32: f("qkv_prep_f32")?,
+            qkv_prep_f16: f("qkv_prep_f16")?,
         };
         // Kernels that stage more than the default 48 KiB of shared memory.
         let smem = cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;

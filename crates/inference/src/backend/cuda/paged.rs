@@ -10,27 +10,30 @@ use crate::attention::CausalShape;
 use crate::state::{KvDtype, SeqState};
 use crate::{Error, Result};
 
-/// [`crate::attention::attend`] on device buffers: `q` [rows, n_heads * hd], `k` and `v`
-/// [rows, n_kv_heads * hd]; returns the context [rows, n_heads * hd].
-#[allow(clippy::too_many_arguments)]
-pub fn attend_paged(
+/// Where a pass's new rows go and what its attention launch reads, built from the states.
+struct Plan {
+    rows: usize,
+    /// Page-row address of each new row (attention slot 0).
+    dst: Vec<u64>,
+    tiles: AttnTiles,
+    page_rows: usize,
+    k_off: usize,
+    val_off: usize,
+    f16: bool,
+    decode: bool,
+}
+
+/// Reserves the new rows of `layer` in every state and uploads the attention inputs.
+fn plan(
     dev: &Arc<CudaDevice>,
-    q: &Buf,
-    k: &Buf,
-    v: &Buf,
     seq_lens: &[usize],
     states: &mut [&mut SeqState],
     layer: usize,
     shape: &CausalShape,
-    scale: f32,
-) -> Result<Buf> {
-    let kv_dim = shape.n_kv_heads * shape.head_dim;
+) -> Result<Plan> {
     let rows: usize = seq_lens.iter().sum();
-    let Some(first) = states.first() else {
-        return dev.alloc(0);
-    };
-    let dtype = first.kv_dtype();
-    let page_rows = first.page_rows();
+    let dtype = states.first().map_or(KvDtype::F32, |s| s.kv_dtype());
+    let page_rows = states.first().map_or(1, |s| s.page_rows());
     let elt = dtype.bytes() as u64;
     let mut dst = Vec::with_capacity(rows);
     let mut row_pos = Vec::with_capacity(rows);
@@ -69,11 +72,6 @@ pub fn attend_paged(
         }
         row0 += n;
     }
-    let k_off = k_off.unwrap_or(0);
-    let f16 = dtype == KvDtype::F16;
-    // SAFETY: every destination is a row of a live page that `append_slots` made exclusive to
-    // its sequence; `k_off` and `val_off` are this layer's keys and values within a page.
-    unsafe { dev.kv_write(k, v, &dst, kv_dim, k_off, val_off, f16)? };
     let tiles = AttnTiles {
         n_tiles: tile_seq.len(),
         tile_seq: dev.input(Input::TileSeq, &tile_seq)?,
@@ -83,40 +81,116 @@ pub fn attend_paged(
         pages: dev.input(Input::Pages, &pages)?,
         page0: dev.input(Input::FirstPages, &page0)?,
     };
-    let decode = seq_lens.iter().all(|&n| n == 1) && shape.head_dim.is_multiple_of(4);
-    // SAFETY: `pages` lists, per sequence, every page holding its visible rows (committed and
-    // just written), all of one pool and so one layout (k_off, val_off, page_rows).
+    Ok(Plan {
+        rows,
+        dst,
+        tiles,
+        page_rows,
+        k_off: k_off.unwrap_or(0),
+        val_off,
+        f16: dtype == KvDtype::F16,
+        decode: seq_lens.iter().all(|&n| n == 1) && shape.head_dim.is_multiple_of(4),
+    })
+}
+
+/// The attention launch of a plan whose keys and values are written.
+fn run(
+    dev: &Arc<CudaDevice>,
+    plan: &Plan,
+    q: &Buf,
+    shape: &CausalShape,
+    scale: f32,
+) -> Result<Buf> {
+    let (h, kvh, hd, win) = (
+        shape.n_heads,
+        shape.n_kv_heads,
+        shape.head_dim,
+        shape.sliding_window,
+    );
+    let (pr, ko, vo, rows, t) = (
+        plan.page_rows,
+        plan.k_off,
+        plan.val_off,
+        plan.rows,
+        &plan.tiles,
+    );
+    // SAFETY: the plan's pages hold, per sequence, every row its positions reach (committed,
+    // and written for this pass), all of one pool and so one layout (k_off, val_off, page_rows).
     unsafe {
-        if decode {
-            dev.attention_decode(
-                q,
-                rows,
-                &tiles,
-                page_rows,
-                k_off,
-                val_off,
-                shape.n_heads,
-                shape.n_kv_heads,
-                shape.head_dim,
-                scale,
-                shape.sliding_window,
-                f16,
-            )
+        if plan.decode {
+            dev.attention_decode(q, rows, t, pr, ko, vo, h, kvh, hd, scale, win, plan.f16)
         } else {
-            dev.attention(
-                q,
-                rows,
-                &tiles,
-                page_rows,
-                k_off,
-                val_off,
-                shape.n_heads,
-                shape.n_kv_heads,
-                shape.head_dim,
-                scale,
-                shape.sliding_window,
-                f16,
-            )
+            dev.attention(q, rows, t, pr, ko, vo, h, kvh, hd, scale, win, plan.f16)
         }
     }
+}
+
+/// [`crate::attention::attend`] on device buffers: `q` [rows, n_heads * hd], `k` and `v`
+/// [rows, n_kv_heads * hd]; returns the context [rows, n_heads * hd].
+#[allow(clippy::too_many_arguments)]
+pub fn attend_paged(
+    dev: &Arc<CudaDevice>,
+    q: &Buf,
+    k: &Buf,
+    v: &Buf,
+    seq_lens: &[usize],
+    states: &mut [&mut SeqState],
+    layer: usize,
+    shape: &CausalShape,
+    scale: f32,
+) -> Result<Buf> {
+    let kv_dim = shape.n_kv_heads * shape.head_dim;
+    let plan = plan(dev, seq_lens, states, layer, shape)?;
+    // SAFETY: every destination is a row of a live page that `append_slots` made exclusive to
+    // its sequence; `k_off` and `val_off` are this layer's keys and values within a page.
+    unsafe { dev.kv_write(k, v, &plan.dst, kv_dim, plan.k_off, plan.val_off, plan.f16)? };
+    run(dev, &plan, q, shape, scale)
+}
+
+/// The per-head norms and rotary embedding [`attend_qkv_paged`] applies on the way.
+pub struct QkvPrep<'a> {
+    /// Rotary inverse frequencies on the device [rotary_dim / 2].
+    pub inv_freq: &'a Buf,
+    /// cos/sin scale.
+    pub attn: f32,
+    /// Per-head query and key RMSNorm weights [hd] and epsilon (Qwen3).
+    pub norms: Option<(&'a Buf, &'a Buf, f32)>,
+    /// Row positions (RoPE), one per row.
+    pub positions: &'a [i32],
+}
+
+/// Attention from a layer's fused Q/K/V product `qkv` [rows, (n_heads + 2 n_kv_heads) * hd]:
+/// one kernel normalizes and rotates the heads and writes keys and values into the pages, then
+/// the attention launch; returns the context [rows, n_heads * hd].
+#[allow(clippy::too_many_arguments)]
+pub fn attend_qkv_paged(
+    dev: &Arc<CudaDevice>,
+    qkv: &Buf,
+    prep: &QkvPrep<'_>,
+    seq_lens: &[usize],
+    states: &mut [&mut SeqState],
+    layer: usize,
+    shape: &CausalShape,
+    scale: f32,
+) -> Result<Buf> {
+    let plan = plan(dev, seq_lens, states, layer, shape)?;
+    let (h, kvh, hd) = (shape.n_heads, shape.n_kv_heads, shape.head_dim);
+    // SAFETY: as in `attend_paged`.
+    let q = unsafe {
+        dev.qkv_prep(
+            qkv,
+            &plan.dst,
+            prep.positions,
+            prep.inv_freq,
+            prep.attn,
+            prep.norms,
+            h,
+            kvh,
+            hd,
+            plan.k_off,
+            plan.val_off,
+            plan.f16,
+        )?
+    };
+    run(dev, &plan, &q, shape, scale)
 }
