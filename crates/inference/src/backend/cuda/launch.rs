@@ -745,6 +745,14 @@ impl CudaDevice {
         };
         let (px, py) = (self.ptr(x), self.mptr(y));
         let (mi, ni, ki, acc) = (m as i32, n as i32, k as i32, i32::from(accumulate));
+        let (pn, eps, sw) = match input {
+            GemvInput::Plain => (0u64, 0.0f32, 0i32),
+            GemvInput::Normed(nw, eps) => {
+                assert!(nw.len() >= k);
+                (self.ptr(nw), eps, 0)
+            }
+            GemvInput::Swiglu => (0, 0.0, 1),
+        };
         let mut b = self.stream().launch_builder(f);
         b.arg(&px)
             .arg(&pw)
@@ -752,7 +760,10 @@ impl CudaDevice {
             .arg(&mi)
             .arg(&ni)
             .arg(&ki)
-            .arg(&acc);
+            .arg(&acc)
+            .arg(&pn)
+            .arg(&eps)
+            .arg(&sw);
         let cfg = LaunchConfig {
             grid_dim: (n.div_ceil(8) as u32, 1, 1),
             block_dim: (256, 1, 1),
