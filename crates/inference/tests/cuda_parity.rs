@@ -115,10 +115,13 @@ fn engine_batches_on_the_gpu_like_the_cpu() {
         .iter()
         .map(|p| u32s(&p["ids"]))
         .collect();
-    let run = |m: &TextModel| -> Vec<Vec<u32>> {
-        let mut engine = BatchEngine::new(m, 4);
-        // Repeats of the first two are served from the prefix cache.
-        for p in prompts.iter().chain(prompts.iter().take(2)) {
+    // 4 running: steps of up to 4 rows; 16 running over three copies of the prompts: steps of
+    // 9-16 rows (cuBLAS products, recorded too).
+    let run = |m: &TextModel, running: usize, copies: usize| -> Vec<Vec<u32>> {
+        let mut engine = BatchEngine::new(m, running);
+        // Repeats are served from the prefix cache.
+        let all = (0..copies).flat_map(|_| prompts.iter());
+        for p in all.chain(prompts.iter().take(2)) {
             let mut req = GenerateRequest::new(p.clone(), 24, SamplingParams::greedy());
             req.ignore_eos = true;
             engine.submit(req).unwrap();
@@ -130,9 +133,16 @@ fn engine_batches_on_the_gpu_like_the_cpu() {
             .map(|(_, g)| g.token_ids)
             .collect()
     };
-    assert_eq!(run(&g), run(&c), "engine tokens on {dev} vs cpu");
+    for (running, copies) in [(4, 1), (16, 3)] {
+        assert_eq!(
+            run(&g, running, copies),
+            run(&c, running, copies),
+            "engine tokens on {dev} vs cpu, {running} running"
+        );
+    }
     eprintln!(
-        "engine on {dev}: {} requests, tokens equal to the CPU's",
-        prompts.len() + 2
+        "engine on {dev}: {} and {} requests, tokens equal to the CPU's",
+        prompts.len() + 2,
+        3 * prompts.len() + 2
     );
 }

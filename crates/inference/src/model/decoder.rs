@@ -455,7 +455,7 @@ pub fn next_instance() -> u64 {
 }
 
 /// Decode steps of at most this many sequences are recorded and replayed on devices that can.
-pub const REPLAYED_ROWS: usize = 8;
+pub const REPLAYED_ROWS: usize = 64;
 
 /// A causal language model over per-sequence states.
 pub trait Decoder: Send + Sync {

@@ -160,10 +160,36 @@ extern "C" __global__ void embed_f32(const float* table, const unsigned* ids, fl
 }
 
 // Matrix-vector products for a few rows (decode): y [m, n] (+)= x [m, k] · Wᵀ, W [n, k]
-// row-major, m <= GEMV_ROWS, k a multiple of 8. x is staged in shared memory (rounded to bf16
-// for bf16 weights, as the CPU's bf16 path does); one warp per output column streams its row
-// of W in 16-byte loads. Block: 256 threads = 8 columns.
+// row-major, m <= GEMV_ROWS, k a multiple of 8. One warp per output column streams its row of
+// W in 16-byte loads; x is staged in shared memory (rounded to bf16 for bf16 weights, as the
+// CPU's bf16 path does). Decode is bound by reading W, so each lane keeps GEMV_PF loads in
+// flight: the first ones are issued before x is staged, and each pass issues the next pass's
+// loads before it multiplies. Block: 256 threads = 8 columns.
 #define GEMV_ROWS 8
+#define GEMV_PF 8
+
+// A 16-byte load of streamed weights: read once, so kept out of L1.
+__device__ __forceinline__ uint4 ld_stream(const uint4* p) {
+    uint4 r;
+    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+        : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+        : "l"(p));
+    return r;
+}
+
+// Lane `lane`'s chunks of pass `base` (chunk base + lane + 32 i), zero past the row's end.
+__device__ __forceinline__ void gemv_fetch(uint4 (&v)[GEMV_PF], const uint4* wr, int base,
+                                           int lane, int chunks) {
+#pragma unroll
+    for (int i = 0; i < GEMV_PF; i++) {
+        const int c = base + lane + 32 * i;
+        if (c < chunks) {
+            v[i] = ld_stream(wr + c);
+        } else {
+            v[i].x = v[i].y = v[i].z = v[i].w = 0u;
+        }
+    }
+}
 
 template <bool BF16>
 __device__ void gemv(const float* x, const void* w, float* y, int m, int n, int k, int accumulate,
@@ -174,16 +200,22 @@ __device__ void gemv(const float* x, const void* w, float* y, int m, int n, int 
     extern __shared__ float4 xs4[];
     float* xs = (float*)xs4;
     const int k8 = k / 8, k4 = k / 4;
+    const int chunks = BF16 ? k8 : k4;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int col = blockIdx.x * 8 + warp;
+    const bool live = col < n;
+    const uint4* wr = (const uint4*)((const char*)w + (size_t)(live ? col : 0) * k * (BF16 ? 2 : 4));
+    uint4 next[GEMV_PF];
+    if (live) gemv_fetch(next, wr, 0, lane, chunks);
     // Fused on the way in: an RMSNorm of each input row (norm_w [k]), or SwiGLU of rows of
     // 2k values (gate, up), as the separate ops compute them.
     __shared__ float rs[GEMV_ROWS];
     if (norm_w != nullptr) {
-        const int w8 = threadIdx.x >> 5, l8 = threadIdx.x & 31;
-        if (w8 < m) {
+        if (warp < m) {
             float ss = 0.0f;
-            for (int e = l8; e < k; e += 32) ss += x[w8 * k + e] * x[w8 * k + e];
+            for (int e = lane; e < k; e += 32) ss += x[warp * k + e] * x[warp * k + e];
             ss = warp_sum(ss);
-            if (l8 == 0) rs[w8] = 1.0f / sqrtf(ss / (float)k + eps);
+            if (lane == 0) rs[warp] = 1.0f / sqrtf(ss / (float)k + eps);
         }
         __syncthreads();
     }
@@ -205,43 +237,48 @@ __device__ void gemv(const float* x, const void* w, float* y, int m, int n, int 
         }
     }
     __syncthreads();
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int col = blockIdx.x * 8 + warp;
-    if (col >= n) return;
+    if (!live) return;
     float acc[GEMV_ROWS];
 #pragma unroll
     for (int j = 0; j < GEMV_ROWS; j++) acc[j] = 0.0f;
-    if (BF16) {
-        const uint4* wr = (const uint4*)((const bf16_t*)w + (size_t)col * k);
-#pragma unroll 4
-        for (int c = lane; c < k8; c += 32) {
-            const uint4 pk = wr[c];
-            const unsigned parts[4] = {pk.x, pk.y, pk.z, pk.w};
-            float wv[8];
+    for (int base = 0; base < chunks; base += 32 * GEMV_PF) {
+        uint4 cur[GEMV_PF];
 #pragma unroll
-            for (int q = 0; q < 4; q++) {
-                wv[2 * q] = __uint_as_float(parts[q] << 16);
-                wv[2 * q + 1] = __uint_as_float(parts[q] & 0xffff0000u);
-            }
+        for (int i = 0; i < GEMV_PF; i++) cur[i] = next[i];
+        if (base + 32 * GEMV_PF < chunks) gemv_fetch(next, wr, base + 32 * GEMV_PF, lane, chunks);
 #pragma unroll
-            for (int j = 0; j < GEMV_ROWS; j++) {
-                if (j < m) {
-                    const float4 a = xs4[(2 * j) * k8 + c], b = xs4[(2 * j + 1) * k8 + c];
-                    acc[j] += wv[0] * a.x + wv[1] * a.y + wv[2] * a.z + wv[3] * a.w
-                            + wv[4] * b.x + wv[5] * b.y + wv[6] * b.z + wv[7] * b.w;
+        for (int i = 0; i < GEMV_PF; i++) {
+            const int c = base + lane + 32 * i;
+            if (c >= chunks) break;
+            const uint4 pk = cur[i];
+            if (BF16) {
+                const unsigned parts[4] = {pk.x, pk.y, pk.z, pk.w};
+                float wv[8];
+#pragma unroll
+                for (int q = 0; q < 4; q++) {
+                    wv[2 * q] = __uint_as_float(parts[q] << 16);
+                    wv[2 * q + 1] = __uint_as_float(parts[q] & 0xffff0000u);
                 }
-            }
-        }
-    } else {
-        const float4* wr = (const float4*)((const float*)w + (size_t)col * k);
-#pragma unroll 4
-        for (int c = lane; c < k4; c += 32) {
-            const float4 pk = wr[c];
 #pragma unroll
-            for (int j = 0; j < GEMV_ROWS; j++) {
-                if (j < m) {
-                    const float4 a = xs4[j * k4 + c];
-                    acc[j] += pk.x * a.x + pk.y * a.y + pk.z * a.z + pk.w * a.w;
+                for (int j = 0; j < GEMV_ROWS; j++) {
+                    if (j < m) {
+                        const float4 a = xs4[(2 * j) * k8 + c], b = xs4[(2 * j + 1) * k8 + c];
+                        acc[j] += wv[0] * a.x + wv[1] * a.y + wv[2] * a.z + wv[3] * a.w
+                                + wv[4] * b.x + wv[5] * b.y + wv[6] * b.z + wv[7] * b.w;
+                    }
+                }
+            } else {
+                float4 wf;
+                wf.x = __uint_as_float(pk.x);
+                wf.y = __uint_as_float(pk.y);
+                wf.z = __uint_as_float(pk.z);
+                wf.w = __uint_as_float(pk.w);
+#pragma unroll
+                for (int j = 0; j < GEMV_ROWS; j++) {
+                    if (j < m) {
+                        const float4 a = xs4[j * k4 + c];
+                        acc[j] += wf.x * a.x + wf.y * a.y + wf.z * a.z + wf.w * a.w;
+                    }
                 }
             }
         }
