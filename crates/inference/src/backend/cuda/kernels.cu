@@ -167,6 +167,7 @@ extern "C" __global__ void embed_f32(const float* table, const unsigned* ids, fl
 // loads before it multiplies. Block: 256 threads = 8 columns.
 #define GEMV_ROWS 8
 #define GEMV_PF 8
+#define GEMV_SB 4
 
 // A 16-byte load of streamed weights: read once, so kept out of L1.
 __device__ __forceinline__ uint4 ld_stream(const uint4* p) {
@@ -191,6 +192,13 @@ __device__ __forceinline__ void gemv_fetch(uint4 (&v)[GEMV_PF], const uint4* wr,
     }
 }
 
+// Where values 4 e4 .. 4 e4 + 3 of row j go in the staged x (float4 units; see gemv).
+template <bool BF16>
+__device__ __forceinline__ int gemv_slot(int j, int e4, int k) {
+    // bf16: chunk c = e4 / 2 of 8 values, half e4 & 1: xs4[(2j + half) * k8 + c].
+    return BF16 ? (2 * j + (e4 & 1)) * (k / 8) + (e4 >> 1) : j * (k / 4) + e4;
+}
+
 template <bool BF16>
 __device__ void gemv(const float* x, const void* w, float* y, int m, int n, int k, int accumulate,
                      const float* norm_w, float eps, int swiglu) {
@@ -198,7 +206,6 @@ __device__ void gemv(const float* x, const void* w, float* y, int m, int n, int 
     // bf16: row j's chunk c (values 8c .. 8c + 7) is xs4[(2j) * k8 + c] (first four) and
     // xs4[(2j + 1) * k8 + c] (last four); f32: chunk c (values 4c .. 4c + 3) is xs4[j * k4 + c].
     extern __shared__ float4 xs4[];
-    float* xs = (float*)xs4;
     const int k8 = k / 8, k4 = k / 4;
     const int chunks = BF16 ? k8 : k4;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -207,33 +214,103 @@ __device__ void gemv(const float* x, const void* w, float* y, int m, int n, int 
     const uint4* wr = (const uint4*)((const char*)w + (size_t)(live ? col : 0) * k * (BF16 ? 2 : 4));
     uint4 next[GEMV_PF];
     if (live) gemv_fetch(next, wr, 0, lane, chunks);
-    // Fused on the way in: an RMSNorm of each input row (norm_w [k]), or SwiGLU of rows of
-    // 2k values (gate, up), as the separate ops compute them.
-    __shared__ float rs[GEMV_ROWS];
+    // Fused on the way in: SwiGLU of rows of 2k values (gate, up), or an RMSNorm of each input
+    // row (norm_w [k]), as the separate ops compute them. Staging is latency-bound, so each
+    // thread issues its loads in batches of GEMV_SB float4 before it uses any of them.
+    // Pass 1: x (or SwiGLU of it) into the staged layout, bf16-rounded unless a norm follows,
+    // with each thread's partial sums of squares per row.
+    const int q4 = m * k / 4, r4 = k / 4;
+    float ss[GEMV_ROWS];
+#pragma unroll
+    for (int j = 0; j < GEMV_ROWS; j++) ss[j] = 0.0f;
+    for (int t0 = threadIdx.x; t0 < q4; t0 += GEMV_SB * blockDim.x) {
+        float4 a[GEMV_SB], b[GEMV_SB];
+#pragma unroll
+        for (int i = 0; i < GEMV_SB; i++) {
+            const int t = t0 + i * blockDim.x;
+            if (t < q4) {
+                const int j = t / r4, e4 = t - j * r4;
+                if (swiglu) {
+                    a[i] = ((const float4*)x)[(size_t)j * 2 * r4 + e4];
+                    b[i] = ((const float4*)x)[(size_t)j * 2 * r4 + r4 + e4];
+                } else {
+                    a[i] = ((const float4*)x)[t];
+                }
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < GEMV_SB; i++) {
+            const int t = t0 + i * blockDim.x;
+            if (t >= q4) break;
+            const int j = t / r4, e4 = t - j * r4;
+            float4 v = a[i];
+            if (swiglu) {
+                v.x = v.x / (1.0f + expf(-v.x)) * b[i].x;
+                v.y = v.y / (1.0f + expf(-v.y)) * b[i].y;
+                v.z = v.z / (1.0f + expf(-v.z)) * b[i].z;
+                v.w = v.w / (1.0f + expf(-v.w)) * b[i].w;
+            }
+            if (norm_w != nullptr) {
+                const float s2 = v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+#pragma unroll
+                for (int jj = 0; jj < GEMV_ROWS; jj++) {
+                    if (jj == j) ss[jj] += s2;
+                }
+            } else if (BF16) {
+                v.x = bf16_to_f32(f32_to_bf16(v.x));
+                v.y = bf16_to_f32(f32_to_bf16(v.y));
+                v.z = bf16_to_f32(f32_to_bf16(v.z));
+                v.w = bf16_to_f32(f32_to_bf16(v.w));
+            }
+            xs4[gemv_slot<BF16>(j, e4, k)] = v;
+        }
+    }
     if (norm_w != nullptr) {
-        if (warp < m) {
-            float ss = 0.0f;
-            for (int e = lane; e < k; e += 32) ss += x[warp * k + e] * x[warp * k + e];
-            ss = warp_sum(ss);
-            if (lane == 0) rs[warp] = 1.0f / sqrtf(ss / (float)k + eps);
+        // Per-row sums over the block in a fixed order (warps, then their partials), then
+        // pass 2 scales the staged rows in place: w * (x * r), rounded for bf16 weights.
+        __shared__ float part[8][GEMV_ROWS];
+        __shared__ float rs[GEMV_ROWS];
+#pragma unroll
+        for (int j = 0; j < GEMV_ROWS; j++) {
+            if (j < m) {
+                const float s = warp_sum(ss[j]);
+                if (lane == 0) part[warp][j] = s;
+            }
         }
         __syncthreads();
-    }
-    for (int i = threadIdx.x; i < m * k; i += blockDim.x) {
-        const int j = i / k, e = i - j * k;
-        float v;
-        if (swiglu) {
-            const float g = x[(size_t)j * 2 * k + e], u = x[(size_t)j * 2 * k + k + e];
-            v = g / (1.0f + expf(-g)) * u;
-        } else {
-            v = x[i];
+        if (threadIdx.x < m) {
+            float s = 0.0f;
+            for (int w8 = 0; w8 < (int)(blockDim.x >> 5); w8++) s += part[w8][threadIdx.x];
+            rs[threadIdx.x] = 1.0f / sqrtf(s / (float)k + eps);
         }
-        if (norm_w != nullptr) v = norm_w[e] * (v * rs[j]);
-        if (BF16) {
-            const int c = e >> 3, q = e & 7;
-            xs[(((2 * j + (q >> 2)) * k8 + c) << 2) + (q & 3)] = bf16_to_f32(f32_to_bf16(v));
-        } else {
-            xs[i] = v;
+        __syncthreads();
+        for (int t0 = threadIdx.x; t0 < q4; t0 += GEMV_SB * blockDim.x) {
+            float4 g[GEMV_SB];
+#pragma unroll
+            for (int i = 0; i < GEMV_SB; i++) {
+                const int t = t0 + i * blockDim.x;
+                if (t < q4) g[i] = ((const float4*)norm_w)[t % r4];
+            }
+#pragma unroll
+            for (int i = 0; i < GEMV_SB; i++) {
+                const int t = t0 + i * blockDim.x;
+                if (t >= q4) break;
+                const int j = t / r4, e4 = t - j * r4;
+                const int slot = gemv_slot<BF16>(j, e4, k);
+                float4 v = xs4[slot];
+                const float r = rs[j];
+                v.x = g[i].x * (v.x * r);
+                v.y = g[i].y * (v.y * r);
+                v.z = g[i].z * (v.z * r);
+                v.w = g[i].w * (v.w * r);
+                if (BF16) {
+                    v.x = bf16_to_f32(f32_to_bf16(v.x));
+                    v.y = bf16_to_f32(f32_to_bf16(v.y));
+                    v.z = bf16_to_f32(f32_to_bf16(v.z));
+                    v.w = bf16_to_f32(f32_to_bf16(v.w));
+                }
+                xs4[slot] = v;
+            }
         }
     }
     __syncthreads();
@@ -305,22 +382,18 @@ extern "C" __global__ void gemv_f32(const float* x, const float* w, float* y, in
     gemv<false>(x, w, y, m, n, k, accumulate, norm_w, eps, swiglu);
 }
 
-// Index of the largest value of each row of x [rows, n] (the first one on ties). Grid: rows.
-extern "C" __global__ void argmax_rows(const float* x, unsigned* out, int n) {
+// The larger of two (value, index) candidates: the larger value, the lower index on ties;
+// index 0x7fffffff stands for "no number yet" (NaN never wins).
+__device__ __forceinline__ void arg_better(float& v, int& i, float ov, int oi) {
+    if (ov > v || (ov == v && oi < i)) { v = ov; i = oi; }
+}
+
+// The best candidate of the block (blockDim.x a multiple of 32), in thread 0.
+__device__ void block_argmax(float& v, int& bi) {
     __shared__ float best_v[32];
     __shared__ int best_i[32];
-    const float* xr = x + (size_t)blockIdx.x * n;
-    float v = -INFINITY;
-    int bi = 0x7fffffff;
-    for (int i = threadIdx.x; i < n; i += blockDim.x) {
-        const float t = xr[i];
-        if (t > v) { v = t; bi = i; }  // each thread walks up, so its first maximum stays
-    }
-    for (int o = 16; o > 0; o >>= 1) {
-        const float ov = __shfl_xor_sync(0xffffffffu, v, o);
-        const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-        if (ov > v || (ov == v && oi < bi)) { v = ov; bi = oi; }
-    }
+    for (int o = 16; o > 0; o >>= 1)
+        arg_better(v, bi, __shfl_xor_sync(0xffffffffu, v, o), __shfl_xor_sync(0xffffffffu, bi, o));
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     if (lane == 0) { best_v[warp] = v; best_i[warp] = bi; }
     __syncthreads();
@@ -328,13 +401,37 @@ extern "C" __global__ void argmax_rows(const float* x, unsigned* out, int n) {
         const int n_warps = blockDim.x >> 5;
         v = lane < n_warps ? best_v[lane] : -INFINITY;
         bi = lane < n_warps ? best_i[lane] : 0x7fffffff;
-        for (int o = 16; o > 0; o >>= 1) {
-            const float ov = __shfl_xor_sync(0xffffffffu, v, o);
-            const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-            if (ov > v || (ov == v && oi < bi)) { v = ov; bi = oi; }
-        }
-        if (lane == 0) out[blockIdx.x] = bi == 0x7fffffff ? 0u : (unsigned)bi;
+        for (int o = 16; o > 0; o >>= 1)
+            arg_better(v, bi, __shfl_xor_sync(0xffffffffu, v, o), __shfl_xor_sync(0xffffffffu, bi, o));
     }
+}
+
+// Argmax, stage 1: block (r, b) finds the largest value of slice b of row r of x [rows, n]
+// (gridDim.y slices; the first on ties) and writes (value, index) to part [rows, gridDim.y].
+extern "C" __global__ void argmax_part(const float* x, float* part_v, int* part_i, int n) {
+    const int r = blockIdx.x, b = blockIdx.y, nb = gridDim.y;
+    const int span = (n + nb - 1) / nb, lo = b * span, hi = min(n, lo + span);
+    const float* xr = x + (size_t)r * n;
+    float v = -INFINITY;
+    int bi = 0x7fffffff;
+    for (int i = lo + threadIdx.x; i < hi; i += blockDim.x) {
+        const float t = xr[i];
+        if (t > v) { v = t; bi = i; }  // each thread walks up, so its first maximum stays
+    }
+    block_argmax(v, bi);
+    if (threadIdx.x == 0) { part_v[r * nb + b] = v; part_i[r * nb + b] = bi; }
+}
+
+// Argmax, stage 2: the index of each row's best partial (0 for a row without a number) into
+// out [rows]. Grid: rows; block: 32 threads per slice up to 1024.
+extern "C" __global__ void argmax_merge(const float* part_v, const int* part_i, unsigned* out,
+                                        int nb) {
+    const int r = blockIdx.x;
+    float v = -INFINITY;
+    int bi = 0x7fffffff;
+    for (int b = threadIdx.x; b < nb; b += blockDim.x) arg_better(v, bi, part_v[r * nb + b], part_i[r * nb + b]);
+    block_argmax(v, bi);
+    if (threadIdx.x == 0) out[r] = bi == 0x7fffffff ? 0u : (unsigned)bi;
 }
 
 // Writes row r of k and v [rows, kv_dim] into a page: dst[r] is the address of the page row
@@ -367,129 +464,6 @@ __device__ __forceinline__ float load_kv(const f16_t* p) { return f16_to_f32(*p)
 __device__ __forceinline__ void store_kv(float* p, float v) { *p = v; }
 __device__ __forceinline__ void store_kv(f16_t* p, float v) { *p = f32_to_f16(v); }
 
-// Causal attention over paged keys and values, flash style (online softmax, nothing of size
-// context in memory). One block = one query head of up to ATTN_ROWS consecutive query rows of
-// one sequence (a "tile"), one warp per row; keys and values are staged 32 at a time in shared
-// memory and shared by the tile's rows. Lane j scores key j of the stage; each lane then owns
-// head dimensions lane, lane + 32, ... of the output.
-//
-// q, out: [rows, n_heads * hd]. Tile t covers rows tile_row0[t] .. + tile_n[t] of sequence
-// tile_seq[t]; row r sits at position row_pos[r] and sees keys max(0, pos - window + 1) ..= pos
-// (window <= 0: no window). Sequence s's key row j lives in page pages[page0[s] + j / page_rows]
-// at element k_off + (j % page_rows) * kv_dim + kv_head * hd; its value row val_off further.
-#define ATTN_ROWS 8
-#define ATTN_MAX_DIMS 8
-
-template <typename KV>
-__device__ void attn_paged(const float* q, float* out, const int* tile_seq, const int* tile_row0,
-                           const int* tile_n, const int* row_pos, const u64* pages,
-                           const int* page0, int page_rows, long long k_off, long long val_off,
-                           int n_heads, int n_kv_heads, int hd, float scale, int window) {
-    extern __shared__ float smem[];
-    const int t = blockIdx.x, head = blockIdx.y;
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int seq = tile_seq[t], row0 = tile_row0[t], n_rows = tile_n[t];
-    const int kv_head = head / (n_heads / n_kv_heads);
-    const int kv_dim = n_kv_heads * hd;
-    const int q_dim = n_heads * hd;
-    const int ks_ld = hd + 1;  // padded: lane j reads row j without bank conflicts
-    float* ks = smem;                       // [32][hd + 1]
-    float* vs = ks + 32 * ks_ld;            // [32][hd]
-    float* qs = vs + 32 * hd;               // [ATTN_ROWS][hd]
-
-    const bool active = warp < n_rows;
-    const int row = row0 + (active ? warp : 0);
-    const int pos = row_pos[row];
-    const int lo = window > 0 ? max(0, pos - window + 1) : 0;
-    if (active) {
-        for (int d = lane; d < hd; d += 32) qs[warp * hd + d] = q[(size_t)row * q_dim + head * hd + d] * scale;
-    }
-    // The keys any row of the tile sees.
-    const int first_pos = row_pos[row0], last_pos = row_pos[row0 + n_rows - 1];
-    const int key_lo = window > 0 ? max(0, first_pos - window + 1) : 0;
-    const int key_hi = last_pos;  // inclusive
-
-    float m = -INFINITY, l = 0.0f;
-    float acc[ATTN_MAX_DIMS];
-#pragma unroll
-    for (int i = 0; i < ATTN_MAX_DIMS; i++) acc[i] = 0.0f;
-
-    const int n_threads = blockDim.x;
-    for (int base = key_lo; base <= key_hi; base += 32) {
-        const int n_keys = min(32, key_hi - base + 1);
-        __syncthreads();
-        for (int e = threadIdx.x; e < n_keys * hd; e += n_threads) {
-            const int j = e / hd, d = e - j * hd;
-            const int key = base + j;
-            const KV* page = (const KV*)pages[page0[seq] + key / page_rows];
-            const long long off = k_off + (long long)(key % page_rows) * kv_dim + kv_head * hd + d;
-            ks[j * ks_ld + d] = load_kv(page + off);
-            vs[j * hd + d] = load_kv(page + off + val_off);
-        }
-        __syncthreads();
-        if (!active) continue;
-        // Lane j scores key base + j.
-        const int key = base + lane;
-        float s = -INFINITY;
-        if (lane < n_keys && key >= lo && key <= pos) {
-            float dot = 0.0f;
-            const float* kr = ks + lane * ks_ld;
-            const float* qr = qs + warp * hd;
-            for (int d = 0; d < hd; d++) dot += qr[d] * kr[d];
-            s = dot;
-        }
-        const float m_new = fmaxf(m, warp_max(s));
-        if (m_new == -INFINITY) continue;
-        const float p = s == -INFINITY ? 0.0f : expf(s - m_new);
-        const float corr = expf(m - m_new);
-        l = l * corr + warp_sum(p);
-        m = m_new;
-#pragma unroll
-        for (int i = 0; i < ATTN_MAX_DIMS; i++) acc[i] *= corr;
-        for (int j = 0; j < n_keys; j++) {
-            const float pj = __shfl_sync(0xffffffffu, p, j);
-            if (pj == 0.0f) continue;
-#pragma unroll
-            for (int i = 0; i < ATTN_MAX_DIMS; i++) {
-                const int d = lane + 32 * i;
-                if (d < hd) acc[i] += pj * vs[j * hd + d];
-            }
-        }
-    }
-    if (!active) return;
-    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-#pragma unroll
-    for (int i = 0; i < ATTN_MAX_DIMS; i++) {
-        const int d = lane + 32 * i;
-        if (d < hd) out[(size_t)row * q_dim + head * hd + d] = acc[i] * inv;
-    }
-}
-
-extern "C" __global__ void attn_paged_f32(const float* q, float* out, const int* tile_seq,
-                                          const int* tile_row0, const int* tile_n,
-                                          const int* row_pos, const u64* pages, const int* page0,
-                                          int page_rows, long long k_off, long long val_off,
-                                          int n_heads, int n_kv_heads, int hd, float scale,
-                                          int window) {
-    attn_paged<float>(q, out, tile_seq, tile_row0, tile_n, row_pos, pages, page0, page_rows,
-                      k_off, val_off, n_heads, n_kv_heads, hd, scale, window);
-}
-
-extern "C" __global__ void attn_paged_f16(const float* q, float* out, const int* tile_seq,
-                                          const int* tile_row0, const int* tile_n,
-                                          const int* row_pos, const u64* pages, const int* page0,
-                                          int page_rows, long long k_off, long long val_off,
-                                          int n_heads, int n_kv_heads, int hd, float scale,
-                                          int window) {
-    attn_paged<f16_t>(q, out, tile_seq, tile_row0, tile_n, row_pos, pages, page0, page_rows,
-                      k_off, val_off, n_heads, n_kv_heads, hd, scale, window);
-}
-
-// Decode attention: one query row per sequence (rows == sequences), over paged keys and values
-// read in place (no staging), 8 warps per (sequence, head) splitting the keys: warp w takes
-// chunks w, w + 8, ... of 32 keys, lane j scores key j of a chunk, each warp keeps its own
-// online softmax, and the 8 partial results are merged at the end. hd must be a multiple of 4
-// (16-byte rows for f32 pages, 8-byte for f16) and at most 256. Grid: (rows, n_heads).
 __device__ __forceinline__ void load4(const float* p, float* v) {
     const float4 t = *(const float4*)p;
     v[0] = t.x; v[1] = t.y; v[2] = t.z; v[3] = t.w;
@@ -500,10 +474,206 @@ __device__ __forceinline__ void load4(const f16_t* p, float* v) {
     v[2] = f16_to_f32((f16_t)(t.y & 0xffffu)); v[3] = f16_to_f32((f16_t)(t.y >> 16));
 }
 
+__device__ __forceinline__ float dot4(float4 a, float4 b) {
+    return a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w;
+}
+
+// Causal attention over paged keys and values, flash style (online softmax, nothing of size
+// context in memory), f32 on the CUDA cores, register-tiled like a matrix product. One block =
+// one query head of up to ATTN_ROWS (64) consecutive query rows of one sequence (a "tile");
+// keys and values are staged ATTN_KEYS (32) at a time in shared memory. Thread t owns rows
+// 2 (t / 8) and 2 (t / 8) + 1 of the tile: it scores keys t % 8 + 8 i (i < 4) of each stage
+// and accumulates output dimensions 4 (t % 8) + 32 i .. + 3 (i < D4); the 8 threads of a row
+// pair are adjacent lanes and share their probabilities by shuffles. hd: a multiple of 4,
+// at most 32 D4.
+//
+// q, out: [rows, n_heads * hd]. Tile t covers rows tile_row0[t] .. + tile_n[t] of sequence
+// tile_seq[t]; row r sits at position row_pos[r] and sees keys max(0, pos - window + 1) ..= pos
+// (window <= 0: no window). Sequence s's key row j lives in page pages[page0[s] + j / page_rows]
+// at element k_off + (j % page_rows) * kv_dim + kv_head * hd; its value row val_off further.
+#define ATTN_ROWS 64
+#define ATTN_KEYS 32
+#define ATTN_MAX_DIMS 8
+
+template <typename KV, int D4>
+__device__ void attn_paged(const float* q, float* out, const int* tile_seq, const int* tile_row0,
+                           const int* tile_n, const int* row_pos, const u64* pages,
+                           const int* page0, int page_rows, long long k_off, long long val_off,
+                           int n_heads, int n_kv_heads, int hd, float scale, int window) {
+    extern __shared__ float4 attn_smem[];
+    const int ldk = hd + 4;                          // padded: the 8 key rows of a phase hit 8 bank groups
+    float* qs = (float*)attn_smem;                   // [ATTN_ROWS][hd], scaled
+    float* ks = qs + ATTN_ROWS * hd;                 // [ATTN_KEYS][hd + 4]
+    float* vs = ks + ATTN_KEYS * ldk;                // [ATTN_KEYS][hd]
+    const int t = threadIdx.x, pr = t >> 3, c = t & 7, lane = t & 31;
+    const int tile = blockIdx.x, head = blockIdx.y;
+    const int seq = tile_seq[tile], row0 = tile_row0[tile], n_rows = tile_n[tile];
+    const int kv_head = head / (n_heads / n_kv_heads);
+    const int kv_dim = n_kv_heads * hd, q_dim = n_heads * hd, h4 = hd / 4;
+    for (int e = t; e < ATTN_ROWS * h4; e += blockDim.x) {
+        const int r = e / h4, d4 = e - r * h4;
+        float4 v;
+        v.x = v.y = v.z = v.w = 0.0f;
+        if (r < n_rows) {
+            v = ((const float4*)(q + (size_t)(row0 + r) * q_dim + head * hd))[d4];
+            v.x *= scale; v.y *= scale; v.z *= scale; v.w *= scale;
+        }
+        ((float4*)qs)[e] = v;
+    }
+    int pos[2], lo[2];
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        const int r = min(2 * pr + i, n_rows - 1);
+        pos[i] = 2 * pr + i < n_rows ? row_pos[row0 + r] : -1;  // a padding row sees nothing
+        lo[i] = window > 0 ? max(0, pos[i] - window + 1) : 0;
+    }
+    // The keys any row of the tile sees.
+    const int first_pos = row_pos[row0], key_hi = row_pos[row0 + n_rows - 1];
+    const int key_lo = window > 0 ? max(0, first_pos - window + 1) : 0;
+    const u64* sp = pages + page0[seq];
+
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+    float4 acc[2][D4];
+#pragma unroll
+    for (int i = 0; i < 2; i++)
+#pragma unroll
+        for (int j = 0; j < D4; j++) acc[i][j].x = acc[i][j].y = acc[i][j].z = acc[i][j].w = 0.0f;
+
+    for (int base = key_lo; base <= key_hi; base += ATTN_KEYS) {
+        const int n_keys = min(ATTN_KEYS, key_hi - base + 1);
+        __syncthreads();  // the previous stage is done with ks and vs (and qs is written)
+        for (int e = t; e < ATTN_KEYS * h4; e += blockDim.x) {
+            const int j = e / h4, d = 4 * (e - j * h4);
+            float kv[4] = {0.0f, 0.0f, 0.0f, 0.0f}, vv[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            if (j < n_keys) {
+                const int key = base + j;
+                const KV* kr = (const KV*)sp[key / page_rows] + k_off
+                    + (long long)(key % page_rows) * kv_dim + kv_head * hd + d;
+                load4(kr, kv);
+                load4(kr + val_off, vv);
+            }
+            float4 k4, v4;
+            k4.x = kv[0]; k4.y = kv[1]; k4.z = kv[2]; k4.w = kv[3];
+            v4.x = vv[0]; v4.y = vv[1]; v4.z = vv[2]; v4.w = vv[3];
+            *(float4*)&ks[j * ldk + d] = k4;
+            *(float4*)&vs[j * hd + d] = v4;
+        }
+        __syncthreads();
+        float s[2][4];
+#pragma unroll
+        for (int i = 0; i < 2; i++)
+#pragma unroll
+            for (int kk = 0; kk < 4; kk++) s[i][kk] = 0.0f;
+        for (int d = 0; d < hd; d += 4) {
+            const float4 q0 = *(const float4*)&qs[(2 * pr) * hd + d];
+            const float4 q1 = *(const float4*)&qs[(2 * pr + 1) * hd + d];
+#pragma unroll
+            for (int kk = 0; kk < 4; kk++) {
+                const float4 k4 = *(const float4*)&ks[(c + 8 * kk) * ldk + d];
+                s[0][kk] += dot4(q0, k4);
+                s[1][kk] += dot4(q1, k4);
+            }
+        }
+        float p[2][4];
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            float mx = -INFINITY;
+#pragma unroll
+            for (int kk = 0; kk < 4; kk++) {
+                const int key = base + c + 8 * kk;
+                if (c + 8 * kk >= n_keys || key > pos[i] || key < lo[i]) s[i][kk] = -INFINITY;
+                mx = fmaxf(mx, s[i][kk]);
+            }
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
+            const float m_new = fmaxf(m[i], mx);
+            float sum = 0.0f;
+#pragma unroll
+            for (int kk = 0; kk < 4; kk++) {
+                p[i][kk] = s[i][kk] == -INFINITY ? 0.0f : expf(s[i][kk] - m_new);
+                sum += p[i][kk];
+            }
+            sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+            sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+            sum += __shfl_xor_sync(0xffffffffu, sum, 4);
+            const float corr = m_new == -INFINITY ? 1.0f : expf(m[i] - m_new);
+            l[i] = l[i] * corr + sum;
+            m[i] = m_new;
+#pragma unroll
+            for (int j = 0; j < D4; j++) {
+                acc[i][j].x *= corr; acc[i][j].y *= corr; acc[i][j].z *= corr; acc[i][j].w *= corr;
+            }
+        }
+        const int src0 = lane & ~7;
+#pragma unroll
+        for (int j = 0; j < ATTN_KEYS; j++) {
+            const float p0 = __shfl_sync(0xffffffffu, p[0][j >> 3], src0 + (j & 7));
+            const float p1 = __shfl_sync(0xffffffffu, p[1][j >> 3], src0 + (j & 7));
+#pragma unroll
+            for (int i4 = 0; i4 < D4; i4++) {
+                const int d = 4 * c + 32 * i4;
+                if (d < hd) {
+                    const float4 v4 = *(const float4*)&vs[j * hd + d];
+                    acc[0][i4].x += p0 * v4.x; acc[0][i4].y += p0 * v4.y;
+                    acc[0][i4].z += p0 * v4.z; acc[0][i4].w += p0 * v4.w;
+                    acc[1][i4].x += p1 * v4.x; acc[1][i4].y += p1 * v4.y;
+                    acc[1][i4].z += p1 * v4.z; acc[1][i4].w += p1 * v4.w;
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        const int r = 2 * pr + i;
+        if (r >= n_rows) continue;
+        const float inv = l[i] > 0.0f ? 1.0f / l[i] : 0.0f;
+        float* o = out + (size_t)(row0 + r) * q_dim + head * hd;
+#pragma unroll
+        for (int i4 = 0; i4 < D4; i4++) {
+            const int d = 4 * c + 32 * i4;
+            if (d < hd) {
+                float4 v = acc[i][i4];
+                v.x *= inv; v.y *= inv; v.z *= inv; v.w *= inv;
+                *(float4*)&o[d] = v;
+            }
+        }
+    }
+}
+
+#define ATTN_PAGED(NAME, KV, D4)                                                                \
+    extern "C" __global__ void __launch_bounds__(256) NAME(                                    \
+        const float* q, float* out, const int* tile_seq, const int* tile_row0,                 \
+        const int* tile_n, const int* row_pos, const u64* pages, const int* page0,             \
+        int page_rows, long long k_off, long long val_off, int n_heads, int n_kv_heads,        \
+        int hd, float scale, int window) {                                                     \
+        attn_paged<KV, D4>(q, out, tile_seq, tile_row0, tile_n, row_pos, pages, page0,         \
+                           page_rows, k_off, val_off, n_heads, n_kv_heads, hd, scale, window); \
+    }
+// Head dimensions up to 32, 64, 128, 256.
+ATTN_PAGED(attn_paged_f32_d1, float, 1)
+ATTN_PAGED(attn_paged_f32_d2, float, 2)
+ATTN_PAGED(attn_paged_f32_d4, float, 4)
+ATTN_PAGED(attn_paged_f32_d8, float, 8)
+ATTN_PAGED(attn_paged_f16_d1, f16_t, 1)
+ATTN_PAGED(attn_paged_f16_d2, f16_t, 2)
+ATTN_PAGED(attn_paged_f16_d4, f16_t, 4)
+ATTN_PAGED(attn_paged_f16_d8, f16_t, 8)
+
+// Decode attention: one query row per sequence (rows == sequences), over paged keys and values
+// read in place (no staging), 8 warps per (sequence, head) splitting the keys: warp w takes
+// chunks w, w + 8, ... of 32 keys, lane j scores key j of a chunk, each warp keeps its own
+// online softmax, and the 8 partial results are merged at the end. hd must be a multiple of 4
+// (16-byte rows for f32 pages, 8-byte for f16) and at most 256. Grid: (rows, n_heads, splits).
+// With splits > 1 (few rows: flash-decoding), block z takes the z-th of `splits` equal spans of
+// the row's keys and writes its unnormalized partial (max, sum, acc[hd]) to
+// part[((row * n_heads + head) * splits + z) * (hd + 2)], merged by attn_combine.
+
 template <typename KV>
 __device__ void attn_decode(const float* q, float* out, const int* row_pos, const u64* pages,
                             const int* page0, int page_rows, long long k_off, long long val_off,
-                            int n_heads, int n_kv_heads, int hd, float scale, int window) {
+                            int n_heads, int n_kv_heads, int hd, float scale, int window,
+                            int splits, float* part) {
     __shared__ float qs[256];
     __shared__ float part_m[8], part_l[8];
     __shared__ float part_acc[8][256];
@@ -512,7 +682,10 @@ __device__ void attn_decode(const float* q, float* out, const int* row_pos, cons
     const int kv_head = head / (n_heads / n_kv_heads);
     const int kv_dim = n_kv_heads * hd, q_dim = n_heads * hd;
     const int pos = row_pos[seq];
-    const int lo = window > 0 ? max(0, pos - window + 1) : 0;
+    const int lo0 = window > 0 ? max(0, pos - window + 1) : 0;
+    const int span = (pos - lo0 + splits) / splits;
+    const int lo = lo0 + blockIdx.z * span;
+    const int hi = min(pos, lo + span - 1);
     for (int d = threadIdx.x; d < hd; d += blockDim.x) qs[d] = q[(size_t)seq * q_dim + head * hd + d] * scale;
     __syncthreads();
     const u64* sp = pages + page0[seq];
@@ -520,10 +693,10 @@ __device__ void attn_decode(const float* q, float* out, const int* row_pos, cons
     float acc[ATTN_MAX_DIMS];
 #pragma unroll
     for (int i = 0; i < ATTN_MAX_DIMS; i++) acc[i] = 0.0f;
-    for (int base = lo + warp * 32; base <= pos; base += 8 * 32) {
+    for (int base = lo + warp * 32; base <= hi; base += 8 * 32) {
         const int key = base + lane;
         float s = -INFINITY;
-        if (key <= pos) {
+        if (key <= hi) {
             const KV* kr = (const KV*)sp[key / page_rows] + k_off
                 + (long long)(key % page_rows) * kv_dim + kv_head * hd;
             float dot = 0.0f;
@@ -542,7 +715,7 @@ __device__ void attn_decode(const float* q, float* out, const int* row_pos, cons
         m = m_new;
 #pragma unroll
         for (int i = 0; i < ATTN_MAX_DIMS; i++) acc[i] *= corr;
-        const int n_keys = min(32, pos - base + 1);
+        const int n_keys = min(32, hi - base + 1);
         for (int j = 0; j < n_keys; j++) {
             const float pj = __shfl_sync(0xffffffffu, p, j);
             const int kj = base + j;
@@ -567,29 +740,56 @@ __device__ void attn_decode(const float* q, float* out, const int* row_pos, cons
     float gl = 0.0f;
     for (int w = 0; w < 8; w++) gl += part_m[w] == -INFINITY ? 0.0f : part_l[w] * expf(part_m[w] - gm);
     const float inv = gl > 0.0f ? 1.0f / gl : 0.0f;
+    float* pp = part + ((size_t)(seq * n_heads + head) * splits + blockIdx.z) * (hd + 2);
+    if (splits > 1 && threadIdx.x == 0) { pp[0] = gm; pp[1] = gl; }
     for (int d = threadIdx.x; d < hd; d += blockDim.x) {
         float o = 0.0f;
         for (int w = 0; w < 8; w++) {
             if (part_m[w] != -INFINITY) o += part_acc[w][d] * expf(part_m[w] - gm);
         }
-        out[(size_t)seq * q_dim + head * hd + d] = o * inv;
+        if (splits > 1) {
+            pp[2 + d] = o;
+        } else {
+            out[(size_t)seq * q_dim + head * hd + d] = o * inv;
+        }
     }
 }
 
 extern "C" __global__ void attn_decode_f32(const float* q, float* out, const int* row_pos,
                                            const u64* pages, const int* page0, int page_rows,
                                            long long k_off, long long val_off, int n_heads,
-                                           int n_kv_heads, int hd, float scale, int window) {
+                                           int n_kv_heads, int hd, float scale, int window,
+                                           int splits, float* part) {
     attn_decode<float>(q, out, row_pos, pages, page0, page_rows, k_off, val_off, n_heads,
-                       n_kv_heads, hd, scale, window);
+                       n_kv_heads, hd, scale, window, splits, part);
 }
 
 extern "C" __global__ void attn_decode_f16(const float* q, float* out, const int* row_pos,
                                            const u64* pages, const int* page0, int page_rows,
                                            long long k_off, long long val_off, int n_heads,
-                                           int n_kv_heads, int hd, float scale, int window) {
+                                           int n_kv_heads, int hd, float scale, int window,
+                                           int splits, float* part) {
     attn_decode<f16_t>(q, out, row_pos, pages, page0, page_rows, k_off, val_off, n_heads,
-                       n_kv_heads, hd, scale, window);
+                       n_kv_heads, hd, scale, window, splits, part);
+}
+
+// Merges attn_decode's `splits` partials of each (row, head) into out [rows, n_heads * hd].
+// Grid: (rows, n_heads); block: hd threads (at most 256).
+extern "C" __global__ void attn_combine(const float* part, float* out, int n_heads, int hd,
+                                        int splits) {
+    const int row = blockIdx.x, head = blockIdx.y, d = threadIdx.x;
+    const float* pp = part + (size_t)(row * n_heads + head) * splits * (hd + 2);
+    float gm = -INFINITY;
+    for (int z = 0; z < splits; z++) gm = fmaxf(gm, pp[z * (hd + 2)]);
+    float gl = 0.0f, o = 0.0f;
+    for (int z = 0; z < splits; z++) {
+        const float mz = pp[z * (hd + 2)];
+        if (mz == -INFINITY) continue;
+        const float f = expf(mz - gm);
+        gl += pp[z * (hd + 2) + 1] * f;
+        if (d < hd) o += pp[z * (hd + 2) + 2 + d] * f;
+    }
+    if (d < hd) out[(size_t)row * n_heads * hd + head * hd + d] = gl > 0.0f ? o / gl : 0.0f;
 }
 
 // The attention input of one layer from its fused Q/K/V product, in one pass: per row r of

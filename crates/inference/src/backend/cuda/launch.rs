@@ -7,7 +7,7 @@ use cudarc::cublas::sys as blas;
 use cudarc::driver::{CudaSlice, DevicePtrMut, LaunchArgs, LaunchConfig, PushKernelArg};
 
 use super::{err, Buf, CudaDevice, Input};
-use crate::Result;
+use crate::{Error, Result};
 
 /// A weight matrix on the device, row-major [n, k] (`nn.Linear` layout).
 #[derive(Debug)]
@@ -39,7 +39,13 @@ pub struct AttnTiles {
 }
 
 /// Query rows per attention tile (`ATTN_ROWS` in kernels.cu).
-pub const ATTN_ROWS: usize = 8;
+pub const ATTN_ROWS: usize = 64;
+
+/// Keys the attention kernel stages at a time (`ATTN_KEYS` in kernels.cu).
+const ATTN_KEYS: usize = 32;
+
+/// Head dimensions of the attention kernel variants (`attn_paged_*_d{1,2,4,8}`).
+pub const ATTN_HEAD_DIMS: [usize; 4] = [32, 64, 128, 256];
 
 /// What the matrix-vector kernel applies to its input rows as it stages them.
 #[derive(Clone, Copy)]
@@ -58,9 +64,10 @@ pub const GEMV_ROWS: usize = 8;
 /// Shared memory the matrix-vector kernels may stage their input in (m * k f32 values).
 pub const GEMV_SMEM_BYTES: usize = 96 * 1024;
 
-/// Shared memory of the attention kernel for heads of `hd`.
+/// Shared memory of the attention kernel for heads of `hd`: the tile's queries, and one stage
+/// of keys (rows padded by 4) and values.
 pub fn attn_smem_bytes(hd: usize) -> usize {
-    (32 * (hd + 1) + 32 * hd + ATTN_ROWS * hd) * 4
+    (ATTN_ROWS * hd + ATTN_KEYS * (hd + 4) + ATTN_KEYS * hd) * 4
 }
 
 fn grid_1d(n: usize) -> LaunchConfig {
@@ -352,10 +359,30 @@ impl CudaDevice {
         let po = self.output(rows)?;
         let px = self.ptr(x);
         let n_i = n as i32;
-        let mut b = self.stream().launch_builder(&self.kernels().argmax_rows);
-        b.arg(&px).arg(&po).arg(&n_i);
-        // SAFETY: block r reads row r of x and writes output[r] (the output holds `rows`).
-        unsafe { self.go(&mut b, per_row(rows, 1024), "argmax_rows") }?;
+        // Stage 1: slices of 2,048 values or more per block, enough blocks to fill the GPU.
+        let slices = n
+            .div_ceil(2048)
+            .min((2 * self.sm_count()).div_ceil(rows))
+            .max(1);
+        let mut part_v = self.alloc::<f32>(rows * slices)?;
+        let mut part_i = self.alloc::<i32>(rows * slices)?;
+        let (pv, pi) = (self.mptr(&mut part_v), self.mptr(&mut part_i));
+        let mut b = self.stream().launch_builder(&self.kernels().argmax_part);
+        b.arg(&px).arg(&pv).arg(&pi).arg(&n_i);
+        let cfg = LaunchConfig {
+            grid_dim: (rows as u32, slices as u32, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: block (r, b) reads slice b of row r of x and writes part entry (r, b).
+        unsafe { self.go(&mut b, cfg, "argmax_part") }?;
+        let nb = slices as i32;
+        let mut b = self.stream().launch_builder(&self.kernels().argmax_merge);
+        b.arg(&pv).arg(&pi).arg(&po).arg(&nb);
+        let threads = (slices.div_ceil(32) * 32).min(1024) as u32;
+        // SAFETY: block r reads row r's parts and writes output[r] (the output holds `rows`).
+        unsafe { self.go(&mut b, per_row(rows, threads), "argmax_merge") }?;
+        drop((part_v, part_i));
         if self.graph_mode() {
             return Ok(vec![0; rows]);
         }
@@ -427,17 +454,36 @@ impl CudaDevice {
         window: Option<usize>,
         f16: bool,
     ) -> Result<Buf> {
-        assert!(hd <= 256 && n_heads.is_multiple_of(n_kv_heads) && q.len() >= rows * n_heads * hd);
+        assert!(n_heads.is_multiple_of(n_kv_heads) && q.len() >= rows * n_heads * hd);
+        let Some(variant) = ATTN_HEAD_DIMS.iter().position(|&d| hd <= d) else {
+            return Err(Error::Device(format!(
+                "cuda: attention heads of {hd} dimensions (at most 256)"
+            )));
+        };
+        if !hd.is_multiple_of(4) {
+            return Err(Error::Device(format!(
+                "cuda: attention heads of {hd} dimensions (a multiple of 4)"
+            )));
+        }
+        let smem = attn_smem_bytes(ATTN_HEAD_DIMS[variant]);
+        if smem > self.max_smem() {
+            return Err(Error::Device(format!(
+                "cuda: attention heads of {hd} dimensions need {} KiB of shared memory per block; {} has {} KiB",
+                smem / 1024,
+                self.name(),
+                self.max_smem() / 1024
+            )));
+        }
         let mut out = self.alloc::<f32>(rows * n_heads * hd)?;
         if rows == 0 || tiles.n_tiles == 0 {
             return Ok(out);
         }
         let f = if f16 {
-            &self.kernels().attn_paged_f16
+            &self.kernels().attn_paged_f16[variant]
         } else {
-            &self.kernels().attn_paged_f32
+            &self.kernels().attn_paged_f32[variant]
         };
-        let smem = attn_smem_bytes(hd) as u32;
+        let smem = smem as u32;
         let (pq, po) = (self.ptr(q), self.mptr(&mut out));
         let (ts, tr, tn, rp, pg, p0) = (
             tiles.tile_seq,
@@ -469,7 +515,7 @@ impl CudaDevice {
             .arg(&win);
         let cfg = LaunchConfig {
             grid_dim: (tiles.n_tiles as u32, n_heads as u32, 1),
-            block_dim: (32 * ATTN_ROWS as u32, 1, 1),
+            block_dim: (256, 1, 1),
             shared_mem_bytes: smem,
         };
         // SAFETY: the caller guarantees the pages; q, out and the tile arrays are sized by
@@ -589,6 +635,15 @@ impl CudaDevice {
         let (pr, ko, vo) = (page_rows as i32, k_off as i64, val_off as i64);
         let (h, kvh, d) = (n_heads as i32, n_kv_heads as i32, hd as i32);
         let win = window.map_or(0, |w| w.clamp(1, i32::MAX as usize) as i32);
+        // Few (row, head) blocks leave most of the GPU idle: split each row's keys over
+        // enough blocks to fill it twice (flash-decoding), merged by a second launch.
+        let splits = (2 * self.sm_count()).div_ceil(rows * n_heads).clamp(1, 32);
+        let mut part = self.alloc::<f32>(if splits > 1 {
+            rows * n_heads * splits * (hd + 2)
+        } else {
+            1
+        })?;
+        let (sp, pp) = (splits as i32, self.mptr(&mut part));
         let mut b = self.stream().launch_builder(f);
         b.arg(&pq)
             .arg(&po)
@@ -602,14 +657,30 @@ impl CudaDevice {
             .arg(&kvh)
             .arg(&d)
             .arg(&scale)
-            .arg(&win);
+            .arg(&win)
+            .arg(&sp)
+            .arg(&pp);
         let cfg = LaunchConfig {
-            grid_dim: (rows as u32, n_heads as u32, 1),
+            grid_dim: (rows as u32, n_heads as u32, splits as u32),
             block_dim: (256, 1, 1),
             shared_mem_bytes: 0,
         };
-        // SAFETY: the caller guarantees the pages; q and out are sized above.
+        // SAFETY: the caller guarantees the pages; q, out and part are sized above (block
+        // (r, h, z) writes part's (r, h, z) entry of hd + 2 values, or out's row r head h).
         unsafe { self.go(&mut b, cfg, "attention_decode") }?;
+        if splits > 1 {
+            let mut b = self.stream().launch_builder(&self.kernels().attn_combine);
+            b.arg(&pp).arg(&po).arg(&h).arg(&d).arg(&sp);
+            let cfg = LaunchConfig {
+                grid_dim: (rows as u32, n_heads as u32, 1),
+                block_dim: (hd.div_ceil(32) as u32 * 32, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            // SAFETY: block (r, h) reads the splits entries of (r, h) written above and
+            // writes out's row r head h.
+            unsafe { self.go(&mut b, cfg, "attention_combine") }?;
+        }
+        drop(part);
         Ok(out)
     }
 
@@ -706,7 +777,7 @@ impl CudaDevice {
 
     /// Whether a product of m rows of k takes the matrix-vector kernel.
     pub fn gemv_fits(&self, m: usize, k: usize) -> bool {
-        m <= GEMV_ROWS && k.is_multiple_of(8) && m * k * 4 <= GEMV_SMEM_BYTES
+        m <= GEMV_ROWS && k.is_multiple_of(8) && m * k * 4 <= GEMV_SMEM_BYTES.min(self.max_smem())
     }
 
     /// [`CudaDevice::matmul`] for m <= GEMV_ROWS rows and k a multiple of 8 ([`gemv_fits`]):

@@ -66,11 +66,14 @@ pub(crate) struct Kernels {
     pub embed_f32: CudaFunction,
     pub gemv_bf16: CudaFunction,
     pub gemv_f32: CudaFunction,
-    pub argmax_rows: CudaFunction,
+    pub argmax_part: CudaFunction,
+    pub argmax_merge: CudaFunction,
     pub kv_write_f32: CudaFunction,
     pub kv_write_f16: CudaFunction,
-    pub attn_paged_f32: CudaFunction,
-    pub attn_paged_f16: CudaFunction,
+    /// By head dimensions (launch::ATTN_HEAD_DIMS).
+    pub attn_paged_f32: [CudaFunction; 4],
+    pub attn_paged_f16: [CudaFunction; 4],
+    pub attn_combine: CudaFunction,
     pub attn_decode_f32: CudaFunction,
     pub attn_decode_f16: CudaFunction,
     pub qkv_prep_f32: CudaFunction,
@@ -80,6 +83,10 @@ pub(crate) struct Kernels {
 /// One opened GPU.
 pub struct CudaDevice {
     ordinal: usize,
+    /// Streaming multiprocessors (sizes grids that must fill the GPU).
+    sms: usize,
+    /// Shared memory one block may use (bytes, with the opt-in).
+    smem_optin: usize,
     name: String,
     stream: Arc<CudaStream>,
     blas: CudaBlas,
@@ -187,6 +194,16 @@ impl CudaDevice {
         // SAFETY: all work of this device is queued on the one stream made below.
         unsafe { ctx.disable_event_tracking() };
         let name = ctx.name().map_err(|e| err("device name", e))?;
+        let sms = ctx
+            .attribute(
+                cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
+            )
+            .map_err(|e| err("multiprocessor count", e))?
+            .max(1) as usize;
+        let smem_optin = ctx
+            .attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
+            .map_err(|e| err("shared memory per block", e))?
+            .max(0) as usize;
         let cc = ctx
             .compute_capability()
             .map_err(|e| err("compute capability", e))?;
@@ -214,11 +231,23 @@ impl CudaDevice {
             embed_f32: f("embed_f32")?,
             gemv_bf16: f("gemv_bf16")?,
             gemv_f32: f("gemv_f32")?,
-            argmax_rows: f("argmax_rows")?,
+            argmax_part: f("argmax_part")?,
+            argmax_merge: f("argmax_merge")?,
             kv_write_f32: f("kv_write_f32")?,
             kv_write_f16: f("kv_write_f16")?,
-            attn_paged_f32: f("attn_paged_f32")?,
-            attn_paged_f16: f("attn_paged_f16")?,
+            attn_paged_f32: [
+                f("attn_paged_f32_d1")?,
+                f("attn_paged_f32_d2")?,
+                f("attn_paged_f32_d4")?,
+                f("attn_paged_f32_d8")?,
+            ],
+            attn_paged_f16: [
+                f("attn_paged_f16_d1")?,
+                f("attn_paged_f16_d2")?,
+                f("attn_paged_f16_d4")?,
+                f("attn_paged_f16_d8")?,
+            ],
+            attn_combine: f("attn_combine")?,
             attn_decode_f32: f("attn_decode_f32")?,
             attn_decode_f16: f("attn_decode_f16")?,
             qkv_prep_f32: f("qkv_prep_f32")?,
@@ -226,17 +255,23 @@ impl CudaDevice {
         };
         // Kernels that stage more than the default 48 KiB of shared memory.
         let smem = cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
-        for (k, bytes) in [
-            (&kernels.attn_paged_f32, launch::attn_smem_bytes(256)),
-            (&kernels.attn_paged_f16, launch::attn_smem_bytes(256)),
+        let attn = (kernels.attn_paged_f32.iter().zip(launch::ATTN_HEAD_DIMS))
+            .chain(kernels.attn_paged_f16.iter().zip(launch::ATTN_HEAD_DIMS))
+            .map(|(k, hd)| (k, launch::attn_smem_bytes(hd)));
+        for (k, bytes) in attn.chain([
             (&kernels.gemv_bf16, launch::GEMV_SMEM_BYTES),
             (&kernels.gemv_f32, launch::GEMV_SMEM_BYTES),
-        ] {
+        ]) {
+            if bytes > smem_optin {
+                continue; // launches needing it are refused (CudaDevice::max_smem)
+            }
             k.set_attribute(smem, bytes as i32)
                 .map_err(|e| err("raising a kernel's shared memory", e))?;
         }
         Ok(CudaDevice {
             ordinal,
+            sms,
+            smem_optin,
             name,
             stream,
             blas,
@@ -245,6 +280,16 @@ impl CudaDevice {
             inputs: Mutex::new(HashMap::new()),
             graphs: graph::Graphs::default(),
         })
+    }
+
+    /// The number of streaming multiprocessors.
+    pub fn sm_count(&self) -> usize {
+        self.sms
+    }
+
+    /// Shared memory one block may use, in bytes.
+    pub fn max_smem(&self) -> usize {
+        self.smem_optin
     }
 
     /// The device number.
