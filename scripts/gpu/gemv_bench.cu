@@ -1,11 +1,14 @@
 // Matrix-vector kernel variants for decode, timed on the device inside a CUDA graph of 100
 // launches over rotating weight copies (so weights come from DRAM, as in a decode step).
-//   nvcc -O3 -arch=sm_90 -o /tmp/gemv_bench scripts/gpu/gemv_bench.cu && /tmp/gemv_bench
+//   nvcc -O3 -arch=sm_90 -o /tmp/gemv_bench scripts/gpu/gemv_bench.cu -lcublas && /tmp/gemv_bench [gemv|blas]
 // Prints, per shape and variant, microseconds per launch and weight bytes per second.
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
 #include <algorithm>
+#include <string>
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
 #include "../../crates/inference/src/backend/cuda/kernels.cu"
 
 #define CK(x) do { cudaError_t e = (x); if (e != cudaSuccess) { printf("%s: %s\n", #x, cudaGetErrorString(e)); exit(1); } } while (0)
@@ -82,7 +85,9 @@ __global__ void gemv_v(const float* x, const bf16_t* w, float* y, int m, int n, 
 
 struct Shape { const char* name; int n, k; };
 
-int main() {
+int main(int argc, char** argv) {
+    const bool do_gemv = argc < 2 || std::string(argv[1]) == "gemv";
+    const bool do_blas = argc < 2 || std::string(argv[1]) == "blas";
     cudaDeviceProp p; CK(cudaGetDeviceProperties(&p, 0));
     printf("%s, %d SMs, L2 %d MB\n", p.name, p.multiProcessorCount, p.l2CacheSize >> 20);
     Shape shapes[] = {{"qkv", 4096, 1024}, {"o", 1024, 2048}, {"gate_up", 6144, 1024},
@@ -90,6 +95,7 @@ int main() {
     const int ms[] = {1, 8};
     cudaStream_t s; CK(cudaStreamCreate(&s));
     for (auto sh : shapes) {
+        if (!do_gemv) break;
         const size_t wbytes = (size_t)sh.n * sh.k * 2;
         const int copies = (int)std::max<size_t>(2, (400u << 20) / wbytes);
         std::vector<bf16_t*> ws(copies);
@@ -130,6 +136,62 @@ int main() {
         for (auto w : ws) cudaFree(w);
         cudaFree(x); cudaFree(y); cudaFree(nw);
     }
-    // An empty-ish kernel in a graph: the floor per launch.
+    // cuBLAS bf16 products (as CudaDevice::matmul: bf16 x bf16 -> f32, f32 sums) and the small
+    // kernels of a step of m rows, each timed alone in a graph of 50 launches.
+    if (do_blas) {
+        cublasHandle_t h; cublasCreate(&h); cublasSetStream(h, s);
+        for (int m : {16, 32, 64, 128}) {
+            for (auto sh : shapes) {
+                const size_t wbytes = (size_t)sh.n * sh.k * 2;
+                const int copies = (int)std::max<size_t>(2, (400u << 20) / wbytes);
+                std::vector<void*> ws(copies);
+                for (auto& w : ws) { CK(cudaMalloc(&w, wbytes)); CK(cudaMemset(w, 0x3c, wbytes)); }
+                void* xb; float* y; CK(cudaMalloc(&xb, (size_t)m * sh.k * 2)); CK(cudaMemset(xb, 0x3c, (size_t)m * sh.k * 2));
+                CK(cudaMalloc(&y, (size_t)m * sh.n * 4));
+                const float one = 1.0f, zero = 0.0f;
+                auto launch = [&](void* w) {
+                    cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, sh.n, m, sh.k, &one, w, CUDA_R_16BF, sh.k, xb,
+                                 CUDA_R_16BF, sh.k, &zero, y, CUDA_R_32F, sh.n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+                };
+                launch(ws[0]); CK(cudaStreamSynchronize(s));
+                cudaGraph_t g; cudaGraphExec_t ge;
+                CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+                for (int i = 0; i < 50; i++) launch(ws[i % copies]);
+                CK(cudaStreamEndCapture(s, &g)); CK(cudaGraphInstantiate(&ge, g, 0));
+                CK(cudaGraphLaunch(ge, s)); CK(cudaStreamSynchronize(s));
+                cudaEvent_t a, b; cudaEventCreate(&a); cudaEventCreate(&b);
+                std::vector<float> t;
+                for (int r = 0; r < 5; r++) {
+                    cudaEventRecord(a, s); CK(cudaGraphLaunch(ge, s)); cudaEventRecord(b, s);
+                    CK(cudaEventSynchronize(b)); float ms_; cudaEventElapsedTime(&ms_, a, b); t.push_back(ms_);
+                }
+                std::sort(t.begin(), t.end());
+                const double us = t[2] * 1e3 / 50;
+                printf("cublas bf16 %-8s m=%-4d %8.2f us %7.0f GB/s of weights\n", sh.name, m, us, wbytes / us / 1e3);
+                for (auto w : ws) cudaFree(w);
+                cudaFree(xb); cudaFree(y);
+                cudaGraphExecDestroy(ge); cudaGraphDestroy(g);
+            }
+        }
+        // Small kernels at 64 rows of 1024 (and 6144 for SwiGLU), in graphs.
+        float *a1, *a2, *wn; bf16_t* ab;
+        CK(cudaMalloc(&a1, 64 * 6144 * 4)); CK(cudaMalloc(&a2, 64 * 6144 * 4)); CK(cudaMalloc(&wn, 4096 * 4)); CK(cudaMalloc(&ab, 64 * 6144 * 2));
+        CK(cudaMemset(a1, 0, 64 * 6144 * 4)); CK(cudaMemset(wn, 0, 4096 * 4));
+        auto small = [&](const char* name, auto launch) {
+            cudaGraph_t g; cudaGraphExec_t ge;
+            CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+            for (int i = 0; i < 100; i++) launch();
+            CK(cudaStreamEndCapture(s, &g)); CK(cudaGraphInstantiate(&ge, g, 0));
+            CK(cudaGraphLaunch(ge, s)); CK(cudaStreamSynchronize(s));
+            cudaEvent_t a, b; cudaEventCreate(&a); cudaEventCreate(&b);
+            cudaEventRecord(a, s); CK(cudaGraphLaunch(ge, s)); cudaEventRecord(b, s);
+            CK(cudaEventSynchronize(b)); float ms_; cudaEventElapsedTime(&ms_, a, b);
+            printf("%-40s %8.2f us per launch in a graph\n", name, ms_ * 10);
+        };
+        small("rms_norm 64x1024", [&] { rms_norm<<<64, 256, 0, s>>>(a1, wn, a2, 1024, 1e-6f); });
+        small("to_bf16 64x1024", [&] { to_bf16<<<256, 256, 0, s>>>(a1, ab, 64 * 1024); });
+        small("silu_mul 64x3072", [&] { silu_mul<<<768, 256, 0, s>>>(a1, a2, 3072, 64 * 3072); });
+        small("rms_norm 1x1024", [&] { rms_norm<<<1, 256, 0, s>>>(a1, wn, a2, 1024, 1e-6f); });
+    }
     return 0;
 }

@@ -669,7 +669,7 @@ ATTN_PAGED(attn_paged_f16_d8, f16_t, 8)
 // the row's keys and writes its unnormalized partial (max, sum, acc[hd]) to
 // part[((row * n_heads + head) * splits + z) * (hd + 2)], merged by attn_combine.
 
-template <typename KV>
+template <typename KV, int D>
 __device__ void attn_decode(const float* q, float* out, const int* row_pos, const u64* pages,
                             const int* page0, int page_rows, long long k_off, long long val_off,
                             int n_heads, int n_kv_heads, int hd, float scale, int window,
@@ -690,20 +690,30 @@ __device__ void attn_decode(const float* q, float* out, const int* row_pos, cons
     __syncthreads();
     const u64* sp = pages + page0[seq];
     float m = -INFINITY, l = 0.0f;
-    float acc[ATTN_MAX_DIMS];
+    float acc[D];
 #pragma unroll
-    for (int i = 0; i < ATTN_MAX_DIMS; i++) acc[i] = 0.0f;
+    for (int i = 0; i < D; i++) acc[i] = 0.0f;
     for (int base = lo + warp * 32; base <= hi; base += 8 * 32) {
         const int key = base + lane;
         float s = -INFINITY;
         if (key <= hi) {
             const KV* kr = (const KV*)sp[key / page_rows] + k_off
                 + (long long)(key % page_rows) * kv_dim + kv_head * hd;
+            // Loads in batches of 8 (32 dimensions), issued before they are used.
             float dot = 0.0f;
-            for (int d = 0; d < hd; d += 4) {
-                float kv4[4];
-                load4(kr + d, kv4);
-                dot += qs[d] * kv4[0] + qs[d + 1] * kv4[1] + qs[d + 2] * kv4[2] + qs[d + 3] * kv4[3];
+            for (int d0 = 0; d0 < hd; d0 += 32) {
+                float kv[8][4];
+#pragma unroll
+                for (int u = 0; u < 8; u++) {
+                    if (d0 + 4 * u < hd) load4(kr + d0 + 4 * u, kv[u]);
+                }
+#pragma unroll
+                for (int u = 0; u < 8; u++) {
+                    const int d = d0 + 4 * u;
+                    if (d < hd)
+                        dot += qs[d] * kv[u][0] + qs[d + 1] * kv[u][1] + qs[d + 2] * kv[u][2]
+                             + qs[d + 3] * kv[u][3];
+                }
             }
             s = dot;
         }
@@ -714,23 +724,37 @@ __device__ void attn_decode(const float* q, float* out, const int* row_pos, cons
         l = l * corr + warp_sum(p);
         m = m_new;
 #pragma unroll
-        for (int i = 0; i < ATTN_MAX_DIMS; i++) acc[i] *= corr;
+        for (int i = 0; i < D; i++) acc[i] *= corr;
         const int n_keys = min(32, hi - base + 1);
-        for (int j = 0; j < n_keys; j++) {
-            const float pj = __shfl_sync(0xffffffffu, p, j);
-            const int kj = base + j;
-            const KV* vr = (const KV*)sp[kj / page_rows] + k_off + val_off
-                + (long long)(kj % page_rows) * kv_dim + kv_head * hd;
+        // Value rows 8 keys at a time, loaded before they are used.
+        for (int j0 = 0; j0 < n_keys; j0 += 8) {
+            float vv[8][D];
 #pragma unroll
-            for (int i = 0; i < ATTN_MAX_DIMS; i++) {
-                const int d = lane + 32 * i;
-                if (d < hd) acc[i] += pj * load_kv(vr + d);
+            for (int u = 0; u < 8; u++) {
+                const int kj = base + j0 + u;
+                if (j0 + u < n_keys) {
+                    const KV* vr = (const KV*)sp[kj / page_rows] + k_off + val_off
+                        + (long long)(kj % page_rows) * kv_dim + kv_head * hd;
+#pragma unroll
+                    for (int i = 0; i < D; i++) {
+                        const int d = lane + 32 * i;
+                        vv[u][i] = d < hd ? load_kv(vr + d) : 0.0f;
+                    }
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < 8; u++) {
+                const float pj = __shfl_sync(0xffffffffu, p, j0 + u);
+                if (j0 + u < n_keys) {
+#pragma unroll
+                    for (int i = 0; i < D; i++) acc[i] += pj * vv[u][i];
+                }
             }
         }
     }
     if (lane == 0) { part_m[warp] = m; part_l[warp] = l; }
 #pragma unroll
-    for (int i = 0; i < ATTN_MAX_DIMS; i++) {
+    for (int i = 0; i < D; i++) {
         const int d = lane + 32 * i;
         if (d < hd) part_acc[warp][d] = acc[i];
     }
@@ -755,23 +779,23 @@ __device__ void attn_decode(const float* q, float* out, const int* row_pos, cons
     }
 }
 
-extern "C" __global__ void attn_decode_f32(const float* q, float* out, const int* row_pos,
-                                           const u64* pages, const int* page0, int page_rows,
-                                           long long k_off, long long val_off, int n_heads,
-                                           int n_kv_heads, int hd, float scale, int window,
-                                           int splits, float* part) {
-    attn_decode<float>(q, out, row_pos, pages, page0, page_rows, k_off, val_off, n_heads,
-                       n_kv_heads, hd, scale, window, splits, part);
-}
-
-extern "C" __global__ void attn_decode_f16(const float* q, float* out, const int* row_pos,
-                                           const u64* pages, const int* page0, int page_rows,
-                                           long long k_off, long long val_off, int n_heads,
-                                           int n_kv_heads, int hd, float scale, int window,
-                                           int splits, float* part) {
-    attn_decode<f16_t>(q, out, row_pos, pages, page0, page_rows, k_off, val_off, n_heads,
-                       n_kv_heads, hd, scale, window, splits, part);
-}
+#define ATTN_DECODE(NAME, KV, D)                                                               \
+    extern "C" __global__ void __launch_bounds__(256) NAME(                                    \
+        const float* q, float* out, const int* row_pos, const u64* pages, const int* page0,    \
+        int page_rows, long long k_off, long long val_off, int n_heads, int n_kv_heads,        \
+        int hd, float scale, int window, int splits, float* part) {                            \
+        attn_decode<KV, D>(q, out, row_pos, pages, page0, page_rows, k_off, val_off, n_heads,  \
+                           n_kv_heads, hd, scale, window, splits, part);                       \
+    }
+// Head dimensions up to 32, 64, 128, 256.
+ATTN_DECODE(attn_decode_f32_d1, float, 1)
+ATTN_DECODE(attn_decode_f32_d2, float, 2)
+ATTN_DECODE(attn_decode_f32_d4, float, 4)
+ATTN_DECODE(attn_decode_f32_d8, float, 8)
+ATTN_DECODE(attn_decode_f16_d1, f16_t, 1)
+ATTN_DECODE(attn_decode_f16_d2, f16_t, 2)
+ATTN_DECODE(attn_decode_f16_d4, f16_t, 4)
+ATTN_DECODE(attn_decode_f16_d8, f16_t, 8)
 
 // Merges attn_decode's `splits` partials of each (row, head) into out [rows, n_heads * hd].
 // Grid: (rows, n_heads); block: hd threads (at most 256).

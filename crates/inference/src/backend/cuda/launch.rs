@@ -625,10 +625,14 @@ impl CudaDevice {
         if rows == 0 {
             return Ok(out);
         }
+        let variant = ATTN_HEAD_DIMS
+            .iter()
+            .position(|&d| hd <= d)
+            .expect("hd <= 256 (asserted)");
         let f = if f16 {
-            &self.kernels().attn_decode_f16
+            &self.kernels().attn_decode_f16[variant]
         } else {
-            &self.kernels().attn_decode_f32
+            &self.kernels().attn_decode_f32[variant]
         };
         let (pq, po) = (self.ptr(q), self.mptr(&mut out));
         let (rp, pg, p0) = (tiles.row_pos, tiles.pages, tiles.page0);

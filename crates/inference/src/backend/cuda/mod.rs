@@ -74,8 +74,9 @@ pub(crate) struct Kernels {
     pub attn_paged_f32: [CudaFunction; 4],
     pub attn_paged_f16: [CudaFunction; 4],
     pub attn_combine: CudaFunction,
-    pub attn_decode_f32: CudaFunction,
-    pub attn_decode_f16: CudaFunction,
+    /// By head dimensions (launch::ATTN_HEAD_DIMS).
+    pub attn_decode_f32: [CudaFunction; 4],
+    pub attn_decode_f16: [CudaFunction; 4],
     pub qkv_prep_f32: CudaFunction,
     pub qkv_prep_f16: CudaFunction,
 }
@@ -248,8 +249,18 @@ impl CudaDevice {
                 f("attn_paged_f16_d8")?,
             ],
             attn_combine: f("attn_combine")?,
-            attn_decode_f32: f("attn_decode_f32")?,
-            attn_decode_f16: f("attn_decode_f16")?,
+            attn_decode_f32: [
+                f("attn_decode_f32_d1")?,
+                f("attn_decode_f32_d2")?,
+                f("attn_decode_f32_d4")?,
+                f("attn_decode_f32_d8")?,
+            ],
+            attn_decode_f16: [
+                f("attn_decode_f16_d1")?,
+                f("attn_decode_f16_d2")?,
+                f("attn_decode_f16_d4")?,
+                f("attn_decode_f16_d8")?,
+            ],
             qkv_prep_f32: f("qkv_prep_f32")?,
             qkv_prep_f16: f("qkv_prep_f16")?,
         };
