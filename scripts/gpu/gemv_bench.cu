@@ -92,7 +92,7 @@ int main(int argc, char** argv) {
     printf("%s, %d SMs, L2 %d MB\n", p.name, p.multiProcessorCount, p.l2CacheSize >> 20);
     Shape shapes[] = {{"qkv", 4096, 1024}, {"o", 1024, 2048}, {"gate_up", 6144, 1024},
                       {"down", 1024, 3072}, {"lm_head", 151936, 1024}};
-    const int ms[] = {1, 8};
+    const int ms[] = {1, 2};
     cudaStream_t s; CK(cudaStreamCreate(&s));
     for (auto sh : shapes) {
         if (!do_gemv) break;

@@ -70,7 +70,7 @@ impl Tensor {
         match device {
             Device::Cpu => Ok(Tensor::cpu(rows, cols, data)),
             #[cfg(feature = "cuda")]
-            Device::Cuda(dev) => Ok(Tensor::cuda(dev, rows, cols, dev.upload(&data)?)),
+            Device::Cuda(dev) => Ok(Tensor::cuda(dev, rows, cols, dev.upload(&data)?.into())),
         }
     }
 

@@ -26,7 +26,7 @@ impl Mirror {
         if self.cuda.get().is_none() {
             let buf = dev.upload(host)?;
             // A racing thread may have set it first; its copy holds the same values.
-            let _ = self.cuda.set((dev.ordinal(), buf));
+            let _ = self.cuda.set((dev.ordinal(), buf.into()));
         }
         let (ordinal, buf) = self.cuda.get().expect("set above");
         if *ordinal != dev.ordinal() {

@@ -379,12 +379,12 @@ impl Linear {
         let residual_ok = residual.as_ref().is_none_or(|r| {
             (r.rows(), r.cols()) == (m, self.out_dim) && matches!(r.storage(), Storage::Cuda(_))
         });
-        if x.cols() != cols || !s.dev.gemv_fits(m, self.in_dim) || !residual_ok {
+        if x.cols() != cols || !s.dev.gemv_fits(m, self.out_dim, self.in_dim) || !residual_ok {
             return Ok(None);
         }
         let (mut y, accumulate) = match residual.take().map(Tensor::into_storage) {
             Some(Storage::Cuda(r)) => (r.buf, true),
-            _ => (s.dev.alloc::<f32>(m * self.out_dim)?, false),
+            _ => (s.dev.alloc_buf(m * self.out_dim)?, false),
         };
         s.dev.gemv(
             &s.buf,
@@ -433,7 +433,7 @@ impl Linear {
                             x.device()
                         )))
                     }
-                    None => s.dev.alloc::<f32>(m * self.out_dim)?,
+                    None => s.dev.alloc_buf(m * self.out_dim)?,
                 };
                 s.dev
                     .matmul(&s.buf, m, w, self.out_dim, self.in_dim, &mut y, accumulate)?;

@@ -154,7 +154,7 @@ pub fn swiglu(gate_up: &Tensor) -> Result<Tensor> {
         Storage::Cpu(v) => Ok(Tensor::cpu(rows, width, silu_mul(v, width))),
         #[cfg(feature = "cuda")]
         Storage::Cuda(s) => {
-            let mut out = s.dev.alloc::<f32>(rows * width)?;
+            let mut out = s.dev.alloc_buf(rows * width)?;
             s.dev.silu_mul(&s.buf, &mut out, rows, width)?;
             Ok(Tensor::cuda(&s.dev, rows, width, out))
         }

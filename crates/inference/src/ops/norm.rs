@@ -151,7 +151,7 @@ impl RmsNorm {
             Storage::Cuda(s) => {
                 let (rows, dim) = (x.rows(), x.cols());
                 let w = self.weight_dev.cuda(&s.dev, self.weight.as_slice())?;
-                let mut y = s.dev.alloc::<f32>(rows * dim)?;
+                let mut y = s.dev.alloc_buf(rows * dim)?;
                 s.dev
                     .rms_norm_into(&s.buf, w, &mut y, rows, dim, self.eps)?;
                 Ok(Tensor::cuda(&s.dev, rows, dim, y))

@@ -165,7 +165,7 @@ extern "C" __global__ void embed_f32(const float* table, const unsigned* ids, fl
 // CPU's bf16 path does). Decode is bound by reading W, so each lane keeps GEMV_PF loads in
 // flight: the first ones are issued before x is staged, and each pass issues the next pass's
 // loads before it multiplies. Block: 256 threads = 8 columns.
-#define GEMV_ROWS 8
+#define GEMV_ROWS 2
 #define GEMV_PF 8
 #define GEMV_SB 4
 
@@ -661,13 +661,17 @@ ATTN_PAGED(attn_paged_f16_d4, f16_t, 4)
 ATTN_PAGED(attn_paged_f16_d8, f16_t, 8)
 
 // Decode attention: one query row per sequence (rows == sequences), over paged keys and values
-// read in place (no staging), 8 warps per (sequence, head) splitting the keys: warp w takes
-// chunks w, w + 8, ... of 32 keys, lane j scores key j of a chunk, each warp keeps its own
-// online softmax, and the 8 partial results are merged at the end. hd must be a multiple of 4
+// read in place (no staging), DECODE_WARPS warps per (sequence, head) splitting the keys: warp w
+// takes chunks w, w + DECODE_WARPS, ... of 32 keys, lane j scores key j of a chunk, each warp keeps its own
+// online softmax, and the warps' partial results are merged at the end. hd must be a multiple of 4
 // (16-byte rows for f32 pages, 8-byte for f16) and at most 256. Grid: (rows, n_heads, splits).
-// With splits > 1 (few rows: flash-decoding), block z takes the z-th of `splits` equal spans of
-// the row's keys and writes its unnormalized partial (max, sum, acc[hd]) to
+// With splits > 1 (few rows: flash-decoding), block z takes the z-th of `splits` equal spans
+// (of 256 keys or more) of the row's keys and writes its unnormalized partial (max, sum, acc[hd]) to
 // part[((row * n_heads + head) * splits + z) * (hd + 2)], merged by attn_combine.
+
+// 4 warps: small blocks, so that many (row, head) blocks are resident at once (a batch of 64
+// rows x 16 heads ran in 4 waves of 8-warp blocks).
+#define DECODE_WARPS 4
 
 template <typename KV, int D>
 __device__ void attn_decode(const float* q, float* out, const int* row_pos, const u64* pages,
@@ -675,15 +679,17 @@ __device__ void attn_decode(const float* q, float* out, const int* row_pos, cons
                             int n_heads, int n_kv_heads, int hd, float scale, int window,
                             int splits, float* part) {
     __shared__ float qs[256];
-    __shared__ float part_m[8], part_l[8];
-    __shared__ float part_acc[8][256];
+    __shared__ float part_m[DECODE_WARPS], part_l[DECODE_WARPS];
+    __shared__ float part_acc[DECODE_WARPS][256];
     const int seq = blockIdx.x, head = blockIdx.y;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int kv_head = head / (n_heads / n_kv_heads);
     const int kv_dim = n_kv_heads * hd, q_dim = n_heads * hd;
     const int pos = row_pos[seq];
     const int lo0 = window > 0 ? max(0, pos - window + 1) : 0;
-    const int span = (pos - lo0 + splits) / splits;
+    // At least 32 keys per warp of a block: blocks past the row's keys leave an empty
+    // partial, so a short context keeps few blocks busy and a long one spreads over all.
+    const int span = max(32 * DECODE_WARPS, (pos - lo0 + splits) / splits);
     const int lo = lo0 + blockIdx.z * span;
     const int hi = min(pos, lo + span - 1);
     for (int d = threadIdx.x; d < hd; d += blockDim.x) qs[d] = q[(size_t)seq * q_dim + head * hd + d] * scale;
@@ -693,7 +699,7 @@ __device__ void attn_decode(const float* q, float* out, const int* row_pos, cons
     float acc[D];
 #pragma unroll
     for (int i = 0; i < D; i++) acc[i] = 0.0f;
-    for (int base = lo + warp * 32; base <= hi; base += 8 * 32) {
+    for (int base = lo + warp * 32; base <= hi; base += DECODE_WARPS * 32) {
         const int key = base + lane;
         float s = -INFINITY;
         if (key <= hi) {
@@ -760,15 +766,15 @@ __device__ void attn_decode(const float* q, float* out, const int* row_pos, cons
     }
     __syncthreads();
     float gm = -INFINITY;
-    for (int w = 0; w < 8; w++) gm = fmaxf(gm, part_m[w]);
+    for (int w = 0; w < DECODE_WARPS; w++) gm = fmaxf(gm, part_m[w]);
     float gl = 0.0f;
-    for (int w = 0; w < 8; w++) gl += part_m[w] == -INFINITY ? 0.0f : part_l[w] * expf(part_m[w] - gm);
+    for (int w = 0; w < DECODE_WARPS; w++) gl += part_m[w] == -INFINITY ? 0.0f : part_l[w] * expf(part_m[w] - gm);
     const float inv = gl > 0.0f ? 1.0f / gl : 0.0f;
     float* pp = part + ((size_t)(seq * n_heads + head) * splits + blockIdx.z) * (hd + 2);
     if (splits > 1 && threadIdx.x == 0) { pp[0] = gm; pp[1] = gl; }
     for (int d = threadIdx.x; d < hd; d += blockDim.x) {
         float o = 0.0f;
-        for (int w = 0; w < 8; w++) {
+        for (int w = 0; w < DECODE_WARPS; w++) {
             if (part_m[w] != -INFINITY) o += part_acc[w][d] * expf(part_m[w] - gm);
         }
         if (splits > 1) {
@@ -780,7 +786,7 @@ __device__ void attn_decode(const float* q, float* out, const int* row_pos, cons
 }
 
 #define ATTN_DECODE(NAME, KV, D)                                                               \
-    extern "C" __global__ void __launch_bounds__(256) NAME(                                    \
+    extern "C" __global__ void __launch_bounds__(32 * DECODE_WARPS) NAME(                      \
         const float* q, float* out, const int* row_pos, const u64* pages, const int* page0,    \
         int page_rows, long long k_off, long long val_off, int n_heads, int n_kv_heads,        \
         int hd, float scale, int window, int splits, float* part) {                            \

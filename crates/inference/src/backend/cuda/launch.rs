@@ -44,6 +44,9 @@ pub const ATTN_ROWS: usize = 64;
 /// Keys the attention kernel stages at a time (`ATTN_KEYS` in kernels.cu).
 const ATTN_KEYS: usize = 32;
 
+/// Warps of a decode attention block (`DECODE_WARPS` in kernels.cu).
+const DECODE_WARPS: u32 = 4;
+
 /// Head dimensions of the attention kernel variants (`attn_paged_*_d{1,2,4,8}`).
 pub const ATTN_HEAD_DIMS: [usize; 4] = [32, 64, 128, 256];
 
@@ -58,8 +61,15 @@ pub enum GemvInput<'a> {
     Swiglu,
 }
 
-/// Rows a matrix-vector product takes at most (`GEMV_ROWS` in kernels.cu).
-pub const GEMV_ROWS: usize = 8;
+/// Rows a matrix-vector product takes at most (`GEMV_ROWS` in kernels.cu). Measured on an
+/// H200 (scripts/gpu/gemv_bench.cu): at 8 rows cuBLAS's bf16 product of a 4096 x 1024 matrix
+/// takes 5 us where this kernel took 14.6 (it re-reads the staged rows for every weight), at
+/// one row they are even once the fused norm is counted, so only one or two rows take it.
+pub const GEMV_ROWS: usize = 2;
+
+/// Outputs beyond which products take cuBLAS even for one row: a 151,936-wide LM head ran at
+/// 1.8 TB/s in this kernel (19k blocks, each staging its input) and 3.7 TB/s in cuBLAS.
+pub const GEMV_MAX_OUT: usize = 32 * 1024;
 
 /// Shared memory the matrix-vector kernels may stage their input in (m * k f32 values).
 pub const GEMV_SMEM_BYTES: usize = 96 * 1024;
@@ -292,7 +302,7 @@ impl CudaDevice {
     ) -> Result<Buf> {
         assert!(col0 + width <= ld && x.len() >= rows * ld);
         let n = rows * width;
-        let mut y = self.alloc::<f32>(n)?;
+        let mut y = self.alloc_buf(n)?;
         let (px, py) = (self.ptr(x), self.mptr(&mut y));
         let (ld_i, c0, w, n64) = (ld as i32, col0 as i32, width as i32, n as i64);
         let mut b = self.stream().launch_builder(&self.kernels().copy_cols);
@@ -305,7 +315,7 @@ impl CudaDevice {
     /// Rows `idx` of x [src_rows, width], as a new [idx.len(), width] buffer.
     pub fn gather_rows(&self, x: &Buf, src_rows: usize, idx: &[u32], width: usize) -> Result<Buf> {
         assert!(idx.iter().all(|&r| (r as usize) < src_rows) && x.len() >= src_rows * width);
-        let mut y = self.alloc::<f32>(idx.len() * width)?;
+        let mut y = self.alloc_buf(idx.len() * width)?;
         if idx.is_empty() {
             return Ok(y);
         }
@@ -328,7 +338,7 @@ impl CudaDevice {
     /// Rows `ids` of an f32 table [vocab, dim].
     pub fn embed_f32(&self, table: &Buf, vocab: usize, ids: &[u32], dim: usize) -> Result<Buf> {
         assert!(ids.iter().all(|&i| (i as usize) < vocab) && table.len() >= vocab * dim);
-        let mut y = self.alloc::<f32>(ids.len() * dim)?;
+        let mut y = self.alloc_buf(ids.len() * dim)?;
         if ids.is_empty() {
             return Ok(y);
         }
@@ -357,6 +367,9 @@ impl CudaDevice {
             return Ok(Vec::new());
         }
         let po = self.output(rows)?;
+        if self.replaying() {
+            return Ok(vec![0; rows]); // the recording writes the output
+        }
         let px = self.ptr(x);
         let n_i = n as i32;
         // Stage 1: slices of 2,048 values or more per block, enough blocks to fill the GPU.
@@ -364,7 +377,7 @@ impl CudaDevice {
             .div_ceil(2048)
             .min((2 * self.sm_count()).div_ceil(rows))
             .max(1);
-        let mut part_v = self.alloc::<f32>(rows * slices)?;
+        let mut part_v = self.alloc_buf(rows * slices)?;
         let mut part_i = self.alloc::<i32>(rows * slices)?;
         let (pv, pi) = (self.mptr(&mut part_v), self.mptr(&mut part_i));
         let mut b = self.stream().launch_builder(&self.kernels().argmax_part);
@@ -474,7 +487,7 @@ impl CudaDevice {
                 self.max_smem() / 1024
             )));
         }
-        let mut out = self.alloc::<f32>(rows * n_heads * hd)?;
+        let mut out = self.alloc_buf(rows * n_heads * hd)?;
         if rows == 0 || tiles.n_tiles == 0 {
             return Ok(out);
         }
@@ -549,7 +562,7 @@ impl CudaDevice {
         let half = inv_freq.len();
         assert!(hd <= 256 && 2 * half <= hd && positions.len() == rows);
         assert!(qkv.len() >= rows * (n_heads + 2 * n_kv_heads) * hd);
-        let mut q = self.alloc::<f32>(rows * n_heads * hd)?;
+        let mut q = self.alloc_buf(rows * n_heads * hd)?;
         if rows == 0 {
             return Ok(q);
         }
@@ -621,7 +634,7 @@ impl CudaDevice {
     ) -> Result<Buf> {
         assert!(hd <= 256 && hd.is_multiple_of(4) && n_heads.is_multiple_of(n_kv_heads));
         assert!(q.len() >= rows * n_heads * hd);
-        let mut out = self.alloc::<f32>(rows * n_heads * hd)?;
+        let mut out = self.alloc_buf(rows * n_heads * hd)?;
         if rows == 0 {
             return Ok(out);
         }
@@ -642,7 +655,7 @@ impl CudaDevice {
         // Few (row, head) blocks leave most of the GPU idle: split each row's keys over
         // enough blocks to fill it twice (flash-decoding), merged by a second launch.
         let splits = (2 * self.sm_count()).div_ceil(rows * n_heads).clamp(1, 32);
-        let mut part = self.alloc::<f32>(if splits > 1 {
+        let mut part = self.alloc_buf(if splits > 1 {
             rows * n_heads * splits * (hd + 2)
         } else {
             1
@@ -666,7 +679,7 @@ impl CudaDevice {
             .arg(&pp);
         let cfg = LaunchConfig {
             grid_dim: (rows as u32, n_heads as u32, splits as u32),
-            block_dim: (256, 1, 1),
+            block_dim: (32 * DECODE_WARPS, 1, 1),
             shared_mem_bytes: 0,
         };
         // SAFETY: the caller guarantees the pages; q, out and part are sized above (block
@@ -705,7 +718,7 @@ impl CudaDevice {
         if m == 0 || n == 0 {
             return Ok(());
         }
-        if self.gemv_fits(m, k) {
+        if self.gemv_fits(m, n, k) {
             return self.gemv(x, m, w, n, k, y, accumulate, GemvInput::Plain);
         }
         if self.replaying() {
@@ -780,8 +793,11 @@ impl CudaDevice {
     }
 
     /// Whether a product of m rows of k takes the matrix-vector kernel.
-    pub fn gemv_fits(&self, m: usize, k: usize) -> bool {
-        m <= GEMV_ROWS && k.is_multiple_of(8) && m * k * 4 <= GEMV_SMEM_BYTES.min(self.max_smem())
+    pub fn gemv_fits(&self, m: usize, n: usize, k: usize) -> bool {
+        m <= GEMV_ROWS
+            && n <= GEMV_MAX_OUT
+            && k.is_multiple_of(8)
+            && m * k * 4 <= GEMV_SMEM_BYTES.min(self.max_smem())
     }
 
     /// [`CudaDevice::matmul`] for m <= GEMV_ROWS rows and k a multiple of 8 ([`gemv_fits`]):
@@ -801,7 +817,7 @@ impl CudaDevice {
         accumulate: bool,
         input: GemvInput<'_>,
     ) -> Result<()> {
-        assert!(self.gemv_fits(m, k) && y.len() >= m * n);
+        assert!(self.gemv_fits(m, n, k) && y.len() >= m * n);
         let x_len = if matches!(input, GemvInput::Swiglu) {
             2 * m * k
         } else {

@@ -28,8 +28,69 @@ pub use paged::{attend_paged, attend_qkv_paged, QkvPrep};
 /// The kernel source (compiled at run time).
 pub const KERNELS: &str = include_str!("kernels.cu");
 
-/// f32 device memory.
-pub type Buf = CudaSlice<f32>;
+/// f32 device memory: an allocation of its own, or, while a recorded step is replayed (no
+/// kernel runs, so no value is ever read or written), a buffer lent by the device's replay
+/// pool and handed back when dropped, so a replayed step's host pass allocates nothing.
+pub struct Buf {
+    slice: Option<CudaSlice<f32>>,
+    lent: Option<Arc<ReplayPool>>,
+}
+
+impl From<CudaSlice<f32>> for Buf {
+    fn from(slice: CudaSlice<f32>) -> Self {
+        Buf {
+            slice: Some(slice),
+            lent: None,
+        }
+    }
+}
+
+impl std::fmt::Debug for Buf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Buf({} f32)", self.len())
+    }
+}
+
+impl std::ops::Deref for Buf {
+    type Target = CudaSlice<f32>;
+    fn deref(&self) -> &CudaSlice<f32> {
+        self.slice
+            .as_ref()
+            .expect("a Buf holds its slice until dropped")
+    }
+}
+
+impl std::ops::DerefMut for Buf {
+    fn deref_mut(&mut self) -> &mut CudaSlice<f32> {
+        self.slice
+            .as_mut()
+            .expect("a Buf holds its slice until dropped")
+    }
+}
+
+impl Drop for Buf {
+    fn drop(&mut self) {
+        if let (Some(pool), Some(slice)) = (self.lent.take(), self.slice.take()) {
+            pool.give(slice);
+        }
+    }
+}
+
+/// Buffers lent to replayed steps, by length (the same lengths recur every step).
+#[derive(Default)]
+pub(crate) struct ReplayPool(Mutex<HashMap<usize, Vec<CudaSlice<f32>>>>);
+
+impl ReplayPool {
+    fn take(&self, n: usize) -> Option<CudaSlice<f32>> {
+        self.0.lock().ok()?.get_mut(&n)?.pop()
+    }
+
+    fn give(&self, slice: CudaSlice<f32>) {
+        if let Ok(mut m) = self.0.lock() {
+            m.entry(slice.len()).or_default().push(slice);
+        }
+    }
+}
 
 /// Whether the CUDA backend implements `op`.
 pub fn supports(op: Op) -> bool {
@@ -99,6 +160,8 @@ pub struct CudaDevice {
     inputs: Mutex<HashMap<Input, InputBuf>>,
     /// Recorded decode steps and the mode of the step in flight (backend/cuda/graph.rs).
     graphs: graph::Graphs,
+    /// What replayed steps' host passes allocate (see [`Buf`]).
+    replay_pool: Arc<ReplayPool>,
 }
 
 /// A step input's last bytes on the host and its device buffer.
@@ -290,6 +353,7 @@ impl CudaDevice {
             blas_lock: Mutex::new(()),
             inputs: Mutex::new(HashMap::new()),
             graphs: graph::Graphs::default(),
+            replay_pool: Arc::default(),
         })
     }
 
@@ -330,6 +394,23 @@ impl CudaDevice {
     pub fn alloc<T: DeviceRepr>(&self, n: usize) -> Result<CudaSlice<T>> {
         // SAFETY: every caller writes the buffer (by a kernel or a copy) before reading it.
         unsafe { self.stream.alloc::<T>(n.max(1)) }.map_err(|e| err("allocating", e))
+    }
+
+    /// f32 memory for `n` values (see [`Buf`]: lent from the replay pool while a recorded
+    /// step is replayed). Every caller writes it (by a kernel or a copy) before reading it.
+    pub fn alloc_buf(&self, n: usize) -> Result<Buf> {
+        if !self.replaying() {
+            return Ok(self.alloc::<f32>(n)?.into());
+        }
+        let n = n.max(1);
+        let slice = match self.replay_pool.take(n) {
+            Some(s) => s,
+            None => self.alloc::<f32>(n)?,
+        };
+        Ok(Buf {
+            slice: Some(slice),
+            lent: Some(Arc::clone(&self.replay_pool)),
+        })
     }
 
     /// A device copy of `host`.
