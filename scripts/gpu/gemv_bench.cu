@@ -83,6 +83,25 @@ __global__ void gemv_v(const float* x, const bf16_t* w, float* y, int m, int n, 
     }
 }
 
+// Median of 5 replays of a graph of `launches` calls of `launch`, in microseconds per call.
+template <typename F>
+double time_in_graph(cudaStream_t s, int launches, F launch) {
+    cudaGraph_t g; cudaGraphExec_t ge;
+    CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    for (int i = 0; i < launches; i++) launch(i);
+    CK(cudaStreamEndCapture(s, &g)); CK(cudaGraphInstantiate(&ge, g, 0));
+    CK(cudaGraphLaunch(ge, s)); CK(cudaStreamSynchronize(s));
+    cudaEvent_t a, b; cudaEventCreate(&a); cudaEventCreate(&b);
+    std::vector<float> t;
+    for (int r = 0; r < 5; r++) {
+        cudaEventRecord(a, s); CK(cudaGraphLaunch(ge, s)); cudaEventRecord(b, s);
+        CK(cudaEventSynchronize(b)); float ms_; cudaEventElapsedTime(&ms_, a, b); t.push_back(ms_);
+    }
+    std::sort(t.begin(), t.end());
+    CK(cudaGraphExecDestroy(ge)); CK(cudaGraphDestroy(g));
+    return t[2] * 1e3 / launches;
+}
+
 struct Shape { const char* name; int n, k; };
 
 int main(int argc, char** argv) {
@@ -109,21 +128,8 @@ int main(int argc, char** argv) {
         for (int m : ms) {
             const int smem = m * sh.k * 4;
             auto run = [&](const char* vname, auto launch) {
-                cudaGraph_t g; cudaGraphExec_t ge;
-                CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
-                for (int i = 0; i < 100; i++) launch(ws[i % copies]);
-                CK(cudaStreamEndCapture(s, &g)); CK(cudaGraphInstantiate(&ge, g, 0));
-                CK(cudaGraphLaunch(ge, s)); CK(cudaStreamSynchronize(s));
-                cudaEvent_t a, b; cudaEventCreate(&a); cudaEventCreate(&b);
-                std::vector<float> t;
-                for (int r = 0; r < 5; r++) {
-                    cudaEventRecord(a, s); CK(cudaGraphLaunch(ge, s)); cudaEventRecord(b, s);
-                    CK(cudaEventSynchronize(b)); float ms_; cudaEventElapsedTime(&ms_, a, b); t.push_back(ms_);
-                }
-                std::sort(t.begin(), t.end());
-                const double us = t[2] * 1e3 / 100;
+                const double us = time_in_graph(s, 100, [&](int i) { launch(ws[i % copies]); });
                 printf("%-8s m=%d %-22s %8.2f us %7.0f GB/s\n", sh.name, m, vname, us, wbytes / us / 1e3);
-                CK(cudaGraphExecDestroy(ge)); CK(cudaGraphDestroy(g));
             };
             const int nb8 = (sh.n + 7) / 8;
             run("current plain", [&](bf16_t* w) { gemv_bf16<<<nb8, 256, smem, s>>>(x, w, y, m, sh.n, sh.k, 0, nullptr, 0.f, 0); });
@@ -154,23 +160,10 @@ int main(int argc, char** argv) {
                                  CUDA_R_16BF, sh.k, &zero, y, CUDA_R_32F, sh.n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
                 };
                 launch(ws[0]); CK(cudaStreamSynchronize(s));
-                cudaGraph_t g; cudaGraphExec_t ge;
-                CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
-                for (int i = 0; i < 50; i++) launch(ws[i % copies]);
-                CK(cudaStreamEndCapture(s, &g)); CK(cudaGraphInstantiate(&ge, g, 0));
-                CK(cudaGraphLaunch(ge, s)); CK(cudaStreamSynchronize(s));
-                cudaEvent_t a, b; cudaEventCreate(&a); cudaEventCreate(&b);
-                std::vector<float> t;
-                for (int r = 0; r < 5; r++) {
-                    cudaEventRecord(a, s); CK(cudaGraphLaunch(ge, s)); cudaEventRecord(b, s);
-                    CK(cudaEventSynchronize(b)); float ms_; cudaEventElapsedTime(&ms_, a, b); t.push_back(ms_);
-                }
-                std::sort(t.begin(), t.end());
-                const double us = t[2] * 1e3 / 50;
+                const double us = time_in_graph(s, 50, [&](int i) { launch(ws[i % copies]); });
                 printf("cublas bf16 %-8s m=%-4d %8.2f us %7.0f GB/s of weights\n", sh.name, m, us, wbytes / us / 1e3);
                 for (auto w : ws) cudaFree(w);
                 cudaFree(xb); cudaFree(y);
-                cudaGraphExecDestroy(ge); cudaGraphDestroy(g);
             }
         }
         // Small kernels at 64 rows of 1024 (and 6144 for SwiGLU), in graphs.
@@ -178,15 +171,8 @@ int main(int argc, char** argv) {
         CK(cudaMalloc(&a1, 64 * 6144 * 4)); CK(cudaMalloc(&a2, 64 * 6144 * 4)); CK(cudaMalloc(&wn, 4096 * 4)); CK(cudaMalloc(&ab, 64 * 6144 * 2));
         CK(cudaMemset(a1, 0, 64 * 6144 * 4)); CK(cudaMemset(wn, 0, 4096 * 4));
         auto small = [&](const char* name, auto launch) {
-            cudaGraph_t g; cudaGraphExec_t ge;
-            CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
-            for (int i = 0; i < 100; i++) launch();
-            CK(cudaStreamEndCapture(s, &g)); CK(cudaGraphInstantiate(&ge, g, 0));
-            CK(cudaGraphLaunch(ge, s)); CK(cudaStreamSynchronize(s));
-            cudaEvent_t a, b; cudaEventCreate(&a); cudaEventCreate(&b);
-            cudaEventRecord(a, s); CK(cudaGraphLaunch(ge, s)); cudaEventRecord(b, s);
-            CK(cudaEventSynchronize(b)); float ms_; cudaEventElapsedTime(&ms_, a, b);
-            printf("%-40s %8.2f us per launch in a graph\n", name, ms_ * 10);
+            const double us = time_in_graph(s, 100, [&](int) { launch(); });
+            printf("%-40s %8.2f us per launch in a graph\n", name, us);
         };
         small("rms_norm 64x1024", [&] { rms_norm<<<64, 256, 0, s>>>(a1, wn, a2, 1024, 1e-6f); });
         small("to_bf16 64x1024", [&] { to_bf16<<<256, 256, 0, s>>>(a1, ab, 64 * 1024); });

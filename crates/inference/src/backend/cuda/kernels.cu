@@ -650,15 +650,15 @@ __device__ void attn_paged(const float* q, float* out, const int* tile_seq, cons
         attn_paged<KV, D4>(q, out, tile_seq, tile_row0, tile_n, row_pos, pages, page0,         \
                            page_rows, k_off, val_off, n_heads, n_kv_heads, hd, scale, window); \
     }
-// Head dimensions up to 32, 64, 128, 256.
-ATTN_PAGED(attn_paged_f32_d1, float, 1)
-ATTN_PAGED(attn_paged_f32_d2, float, 2)
-ATTN_PAGED(attn_paged_f32_d4, float, 4)
-ATTN_PAGED(attn_paged_f32_d8, float, 8)
-ATTN_PAGED(attn_paged_f16_d1, f16_t, 1)
-ATTN_PAGED(attn_paged_f16_d2, f16_t, 2)
-ATTN_PAGED(attn_paged_f16_d4, f16_t, 4)
-ATTN_PAGED(attn_paged_f16_d8, f16_t, 8)
+// One kernel per page type and head size class (up to 32, 64, 128, 256 dimensions):
+// NAME_f32_d1 .. NAME_f16_d8.
+#define ATTN_VARIANTS(MACRO, NAME)                                                             \
+    MACRO(NAME##_f32_d1, float, 1) MACRO(NAME##_f32_d2, float, 2)                              \
+    MACRO(NAME##_f32_d4, float, 4) MACRO(NAME##_f32_d8, float, 8)                              \
+    MACRO(NAME##_f16_d1, f16_t, 1) MACRO(NAME##_f16_d2, f16_t, 2)                              \
+    MACRO(NAME##_f16_d4, f16_t, 4) MACRO(NAME##_f16_d8, f16_t, 8)
+
+ATTN_VARIANTS(ATTN_PAGED, attn_paged)
 
 // Decode attention: one query row per sequence (rows == sequences), over paged keys and values
 // read in place (no staging), DECODE_WARPS warps per (sequence, head) splitting the keys: warp w
@@ -793,15 +793,7 @@ __device__ void attn_decode(const float* q, float* out, const int* row_pos, cons
         attn_decode<KV, D>(q, out, row_pos, pages, page0, page_rows, k_off, val_off, n_heads,  \
                            n_kv_heads, hd, scale, window, splits, part);                       \
     }
-// Head dimensions up to 32, 64, 128, 256.
-ATTN_DECODE(attn_decode_f32_d1, float, 1)
-ATTN_DECODE(attn_decode_f32_d2, float, 2)
-ATTN_DECODE(attn_decode_f32_d4, float, 4)
-ATTN_DECODE(attn_decode_f32_d8, float, 8)
-ATTN_DECODE(attn_decode_f16_d1, f16_t, 1)
-ATTN_DECODE(attn_decode_f16_d2, f16_t, 2)
-ATTN_DECODE(attn_decode_f16_d4, f16_t, 4)
-ATTN_DECODE(attn_decode_f16_d8, f16_t, 8)
+ATTN_VARIANTS(ATTN_DECODE, attn_decode)
 
 // Merges attn_decode's `splits` partials of each (row, head) into out [rows, n_heads * hd].
 // Grid: (rows, n_heads); block: hd threads (at most 256).
