@@ -556,6 +556,14 @@ fn errors_auth_limits_and_metrics() {
             &json!({"model": gen, "prompt": "Hello", "max_tokens": 4, "temperature": 0}),
         )
         .ok("completion");
+    // The supported forms of those fields are accepted.
+    server
+        .post(
+            "/v1/chat/completions",
+            &json!({"model": gen, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2,
+                    "response_format": {"type": "text"}, "logit_bias": {}, "tool_choice": "auto"}),
+        )
+        .ok("chat with response_format text, empty logit_bias, tool_choice auto");
 
     // Invalid JSON.
     let r = http(
@@ -620,6 +628,34 @@ fn errors_auth_limits_and_metrics() {
             "/v1/completions",
             json!({"model": gen, "prompt": "hi", "top_p": 0}),
             "top_p",
+        ),
+        // Constraints nothing enforces yet are refused, not ignored.
+        (
+            "/v1/chat/completions",
+            json!({"model": gen, "messages": [{"role": "user", "content": "hi"}],
+                   "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object"}}}}),
+            "response_format",
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"model": gen, "messages": [{"role": "user", "content": "hi"}],
+                   "response_format": {"type": "json_object"}}),
+            "response_format",
+        ),
+        (
+            "/v1/completions",
+            json!({"model": gen, "prompt": "hi", "logit_bias": {"15": 5}}),
+            "logit_bias",
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"model": gen, "messages": [{"role": "user", "content": "hi"}], "tool_choice": "required"}),
+            "tool_choice",
+        ),
+        (
+            "/v1/completions",
+            json!({"model": gen, "prompt": "hi", "guided_regex": "[a-z]+"}),
+            "guided_regex",
         ),
     ];
     for (path, body, param) in cases {

@@ -114,8 +114,56 @@ fn range(param: &str, v: Option<f32>, lo: f32, hi: f32) -> Result<(), ApiError> 
     }
 }
 
+/// Refuses the output constraints nothing here enforces yet (structured outputs: issue 14),
+/// rather than answering with unconstrained text.
+fn refuse_constraints(s: &Sampling) -> Result<(), ApiError> {
+    if s.logit_bias.as_ref().is_some_and(|m| !m.is_empty()) {
+        return Err(ApiError::invalid_param(
+            "logit_bias",
+            "`logit_bias` is not supported yet",
+        ));
+    }
+    if let Some(f) = &s.response_format {
+        let kind = f.get("type").and_then(|t| t.as_str());
+        if kind != Some("text") {
+            return Err(ApiError::invalid_param(
+                "response_format",
+                format!(
+                    "`response_format` of type {} is not supported yet (only `text`): \
+                     constrained JSON output is not implemented",
+                    kind.map_or_else(|| "(none)".to_owned(), |k| format!("`{k}`"))
+                ),
+            ));
+        }
+    }
+    if let Some(c) = &s.tool_choice {
+        if !matches!(c.as_str(), Some("auto") | Some("none")) {
+            return Err(ApiError::invalid_param(
+                "tool_choice",
+                "`tool_choice` other than `auto` or `none` is not supported yet (a call cannot be forced)",
+            ));
+        }
+    }
+    let extensions = [
+        ("guided_json", &s.guided_json),
+        ("guided_regex", &s.guided_regex),
+        ("guided_choice", &s.guided_choice),
+        ("guided_grammar", &s.guided_grammar),
+        ("grammar", &s.grammar),
+        ("json_schema", &s.json_schema),
+    ];
+    if let Some((name, _)) = extensions.iter().find(|(_, v)| v.is_some()) {
+        return Err(ApiError::invalid_param(
+            *name,
+            format!("`{name}` is not supported yet: constrained output is not implemented"),
+        ));
+    }
+    Ok(())
+}
+
 /// Validates the shared sampling fields; returns the sampler parameters for choice 0 and `n`.
 fn sampling_params(s: &Sampling) -> Result<(SamplingParams, usize), ApiError> {
+    refuse_constraints(s)?;
     range("temperature", s.temperature, 0.0, 2.0)?;
     range("presence_penalty", s.presence_penalty, -2.0, 2.0)?;
     range("frequency_penalty", s.frequency_penalty, -2.0, 2.0)?;

@@ -197,6 +197,25 @@ pub struct Sampling {
     pub repetition_penalty: Option<f32>,
     /// Extension: keep generating through end-of-sequence tokens.
     pub ignore_eos: Option<bool>,
+    /// Per-token logit offsets (not supported yet: refused unless empty).
+    pub logit_bias: Option<serde_json::Map<String, serde_json::Value>>,
+    /// Output format; only `{"type": "text"}` is supported (constrained JSON is refused).
+    pub response_format: Option<serde_json::Value>,
+    /// Which tool to call; `auto` and `none` are supported (the tools reach the template).
+    pub tool_choice: Option<serde_json::Value>,
+    /// Constraint extensions of other servers (vLLM `guided_*`, llama.cpp `grammar` /
+    /// `json_schema`): refused, since nothing here enforces them yet.
+    pub guided_json: Option<serde_json::Value>,
+    /// See `guided_json`.
+    pub guided_regex: Option<serde_json::Value>,
+    /// See `guided_json`.
+    pub guided_choice: Option<serde_json::Value>,
+    /// See `guided_json`.
+    pub guided_grammar: Option<serde_json::Value>,
+    /// See `guided_json`.
+    pub grammar: Option<serde_json::Value>,
+    /// See `guided_json`.
+    pub json_schema: Option<serde_json::Value>,
 }
 
 /// `POST /v1/chat/completions`.
