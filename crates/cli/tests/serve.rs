@@ -564,6 +564,55 @@ fn errors_auth_limits_and_metrics() {
                     "response_format": {"type": "text"}, "logit_bias": {}, "tool_choice": "auto"}),
         )
         .ok("chat with response_format text, empty logit_bias, tool_choice auto");
+    // Constrained outputs, whatever the (random) weights: a schema, a regex, a choice.
+    let schema = json!({"type": "object", "properties": {"ok": {"type": "boolean"},
+        "n": {"type": "integer", "minimum": 1, "maximum": 9}}, "required": ["ok", "n"],
+        "additionalProperties": false});
+    for seed in 0..3 {
+        let r = server
+            .post(
+                "/v1/chat/completions",
+                &json!({"model": gen, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 64,
+                        "seed": seed, "response_format": {"type": "json_schema",
+                        "json_schema": {"name": "t", "schema": schema, "strict": true}}}),
+            )
+            .ok("json_schema chat");
+        let content = r["choices"][0]["message"]["content"].as_str().unwrap();
+        let v: Value = serde_json::from_str(content).unwrap_or_else(|e| panic!("{e}: {content:?}"));
+        assert!(
+            v["ok"].is_boolean() && (1..=9).contains(&v["n"].as_i64().unwrap()),
+            "{v}"
+        );
+        assert_eq!(r["choices"][0]["finish_reason"], "stop", "{r}");
+    }
+    let r = server
+        .post(
+            "/v1/completions",
+            &json!({"model": gen, "prompt": "id:", "max_tokens": 16, "regex": "[0-9]{4}"}),
+        )
+        .ok("regex completion");
+    let text = r["choices"][0]["text"].as_str().unwrap();
+    assert!(
+        text.len() == 4 && text.bytes().all(|b| b.is_ascii_digit()),
+        "{text:?}"
+    );
+    let r = server
+        .post(
+            "/v1/completions",
+            &json!({"model": gen, "prompt": "pick:", "max_tokens": 16, "guided_choice": ["alpha", "beta"]}),
+        )
+        .ok("guided_choice completion");
+    let text = r["choices"][0]["text"].as_str().unwrap();
+    assert!(["alpha", "beta"].contains(&text), "{text:?}");
+    // logit_bias +100 all but forces a token.
+    let r = server
+        .post(
+            "/v1/completions",
+            &json!({"model": gen, "prompt": "hi", "max_tokens": 4, "temperature": 0,
+                    "ignore_eos": true, "logit_bias": {"42": 100}}),
+        )
+        .ok("logit_bias completion");
+    assert_eq!(r["usage"]["completion_tokens"], 4, "{r}");
 
     // Invalid JSON.
     let r = http(
@@ -629,23 +678,34 @@ fn errors_auth_limits_and_metrics() {
             json!({"model": gen, "prompt": "hi", "top_p": 0}),
             "top_p",
         ),
-        // Constraints nothing enforces yet are refused, not ignored.
+        // Output constraints: what cannot be enforced or compiled is refused, naming the field.
         (
             "/v1/chat/completions",
             json!({"model": gen, "messages": [{"role": "user", "content": "hi"}],
-                   "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object"}}}}),
+                   "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object", "properties": 5}}}}),
             "response_format",
         ),
         (
             "/v1/chat/completions",
             json!({"model": gen, "messages": [{"role": "user", "content": "hi"}],
-                   "response_format": {"type": "json_object"}}),
-            "response_format",
+                   "response_format": {"type": "json_schema", "json_schema": {"name": "x"}}}),
+            "response_format.json_schema.schema",
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"model": gen, "messages": [{"role": "user", "content": "hi"}],
+                   "response_format": {"type": "xml"}}),
+            "response_format.type",
         ),
         (
             "/v1/completions",
-            json!({"model": gen, "prompt": "hi", "logit_bias": {"15": 5}}),
-            "logit_bias",
+            json!({"model": gen, "prompt": "hi", "logit_bias": {"99999999": 5}}),
+            "logit_bias.99999999",
+        ),
+        (
+            "/v1/completions",
+            json!({"model": gen, "prompt": "hi", "logit_bias": {"15": 500}}),
+            "logit_bias.15",
         ),
         (
             "/v1/chat/completions",
@@ -654,8 +714,18 @@ fn errors_auth_limits_and_metrics() {
         ),
         (
             "/v1/completions",
-            json!({"model": gen, "prompt": "hi", "guided_regex": "[a-z]+"}),
-            "guided_regex",
+            json!({"model": gen, "prompt": "hi", "regex": "(unclosed"}),
+            "regex",
+        ),
+        (
+            "/v1/completions",
+            json!({"model": gen, "prompt": "hi", "grammar": "root ::= \"a\""}),
+            "grammar",
+        ),
+        (
+            "/v1/completions",
+            json!({"model": gen, "prompt": "hi", "regex": "a", "guided_choice": ["b"]}),
+            "guided_choice",
         ),
     ];
     for (path, body, param) in cases {

@@ -21,6 +21,7 @@ pub mod backend;
 pub mod chat;
 pub mod engine;
 pub mod error;
+pub mod grammar;
 pub mod io;
 pub mod model;
 pub mod ops;

@@ -13,6 +13,7 @@ use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use lattice_inference::chat::{ChatMessage, RenderOptions};
 use lattice_inference::engine::{GenerateRequest, Generation, TextModel, TokenLogprob};
+use lattice_inference::grammar::{Constraint, Spec};
 use lattice_inference::sample::SamplingParams;
 use serde_json::{json, Value};
 use tokio::sync::mpsc::UnboundedReceiver;
@@ -114,28 +115,9 @@ fn range(param: &str, v: Option<f32>, lo: f32, hi: f32) -> Result<(), ApiError> 
     }
 }
 
-/// Refuses the output constraints nothing here enforces yet (structured outputs: issue 14),
-/// rather than answering with unconstrained text.
-fn refuse_constraints(s: &Sampling) -> Result<(), ApiError> {
-    if s.logit_bias.as_ref().is_some_and(|m| !m.is_empty()) {
-        return Err(ApiError::invalid_param(
-            "logit_bias",
-            "`logit_bias` is not supported yet",
-        ));
-    }
-    if let Some(f) = &s.response_format {
-        let kind = f.get("type").and_then(|t| t.as_str());
-        if kind != Some("text") {
-            return Err(ApiError::invalid_param(
-                "response_format",
-                format!(
-                    "`response_format` of type {} is not supported yet (only `text`): \
-                     constrained JSON output is not implemented",
-                    kind.map_or_else(|| "(none)".to_owned(), |k| format!("`{k}`"))
-                ),
-            ));
-        }
-    }
+/// The output constraint a request asks for (`response_format`, or one of the `json_schema` /
+/// `regex` / `guided_*` extensions), if any; what cannot be enforced is refused.
+fn constraint_spec(s: &Sampling) -> Result<Option<(&'static str, Spec)>, ApiError> {
     if let Some(c) = &s.tool_choice {
         if !matches!(c.as_str(), Some("auto") | Some("none")) {
             return Err(ApiError::invalid_param(
@@ -144,26 +126,150 @@ fn refuse_constraints(s: &Sampling) -> Result<(), ApiError> {
             ));
         }
     }
-    let extensions = [
-        ("guided_json", &s.guided_json),
-        ("guided_regex", &s.guided_regex),
-        ("guided_choice", &s.guided_choice),
-        ("guided_grammar", &s.guided_grammar),
-        ("grammar", &s.grammar),
-        ("json_schema", &s.json_schema),
-    ];
-    if let Some((name, _)) = extensions.iter().find(|(_, v)| v.is_some()) {
+    if s.grammar.is_some() {
         return Err(ApiError::invalid_param(
-            *name,
-            format!("`{name}` is not supported yet: constrained output is not implemented"),
+            "grammar",
+            "GBNF `grammar` is not supported yet; use `json_schema`, `regex` or `guided_grammar` (Lark)",
         ));
     }
-    Ok(())
+    // A schema given as a JSON string is read as JSON.
+    let schema = |field: &'static str, v: &Value| -> Result<Spec, ApiError> {
+        match v {
+            Value::String(text) => serde_json::from_str(text)
+                .map(Spec::JsonSchema)
+                .map_err(|e| ApiError::invalid_param(field, format!("`{field}` is not JSON: {e}"))),
+            Value::Object(_) | Value::Bool(_) => Ok(Spec::JsonSchema(v.clone())),
+            _ => Err(ApiError::invalid_param(
+                field,
+                format!("`{field}` must be a JSON Schema object"),
+            )),
+        }
+    };
+    let mut found: Vec<(&'static str, Spec)> = Vec::new();
+    if let Some(f) = &s.response_format {
+        match f.get("type").and_then(|t| t.as_str()) {
+            Some("text") => {}
+            Some("json_object") => found.push(("response_format", Spec::JsonObject)),
+            Some("json_schema") => {
+                let v = f.pointer("/json_schema/schema").ok_or_else(|| {
+                    ApiError::invalid_param(
+                        "response_format.json_schema.schema",
+                        "`response_format` of type `json_schema` needs `json_schema.schema`",
+                    )
+                })?;
+                found.push((
+                    "response_format",
+                    schema("response_format.json_schema.schema", v)?,
+                ));
+            }
+            other => {
+                return Err(ApiError::invalid_param(
+                    "response_format.type",
+                    format!(
+                    "`response_format.type` must be `text`, `json_object` or `json_schema`, got {}",
+                    other.map_or_else(|| "nothing".to_owned(), |k| format!("`{k}`"))
+                ),
+                ))
+            }
+        }
+    }
+    if let Some(v) = &s.json_schema {
+        found.push(("json_schema", schema("json_schema", v)?));
+    }
+    if let Some(v) = &s.guided_json {
+        found.push(("guided_json", schema("guided_json", v)?));
+    }
+    if let Some(r) = &s.regex {
+        found.push(("regex", Spec::Regex(r.clone())));
+    }
+    if let Some(r) = &s.guided_regex {
+        found.push(("guided_regex", Spec::Regex(r.clone())));
+    }
+    if let Some(g) = &s.guided_grammar {
+        found.push(("guided_grammar", Spec::Lark(g.clone())));
+    }
+    if let Some(choices) = &s.guided_choice {
+        if choices.is_empty() {
+            return Err(ApiError::invalid_param(
+                "guided_choice",
+                "`guided_choice` is empty",
+            ));
+        }
+        let alts: Vec<String> = choices
+            .iter()
+            .map(|c| serde_json::to_string(c).unwrap_or_default())
+            .collect();
+        found.push((
+            "guided_choice",
+            Spec::Lark(format!("start: {}", alts.join(" | "))),
+        ));
+    }
+    if found.len() > 1 {
+        let names: Vec<&str> = found.iter().map(|f| f.0).collect();
+        return Err(ApiError::invalid_param(
+            names[1],
+            format!(
+                "one output constraint per request, got {}",
+                names.join(", ")
+            ),
+        ));
+    }
+    Ok(found.pop())
+}
+
+/// `logit_bias`: token id → offset in [-100, 100], ids inside the vocabulary.
+fn logit_bias(s: &Sampling, vocab: usize) -> Result<Vec<(u32, f32)>, ApiError> {
+    let Some(m) = &s.logit_bias else {
+        return Ok(Vec::new());
+    };
+    m.iter()
+        .map(|(k, v)| {
+            let param = format!("logit_bias.{k}");
+            let id: u32 =
+                k.parse()
+                    .ok()
+                    .filter(|&i: &u32| (i as usize) < vocab)
+                    .ok_or_else(|| {
+                        ApiError::invalid_param(
+                    param.clone(),
+                    format!("`logit_bias` key `{k}` is not a token id of this model (0..{vocab})"),
+                )
+                    })?;
+            let b = v
+                .as_f64()
+                .filter(|b| (-100.0..=100.0).contains(b))
+                .ok_or_else(|| {
+                    ApiError::invalid_param(
+                        param.clone(),
+                        format!("`logit_bias` values must be numbers in [-100, 100], got {v}"),
+                    )
+                })?;
+            Ok((id, b as f32))
+        })
+        .collect()
+}
+
+/// Compiles the request's output constraint over the model's vocabulary (on the blocking pool:
+/// the first one builds the vocabulary); an invalid one is a 400 naming the field.
+async fn compile_constraint(
+    model: &Arc<TextModel>,
+    s: &Sampling,
+) -> Result<Option<Constraint>, ApiError> {
+    let Some((field, spec)) = constraint_spec(s)? else {
+        return Ok(None);
+    };
+    let model = Arc::clone(model);
+    blocking(move || {
+        model
+            .compile_constraint(&spec)
+            .map(Some)
+            .map_err(|e| ApiError::invalid_param(field, format!("`{field}`: {e}")))
+    })
+    .await
 }
 
 /// Validates the shared sampling fields; returns the sampler parameters for choice 0 and `n`.
 fn sampling_params(s: &Sampling) -> Result<(SamplingParams, usize), ApiError> {
-    refuse_constraints(s)?;
     range("temperature", s.temperature, 0.0, 2.0)?;
     range("presence_penalty", s.presence_penalty, -2.0, 2.0)?;
     range("frequency_penalty", s.frequency_penalty, -2.0, 2.0)?;
@@ -215,6 +321,7 @@ fn sampling_params(s: &Sampling) -> Result<(SamplingParams, usize), ApiError> {
 }
 
 /// Builds the choices of one prompt.
+#[allow(clippy::too_many_arguments)]
 fn requests_for(
     model: &TextModel,
     prompt_ids: Vec<u32>,
@@ -223,6 +330,7 @@ fn requests_for(
     default_max: usize,
     limit: usize,
     logprobs: Option<usize>,
+    constraint: &Option<Constraint>,
 ) -> Result<Vec<GenerateRequest>, ApiError> {
     let (params, n) = sampling_params(s)?;
     let context = model.decoder.info().config.max_positions;
@@ -262,6 +370,7 @@ fn requests_for(
             .max(1),
     };
     let stop = stop_strings(&s.stop)?;
+    let bias = logit_bias(s, vocab)?;
     Ok((0..n)
         .map(|i| {
             let mut p = params.clone();
@@ -270,6 +379,8 @@ fn requests_for(
             r.stop = stop.clone();
             r.logprobs = logprobs;
             r.ignore_eos = s.ignore_eos.unwrap_or(false);
+            r.constraint = constraint.clone();
+            r.logit_bias = bias.clone();
             r
         })
         .collect())
@@ -380,6 +491,7 @@ pub async fn chat(State(state): State<Arc<AppState>>, body: Body) -> Result<Resp
     };
     let prompt_tokens = ids.len();
     let max_tokens = req.max_completion_tokens.or(sampling.max_tokens);
+    let constraint = compile_constraint(&model, &sampling).await?;
     let requests = requests_for(
         &model,
         ids,
@@ -388,6 +500,7 @@ pub async fn chat(State(state): State<Arc<AppState>>, body: Body) -> Result<Resp
         usize::MAX,
         state.options.max_tokens,
         logprobs,
+        &constraint,
     )?;
     let reply = Reply::new(
         Api::Chat,
@@ -464,6 +577,7 @@ pub async fn completions(
     let mut requests = Vec::new();
     let mut echo_text = Vec::new();
     let mut prompt_tokens = 0;
+    let constraint = compile_constraint(&model, &sampling).await?;
     for (ids, text) in prompts {
         prompt_tokens += ids.len();
         let choices = requests_for(
@@ -474,6 +588,7 @@ pub async fn completions(
             16,
             state.options.max_tokens,
             logprobs,
+            &constraint,
         )?;
         for _ in 0..choices.len() {
             echo_text.push(if echo { text.clone() } else { String::new() });

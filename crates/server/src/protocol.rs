@@ -197,25 +197,28 @@ pub struct Sampling {
     pub repetition_penalty: Option<f32>,
     /// Extension: keep generating through end-of-sequence tokens.
     pub ignore_eos: Option<bool>,
-    /// Per-token logit offsets (not supported yet: refused unless empty).
+    /// Token id (as a string) → offset in [-100, 100] added to its logit before each choice.
     pub logit_bias: Option<serde_json::Map<String, serde_json::Value>>,
-    /// Output format; only `{"type": "text"}` is supported (constrained JSON is refused).
+    /// Output format: `{"type": "text"}`, `{"type": "json_object"}` or `{"type":
+    /// "json_schema", "json_schema": {"name", "schema", "strict"}}` (the output is constrained
+    /// to the schema).
     pub response_format: Option<serde_json::Value>,
     /// Which tool to call; `auto` and `none` are supported (the tools reach the template).
     pub tool_choice: Option<serde_json::Value>,
-    /// Constraint extensions of other servers (vLLM `guided_*`, llama.cpp `grammar` /
-    /// `json_schema`): refused, since nothing here enforces them yet.
-    pub guided_json: Option<serde_json::Value>,
-    /// See `guided_json`.
-    pub guided_regex: Option<serde_json::Value>,
-    /// See `guided_json`.
-    pub guided_choice: Option<serde_json::Value>,
-    /// See `guided_json`.
-    pub guided_grammar: Option<serde_json::Value>,
-    /// See `guided_json`.
-    pub grammar: Option<serde_json::Value>,
-    /// See `guided_json`.
+    /// Extension (llama.cpp, vLLM `guided_json`): constrain the output to this JSON Schema.
     pub json_schema: Option<serde_json::Value>,
+    /// vLLM's name for `json_schema`.
+    pub guided_json: Option<serde_json::Value>,
+    /// Extension (vLLM `guided_regex`): constrain the output to this regular expression.
+    pub regex: Option<String>,
+    /// vLLM's name for `regex`.
+    pub guided_regex: Option<String>,
+    /// Extension (vLLM): the output is one of these strings.
+    pub guided_choice: Option<Vec<String>>,
+    /// Extension (vLLM): a Lark grammar the output follows.
+    pub guided_grammar: Option<String>,
+    /// llama.cpp's GBNF grammar (not supported yet: refused).
+    pub grammar: Option<serde_json::Value>,
 }
 
 /// `POST /v1/chat/completions`.

@@ -7,7 +7,7 @@ use std::io::{BufRead, Write};
 use lattice_inference::chat::{ChatMessage, RenderOptions};
 use lattice_inference::engine::{generate_in, GenerateRequest, Session};
 
-use super::generate::{report_speed, ModelArgs, SamplingArgs};
+use super::generate::{report_speed, ConstraintArgs, ModelArgs, SamplingArgs};
 
 /// Arguments of `lattice chat`.
 #[derive(clap::Args)]
@@ -28,12 +28,15 @@ pub struct Args {
     context: Option<usize>,
     #[command(flatten)]
     sampling: SamplingArgs,
+    #[command(flatten)]
+    constraint: ConstraintArgs,
 }
 
 /// Runs the subcommand.
 pub fn run(args: Args) -> anyhow::Result<()> {
     args.sampling.params().validate()?;
     let model = args.model.load()?;
+    let constraint = args.constraint.compile(&model)?;
     if model.chat_template.is_none() {
         anyhow::bail!(
             "`{}` has no chat template; use `lattice generate --prompt` instead",
@@ -86,11 +89,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             }
         };
         let budget = context.saturating_sub(prompt_ids.len());
-        let req = GenerateRequest::new(
+        let mut req = GenerateRequest::new(
             prompt_ids,
             args.max_tokens.min(budget),
             args.sampling.params(),
         );
+        req.constraint = constraint.clone();
         let mut out = stdout.lock();
         let result = generate_in(&model, &req, &mut session, &mut |piece| {
             out.write_all(piece.as_bytes())

@@ -9,6 +9,7 @@ use anyhow::Context;
 use lattice_inference::backend::Device;
 use lattice_inference::chat::{ChatMessage, RenderOptions};
 use lattice_inference::engine::{generate, GenerateRequest, Generation, TextModel};
+use lattice_inference::grammar::{Constraint, Spec};
 use lattice_inference::model::source::{Placement, WeightMode};
 use lattice_inference::sample::SamplingParams;
 use lattice_inference::state::KvDtype;
@@ -55,6 +56,53 @@ impl SamplingArgs {
             frequency_penalty: self.frequency_penalty,
             seed: self.seed,
         }
+    }
+}
+
+/// Output-constraint flags shared by `generate` and `chat` (at most one).
+#[derive(clap::Args, Clone, Debug, Default)]
+pub struct ConstraintArgs {
+    /// Constrain the output to JSON matching the JSON Schema in FILE.
+    #[arg(long, value_name = "FILE", group = "constraint")]
+    pub json_schema: Option<PathBuf>,
+    /// Constrain the output to any JSON object.
+    #[arg(long, group = "constraint")]
+    pub json_object: bool,
+    /// Constrain the output to match this regular expression.
+    #[arg(long, value_name = "RE", group = "constraint")]
+    pub regex: Option<String>,
+    /// Constrain the output to the Lark grammar in FILE (llguidance's dialect).
+    #[arg(long, value_name = "FILE", group = "constraint")]
+    pub lark: Option<PathBuf>,
+}
+
+impl ConstraintArgs {
+    /// The constraint asked for, compiled over `model`'s vocabulary.
+    pub fn compile(&self, model: &TextModel) -> anyhow::Result<Option<Constraint>> {
+        let read = |p: &PathBuf| {
+            std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))
+        };
+        let spec = if let Some(p) = &self.json_schema {
+            let schema = serde_json::from_str(&read(p)?)
+                .with_context(|| format!("{} is not JSON", p.display()))?;
+            Spec::JsonSchema(schema)
+        } else if self.json_object {
+            Spec::JsonObject
+        } else if let Some(r) = &self.regex {
+            Spec::Regex(r.clone())
+        } else if let Some(p) = &self.lark {
+            Spec::Lark(read(p)?)
+        } else {
+            return Ok(None);
+        };
+        let what = match (&self.json_schema, &self.lark) {
+            (Some(p), _) | (_, Some(p)) => format!(" in {}", p.display()),
+            _ => String::new(),
+        };
+        let c = model
+            .compile_constraint(&spec)
+            .with_context(|| format!("the {}{what}", spec.kind()))?;
+        Ok(Some(c))
     }
 }
 
@@ -151,6 +199,8 @@ pub struct Args {
     /// Keep going after end-of-sequence tokens.
     #[arg(long)]
     ignore_eos: bool,
+    #[command(flatten)]
+    constraint: ConstraintArgs,
     /// Print one JSON object `{text, token_ids, prompt_tokens, completion_tokens}` instead of
     /// streaming text.
     #[arg(long)]
@@ -192,6 +242,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let mut req = GenerateRequest::new(prompt_ids, args.max_tokens, args.sampling.params());
     req.stop = args.stop.clone();
     req.ignore_eos = args.ignore_eos;
+    req.constraint = args.constraint.compile(&model)?;
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     let g = if args.json {

@@ -19,6 +19,14 @@ pub struct GenerateRequest {
     pub logprobs: Option<usize>,
     /// Keep generating through end-of-sequence tokens (benchmarks, tests).
     pub ignore_eos: bool,
+    /// What the output must match (compiled by [`TextModel::compile_constraint`]); every
+    /// step's choice is masked to the tokens it allows, and generation ends when it is complete.
+    ///
+    /// [`TextModel::compile_constraint`]: super::TextModel::compile_constraint
+    pub constraint: Option<crate::grammar::Constraint>,
+    /// Added to the logits of these token ids before each choice (OpenAI `logit_bias`: -100
+    /// bans a token, +100 all but forces it).
+    pub logit_bias: Vec<(u32, f32)>,
 }
 
 impl GenerateRequest {
@@ -31,6 +39,8 @@ impl GenerateRequest {
             stop: Vec::new(),
             logprobs: None,
             ignore_eos: false,
+            constraint: None,
+            logit_bias: Vec::new(),
         }
     }
 }

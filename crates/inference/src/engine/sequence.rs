@@ -18,6 +18,8 @@ pub struct Sequence<'m> {
     history: Vec<u32>,
     out: Generation,
     done: bool,
+    /// The request's place in its output constraint.
+    matcher: Option<crate::grammar::Matcher>,
 }
 
 impl<'m> Sequence<'m> {
@@ -39,6 +41,7 @@ impl<'m> Sequence<'m> {
             stream: model.tokenizer.decode_stream(true),
             stops: StopMatcher::new(req.stop.clone()),
             history: req.prompt_ids.clone(),
+            matcher: req.constraint.as_ref().map(|c| c.matcher()),
             req,
             out,
             done: false,
@@ -84,9 +87,28 @@ impl<'m> Sequence<'m> {
         if self.done {
             return None;
         }
+        // Bias and constraint act on a copy; log-probabilities stay the model's.
+        let shaped;
+        let choose_from = if self.matcher.is_some() || !self.req.logit_bias.is_empty() {
+            let mut l = logits.to_vec();
+            for &(id, b) in &self.req.logit_bias {
+                if let Some(x) = l.get_mut(id as usize) {
+                    *x += b;
+                }
+            }
+            if let Some(m) = &mut self.matcher {
+                if m.mask(&mut l).is_err() {
+                    return self.end(FinishReason::Stop, on_text);
+                }
+            }
+            shaped = l;
+            &shaped[..]
+        } else {
+            logits
+        };
         let picked = self
             .sampler
-            .sample(logits, &self.history, self.req.prompt_ids.len());
+            .sample(choose_from, &self.history, self.req.prompt_ids.len());
         if let Some(n) = self.req.logprobs {
             self.out.logprobs.push(TokenLogprob {
                 token: picked.token,
@@ -102,7 +124,9 @@ impl<'m> Sequence<'m> {
     /// ([`Sequence::accept_token`]).
     pub fn picks_argmax(&self) -> bool {
         let p = &self.req.sampling;
-        p.is_greedy()
+        self.matcher.is_none()
+            && self.req.logit_bias.is_empty()
+            && p.is_greedy()
             && p.repetition_penalty == 1.0
             && p.presence_penalty == 0.0
             && p.frequency_penalty == 0.0
@@ -134,6 +158,10 @@ impl<'m> Sequence<'m> {
         if !self.req.ignore_eos && self.model.stop_token_ids.contains(&token) {
             return self.end(FinishReason::Stop, on_text);
         }
+        let complete = match &mut self.matcher {
+            Some(m) => m.accept(token).is_err() || m.is_done(),
+            None => false,
+        };
         if let Some(piece) = self.stream.step(token) {
             match self.stops.push(&piece) {
                 StopResult::Continue(text) => {
@@ -150,6 +178,15 @@ impl<'m> Sequence<'m> {
                     return self.end(FinishReason::Stop, on_text);
                 }
             }
+        }
+        if complete {
+            // The constraint allows nothing more: the output is whole (held-back text too).
+            let rest = self.stops.finish();
+            if !rest.is_empty() {
+                self.out.text.push_str(&rest);
+                on_text(&rest);
+            }
+            return self.end(FinishReason::Stop, on_text);
         }
         if self.out.token_ids.len() >= self.req.max_tokens || !room {
             return self.end(FinishReason::Length, on_text);

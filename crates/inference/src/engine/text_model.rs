@@ -27,6 +27,8 @@ pub struct TextModel {
     pub bos_prefix: Option<u32>,
     /// How the KV caches of new sequences store keys and values (f32 by default).
     pub kv_dtype: KvDtype,
+    /// The vocabulary as output constraints see it, built on first use.
+    vocabulary: std::sync::OnceLock<std::result::Result<crate::grammar::Vocabulary, String>>,
 }
 
 impl std::fmt::Debug for TextModel {
@@ -142,7 +144,26 @@ impl TextModel {
             stop_token_ids,
             bos_prefix,
             kv_dtype: KvDtype::F32,
+            vocabulary: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Compiles an output constraint over this model's vocabulary (the vocabulary is built on
+    /// the first call); an invalid or unsupported one is an error naming what is wrong.
+    pub fn compile_constraint(
+        &self,
+        spec: &crate::grammar::Spec,
+    ) -> Result<crate::grammar::Constraint> {
+        let vocab = self
+            .vocabulary
+            .get_or_init(|| {
+                let n = self.decoder.info().config.vocab_size;
+                let eos = self.stop_token_ids.first().copied().unwrap_or(0);
+                crate::grammar::Vocabulary::new(&self.tokenizer, n, eos).map_err(|e| e.to_string())
+            })
+            .as_ref()
+            .map_err(|e| Error::InvalidInput(e.clone()))?;
+        vocab.compile(spec)
     }
 
     /// The per-sequence memory the decoder needs (layer kinds, row width, its context).

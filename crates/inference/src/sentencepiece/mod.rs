@@ -175,6 +175,21 @@ impl SentencePieceModel {
             .map(|p| p.piece.as_str())
     }
 
+    /// The bytes piece `id` adds to decoded text in the middle of a sequence: a byte piece its
+    /// byte, control pieces nothing, the unknown piece its surface, others with `▁` as spaces.
+    pub fn token_bytes(&self, id: u32) -> Option<Vec<u8>> {
+        let p = self.segmenter.pieces().get(id as usize)?;
+        Some(match p.kind {
+            PieceType::Byte => match byte_value(&p.piece) {
+                Some(b) => vec![b],
+                None => p.piece.as_bytes().to_vec(),
+            },
+            PieceType::Control => Vec::new(),
+            PieceType::Unknown => self.unk_surface.as_bytes().to_vec(),
+            _ => p.piece.replace(SPACE_SYMBOL, " ").into_bytes(),
+        })
+    }
+
     /// The id of a piece.
     pub fn piece_to_id(&self, piece: &str) -> Option<u32> {
         match &self.segmenter {

@@ -159,6 +159,49 @@ fn strip(tok: &str, c: char, start: usize, stop: usize) -> String {
 }
 
 impl Decoder {
+    /// The bytes one vocabulary token adds to decoded text in the middle of a sequence (what
+    /// grammar-constrained decoding matches tokens by): the per-token steps (`Replace`,
+    /// `Metaspace`, `ByteFallback`, `ByteLevel`) applied to it alone; the steps that act on the
+    /// text's ends (`Strip`, the first token's `Metaspace` space) do not apply there.
+    pub fn token_bytes(&self, tok: &str) -> Vec<u8> {
+        fn walk(d: &Decoder, s: &mut String) -> Option<Vec<u8>> {
+            match d {
+                Decoder::Replace { pattern, content } => *s = s.replace(pattern.as_str(), content),
+                Decoder::Metaspace { replacement, .. } => {
+                    *s = s.replace(*replacement, " ");
+                }
+                Decoder::ByteFallback => {
+                    let hex = s.strip_prefix("<0x").and_then(|r| r.strip_suffix('>'));
+                    if let Some(b) = hex
+                        .filter(|h| h.len() == 2)
+                        .and_then(|h| u8::from_str_radix(h, 16).ok())
+                    {
+                        return Some(vec![b]);
+                    }
+                }
+                Decoder::ByteLevel => {
+                    let spelled: Option<Vec<u8>> = s.chars().map(char_byte).collect();
+                    return Some(spelled.unwrap_or_else(|| s.as_bytes().to_vec()));
+                }
+                Decoder::Sequence(list) => {
+                    for d in list {
+                        if let Some(b) = walk(d, s) {
+                            return Some(b);
+                        }
+                    }
+                }
+                Decoder::WordPiece { prefix, .. } => match s.strip_prefix(prefix.as_str()) {
+                    Some(rest) => *s = rest.to_owned(),
+                    None => s.insert(0, ' '),
+                },
+                Decoder::Fuse | Decoder::Strip { .. } | Decoder::Join => {}
+            }
+            None
+        }
+        let mut s = tok.to_owned();
+        walk(self, &mut s).unwrap_or_else(|| s.into_bytes())
+    }
+
     /// Whether a `ByteLevel` decoder is present (the model then spells words byte-level).
     pub fn is_byte_level(&self) -> bool {
         match self {

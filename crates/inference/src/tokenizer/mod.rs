@@ -521,6 +521,23 @@ impl Tokenizer {
         self.decoder.decode(tokens)
     }
 
+    /// The bytes token `id` adds to decoded text in the middle of a sequence, and whether it
+    /// is a special token (those decode to nothing unless asked for); `None` for an id
+    /// without a token. Grammar-constrained decoding matches tokens by these bytes.
+    pub fn token_bytes(&self, id: u32) -> Option<(Vec<u8>, bool)> {
+        if let Some(t) = self.added.id_to_token(id) {
+            return Some((t.as_bytes().to_vec(), self.added.is_special_token(t)));
+        }
+        let t = self.model.id_to_token(id)?;
+        if let Model::SentencePiece(m) = &self.model {
+            return Some((
+                m.token_bytes(id).unwrap_or_else(|| t.as_bytes().to_vec()),
+                false,
+            ));
+        }
+        Some((self.decoder.token_bytes(t), false))
+    }
+
     /// The token string of `id` (added tokens first, then the model vocabulary).
     pub fn id_to_token(&self, id: u32) -> Option<&str> {
         self.added
