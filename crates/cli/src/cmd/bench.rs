@@ -48,6 +48,8 @@ pub enum BenchCommand {
     Generate(super::bench_generate::Args),
     /// Load against a running `lattice serve`: mixed embeddings + chat, or streams scaling.
     Serve(super::bench_serve::Args),
+    /// Compile and per-step mask times of JSON-Schema constraints over a vocabulary.
+    Grammar(super::bench_grammar::Args),
 }
 
 /// Median of `v` (sorts it).
@@ -66,6 +68,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     match args.command {
         Some(BenchCommand::Generate(a)) => return super::bench_generate::run(a),
         Some(BenchCommand::Serve(a)) => return super::bench_serve::run(a),
+        Some(BenchCommand::Grammar(a)) => return super::bench_grammar::run(a),
         None => {}
     }
     let (Some(model), Some(data)) = (args.model, args.data) else {

@@ -2,6 +2,7 @@
 
 pub mod bench;
 pub mod bench_generate;
+pub mod bench_grammar;
 pub mod bench_serve;
 pub mod chat;
 #[cfg(feature = "download")]

@@ -163,9 +163,21 @@ impl Matcher {
             .inner
             .compute_mask()
             .map_err(|e| Error::InvalidInput(format!("constraint: {e}")))?;
-        for (id, l) in logits.iter_mut().enumerate() {
-            if id >= self.n_vocab || !allowed.is_allowed(id as u32) {
-                *l = f32::NEG_INFINITY;
+        // 32 tokens per word of the bit set: whole words allowed are skipped.
+        let words = allowed.as_slice();
+        for (w, chunk) in logits.chunks_mut(32).enumerate() {
+            let bits = words.get(w).copied().unwrap_or(0);
+            if bits == u32::MAX && (w + 1) * 32 <= self.n_vocab {
+                continue;
+            }
+            if bits == 0 {
+                chunk.fill(f32::NEG_INFINITY);
+                continue;
+            }
+            for (j, l) in chunk.iter_mut().enumerate() {
+                if bits >> j & 1 == 0 || w * 32 + j >= self.n_vocab {
+                    *l = f32::NEG_INFINITY;
+                }
             }
         }
         Ok(())
