@@ -1350,3 +1350,130 @@ fn prefix_cache_and_kv_budget_over_http() {
     assert!(err.contains("lots") && err.contains("size"), "{err}");
     server.assert_no_panic();
 }
+
+/// Tools: a forced call (`required` or a named function) is generated under the tools'
+/// parameter schemas and comes back as `tool_calls` with finish_reason "tool_calls", whatever
+/// the (random) weights; streamed, the call arrives as a `tool_calls` delta; bad tool requests
+/// are 400s naming the field.
+#[test]
+fn tool_calls_forced_parsed_and_streamed() {
+    let gen = fixture("tiny-qwen3");
+    let server = Server::start(&["--model", &gen]);
+    let tools = json!([
+        {"type": "function", "function": {"name": "get_weather", "parameters": {
+            "type": "object", "properties": {"city": {"type": "string", "maxLength": 12},
+            "days": {"type": "integer", "minimum": 1, "maximum": 7}},
+            "required": ["city", "days"], "additionalProperties": false}}},
+        {"type": "function", "function": {"name": "get_time", "parameters": {
+            "type": "object", "properties": {"zone": {"enum": ["UTC", "CET"]}},
+            "required": ["zone"], "additionalProperties": false}}}
+    ]);
+    let check = |call: &Value, want: Option<&str>| {
+        assert_eq!(call["type"], "function", "{call}");
+        assert!(
+            call["id"]
+                .as_str()
+                .is_some_and(|id| id.starts_with("call_")),
+            "{call}"
+        );
+        let name = call["function"]["name"].as_str().unwrap();
+        let args: Value = serde_json::from_str(call["function"]["arguments"].as_str().unwrap())
+            .unwrap_or_else(|e| panic!("{e}: {call}"));
+        match name {
+            "get_weather" => {
+                assert!(
+                    args["city"].as_str().unwrap().chars().count() <= 12,
+                    "{args}"
+                );
+                assert!((1..=7).contains(&args["days"].as_i64().unwrap()), "{args}");
+            }
+            "get_time" => assert!(["UTC", "CET"].contains(&args["zone"].as_str().unwrap())),
+            other => panic!("unknown tool {other}"),
+        }
+        if let Some(w) = want {
+            assert_eq!(name, w);
+        }
+    };
+    for (seed, choice, want) in [
+        (1, json!("required"), None),
+        (
+            2,
+            json!({"type": "function", "function": {"name": "get_time"}}),
+            Some("get_time"),
+        ),
+        (
+            3,
+            json!({"type": "function", "function": {"name": "get_weather"}}),
+            Some("get_weather"),
+        ),
+    ] {
+        let body = json!({"model": gen, "messages": [{"role": "user", "content": "weather in Paris?"}],
+            "tools": tools, "tool_choice": choice, "parallel_tool_calls": false, "seed": seed,
+            "max_tokens": 200});
+        let r = server
+            .post("/v1/chat/completions", &body)
+            .ok("forced tool call");
+        let c = &r["choices"][0];
+        assert_eq!(c["finish_reason"], "tool_calls", "{r}");
+        let calls = c["message"]["tool_calls"].as_array().unwrap();
+        assert_eq!(calls.len(), 1, "{r}");
+        check(&calls[0], want);
+        // Streamed: the same call as one delta, then finish_reason "tool_calls".
+        let mut body = body.clone();
+        body["stream"] = json!(true);
+        let sse = server.post("/v1/chat/completions", &body);
+        assert_eq!(sse.status, 200);
+        let text = sse.text();
+        let chunks: Vec<Value> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("data: "))
+            .filter(|d| *d != "[DONE]")
+            .map(|d| serde_json::from_str(d).unwrap())
+            .collect();
+        let deltas: Vec<&Value> = chunks
+            .iter()
+            .filter_map(|c| c["choices"][0]["delta"]["tool_calls"].as_array())
+            .flatten()
+            .collect();
+        assert_eq!(deltas.len(), 1, "{text}");
+        check(deltas[0], want);
+        assert_eq!(deltas[0]["index"], 0);
+        assert!(
+            chunks
+                .iter()
+                .any(|c| c["choices"][0]["finish_reason"] == "tool_calls"),
+            "{text}"
+        );
+    }
+    // Errors name the field.
+    for (body, param) in [
+        (
+            json!({"model": gen, "messages": [{"role": "user", "content": "x"}], "tools": tools,
+                "tool_choice": {"type": "function", "function": {"name": "nope"}}}),
+            "tool_choice.function.name",
+        ),
+        (
+            json!({"model": gen, "messages": [{"role": "user", "content": "x"}], "tool_choice": "required"}),
+            "tool_choice",
+        ),
+        (
+            json!({"model": gen, "messages": [{"role": "user", "content": "x"}], "tools": tools,
+                "tool_choice": "sometimes"}),
+            "tool_choice",
+        ),
+        (
+            json!({"model": gen, "messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]}),
+            "tools[0].function",
+        ),
+        (
+            json!({"model": gen, "messages": [{"role": "user", "content": "x"}], "tools": tools,
+                "tool_choice": "required", "response_format": {"type": "json_object"}}),
+            "response_format",
+        ),
+    ] {
+        let e = server
+            .post("/v1/chat/completions", &body)
+            .error(400, &body.to_string());
+        assert_eq!(e["param"], param, "{e}");
+    }
+}

@@ -48,6 +48,8 @@ struct Reply {
     logprobs: Option<usize>,
     include_usage: bool,
     arrived: Instant,
+    /// Parse tool calls out of the choices (chat with `tools`).
+    tools: bool,
 }
 
 impl Reply {
@@ -83,6 +85,7 @@ impl Reply {
                 .as_ref()
                 .is_some_and(|o| o.include_usage),
             arrived,
+            tools: false,
         }
     }
 }
@@ -118,14 +121,6 @@ fn range(param: &str, v: Option<f32>, lo: f32, hi: f32) -> Result<(), ApiError> 
 /// The output constraint a request asks for (`response_format`, or one of the `json_schema` /
 /// `regex` / `guided_*` extensions), if any; what cannot be enforced is refused.
 fn constraint_spec(s: &Sampling) -> Result<Option<(&'static str, Spec)>, ApiError> {
-    if let Some(c) = &s.tool_choice {
-        if !matches!(c.as_str(), Some("auto") | Some("none")) {
-            return Err(ApiError::invalid_param(
-                "tool_choice",
-                "`tool_choice` other than `auto` or `none` is not supported yet (a call cannot be forced)",
-            ));
-        }
-    }
     if s.grammar.is_some() {
         return Err(ApiError::invalid_param(
             "grammar",
@@ -253,9 +248,9 @@ fn logit_bias(s: &Sampling, vocab: usize) -> Result<Vec<(u32, f32)>, ApiError> {
 /// the first one builds the vocabulary); an invalid one is a 400 naming the field.
 async fn compile_constraint(
     model: &Arc<TextModel>,
-    s: &Sampling,
+    spec: Option<(&'static str, Spec)>,
 ) -> Result<Option<Constraint>, ApiError> {
-    let Some((field, spec)) = constraint_spec(s)? else {
+    let Some((field, spec)) = spec else {
         return Ok(None);
     };
     let model = Arc::clone(model);
@@ -473,9 +468,55 @@ pub async fn chat(State(state): State<Arc<AppState>>, body: Body) -> Result<Resp
         .enumerate()
         .map(|(i, m)| chat_message(m, i))
         .collect::<Result<Vec<_>, _>>()?;
+    // Tools: rendered by the template unless `tool_choice` is "none"; calls in the output are
+    // parsed; "required" or a named function forces one under a grammar of the parameters.
+    let choice = sampling.tool_choice.clone();
+    let tools = req
+        .tools
+        .filter(|t| !t.as_array().is_some_and(Vec::is_empty))
+        .filter(|_| choice.as_ref().and_then(Value::as_str) != Some("none"));
+    let forced = match (&choice, &tools) {
+        (None, _) => false,
+        (Some(c), _) if matches!(c.as_str(), Some("auto") | Some("none")) => false,
+        (Some(c), Some(_)) if c.as_str() == Some("required") || c.pointer("/function/name").is_some() => true,
+        (Some(c), None) if c.as_str() == Some("required") || c.pointer("/function/name").is_some() => {
+            return Err(ApiError::invalid_param("tool_choice", "`tool_choice` forces a call but `tools` is empty"))
+        }
+        (Some(c), _) => {
+            return Err(ApiError::invalid_param(
+                "tool_choice",
+                format!("`tool_choice` must be `none`, `auto`, `required` or {{\"type\": \"function\", \"function\": {{\"name\": ...}}}}, got {c}"),
+            ))
+        }
+    };
+    if let Some(t) = &tools {
+        crate::tools::validate(t)?;
+    }
+    if tools.is_some() && !crate::tools::template_has_tool_calls(&gen.model) {
+        return Err(ApiError::invalid_param(
+            "tools",
+            "this model's chat template has no tool-call format Lattice parses (Hermes / Qwen `<tool_call>` blocks)",
+        ));
+    }
+    let mut spec = constraint_spec(&sampling)?;
+    if forced {
+        if let Some((field, _)) = spec {
+            return Err(ApiError::invalid_param(
+                field,
+                format!("`{field}` and a forced `tool_choice` cannot be combined"),
+            ));
+        }
+        let t = tools.as_ref().expect("forced implies tools");
+        let c = choice.as_ref().expect("forced implies a choice");
+        spec = Some((
+            "tool_choice",
+            crate::tools::forced_call(t, c, req.parallel_tool_calls.unwrap_or(true))?,
+        ));
+    }
+    let parse_tools = tools.is_some();
     let mut opts = RenderOptions {
         add_generation_prompt: true,
-        tools: req.tools,
+        tools,
         ..Default::default()
     };
     if let Some(mut kw) = req.chat_template_kwargs {
@@ -491,7 +532,7 @@ pub async fn chat(State(state): State<Arc<AppState>>, body: Body) -> Result<Resp
     };
     let prompt_tokens = ids.len();
     let max_tokens = req.max_completion_tokens.or(sampling.max_tokens);
-    let constraint = compile_constraint(&model, &sampling).await?;
+    let constraint = compile_constraint(&model, spec).await?;
     let requests = requests_for(
         &model,
         ids,
@@ -502,7 +543,7 @@ pub async fn chat(State(state): State<Arc<AppState>>, body: Body) -> Result<Resp
         logprobs,
         &constraint,
     )?;
-    let reply = Reply::new(
+    let mut reply = Reply::new(
         Api::Chat,
         &state,
         model,
@@ -512,6 +553,7 @@ pub async fn chat(State(state): State<Arc<AppState>>, body: Body) -> Result<Resp
         &sampling,
         arrived,
     );
+    reply.tools = parse_tools;
     start(&state, gen, reply, requests, &sampling).await
 }
 
@@ -577,7 +619,13 @@ pub async fn completions(
     let mut requests = Vec::new();
     let mut echo_text = Vec::new();
     let mut prompt_tokens = 0;
-    let constraint = compile_constraint(&model, &sampling).await?;
+    if sampling.tool_choice.is_some() {
+        return Err(ApiError::invalid_param(
+            "tool_choice",
+            "`tool_choice` belongs to /v1/chat/completions (with `tools`)",
+        ));
+    }
+    let constraint = compile_constraint(&model, constraint_spec(&sampling)?).await?;
     for (ids, text) in prompts {
         prompt_tokens += ids.len();
         let choices = requests_for(
@@ -656,12 +704,32 @@ async fn collect(
                 )
             });
             match reply.api {
-                Api::Chat => json!({
-                    "index": i,
-                    "message": {"role": "assistant", "content": g.text},
-                    "logprobs": lp,
-                    "finish_reason": g.finish_reason.as_str(),
-                }),
+                Api::Chat => {
+                    let (content, calls) = if reply.tools {
+                        crate::tools::parse(&g.text)
+                    } else {
+                        (g.text.clone(), Vec::new())
+                    };
+                    if calls.is_empty() {
+                        json!({
+                            "index": i,
+                            "message": {"role": "assistant", "content": g.text},
+                            "logprobs": lp,
+                            "finish_reason": g.finish_reason.as_str(),
+                        })
+                    } else {
+                        json!({
+                            "index": i,
+                            "message": {
+                                "role": "assistant",
+                                "content": if content.is_empty() { Value::Null } else { json!(content) },
+                                "tool_calls": crate::tools::calls_json(&calls, &reply.id, i, false),
+                            },
+                            "logprobs": lp,
+                            "finish_reason": "tool_calls",
+                        })
+                    }
+                }
                 Api::Completion => json!({
                     "index": i,
                     "text": format!("{}{}", reply.echo[i], g.text),
@@ -771,6 +839,8 @@ struct Streamer {
     cached_tokens: usize,
     first: bool,
     ended: bool,
+    /// Per choice, with tools: content streams until a call may be starting.
+    tool_streams: Vec<crate::tools::ToolStream>,
 }
 
 impl Streamer {
@@ -849,6 +919,13 @@ impl Streamer {
                     }
                     _ => Value::Null,
                 };
+                let text = match self.tool_streams.get_mut(index) {
+                    Some(ts) => ts.push(&text),
+                    None => text,
+                };
+                if text.is_empty() && lp.is_null() {
+                    return;
+                }
                 self.sent[index] += text.len();
                 let c = self.choice(index, &text, lp, Value::Null);
                 let b = self.chunk(vec![c], None);
@@ -859,12 +936,27 @@ impl Streamer {
                 self.completion_tokens += generation.token_ids.len();
                 self.cached_tokens +=
                     cached_tokens(&self.reply, [(index, &generation)].into_iter());
-                let c = self.choice(
-                    index,
-                    "",
-                    Value::Null,
-                    json!(generation.finish_reason.as_str()),
-                );
+                let mut finish = json!(generation.finish_reason.as_str());
+                if self.reply.tools {
+                    let (_, calls) = crate::tools::parse(&generation.text);
+                    let c = if calls.is_empty() {
+                        // No call after all: the rest of the text is content.
+                        let rest = generation
+                            .text
+                            .get(self.sent[index]..)
+                            .unwrap_or("")
+                            .to_owned();
+                        self.sent[index] = generation.text.len();
+                        self.choice(index, &rest, Value::Null, Value::Null)
+                    } else {
+                        finish = json!("tool_calls");
+                        let calls = crate::tools::calls_json(&calls, &self.reply.id, index, true);
+                        json!({"index": index, "delta": {"tool_calls": calls}, "logprobs": null, "finish_reason": null})
+                    };
+                    let b = self.chunk(vec![c], None);
+                    self.outbox.push_back(b);
+                }
+                let c = self.choice(index, "", Value::Null, finish);
                 let b = self.chunk(vec![c], None);
                 self.outbox.push_back(b);
                 if self.done == self.reply.choices {
@@ -917,7 +1009,11 @@ fn sse_response(
         cached_tokens: 0,
         first: true,
         ended: false,
+        tool_streams: Vec::new(),
     };
+    if s.reply.tools {
+        s.tool_streams = (0..choices).map(|_| Default::default()).collect();
+    }
     s.start();
     let stream = futures_util::stream::unfold(s, |mut s| async move {
         loop {

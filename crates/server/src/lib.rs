@@ -18,6 +18,7 @@ pub mod generation;
 pub mod metrics;
 pub mod protocol;
 pub mod tei;
+pub mod tools;
 
 use std::sync::Arc;
 

@@ -234,8 +234,11 @@ pub struct ChatRequest {
     pub logprobs: Option<bool>,
     /// Alternatives per token (0-20), with `logprobs`.
     pub top_logprobs: Option<u32>,
-    /// Tool definitions, passed to the chat template.
+    /// Tool definitions, passed to the chat template; calls in the output come back as
+    /// `tool_calls`.
     pub tools: Option<serde_json::Value>,
+    /// Whether a forced call may be several calls (default true).
+    pub parallel_tool_calls: Option<bool>,
     /// Extra chat-template variables (e.g. `enable_thinking`).
     pub chat_template_kwargs: Option<serde_json::Map<String, serde_json::Value>>,
 }
