@@ -258,6 +258,59 @@ class Checks:
 
     # ---- errors --------------------------------------------------------------------------
 
+    # ---- structured outputs and tools (whatever the weights, the output follows) ----------
+
+    SCHEMA = {"type": "object", "properties": {"ok": {"type": "boolean"},
+              "n": {"type": "integer", "minimum": 1, "maximum": 9}},
+              "required": ["ok", "n"], "additionalProperties": False}
+    TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string", "maxLength": 12}},
+        "required": ["city"], "additionalProperties": False}}}]
+
+    def chat_json_schema(self):
+        _, kw = self._chat_args()
+        kw.update(max_tokens=64, temperature=1.0, seed=3)
+        r = self.client.chat.completions.create(**kw, response_format={
+            "type": "json_schema", "json_schema": {"name": "t", "schema": self.SCHEMA, "strict": True}})
+        v = json.loads(r.choices[0].message.content)
+        assert isinstance(v["ok"], bool) and 1 <= v["n"] <= 9 and set(v) == {"ok", "n"}, v
+        assert r.choices[0].finish_reason == "stop", r.choices[0].finish_reason
+
+    def chat_tools_required(self):
+        _, kw = self._chat_args()
+        kw.update(max_tokens=128, temperature=1.0, seed=5)
+        r = self.client.chat.completions.create(**kw, tools=self.TOOLS, tool_choice="required",
+                                                parallel_tool_calls=False)
+        c = r.choices[0]
+        assert c.finish_reason == "tool_calls", c.finish_reason
+        calls = c.message.tool_calls
+        assert len(calls) == 1 and calls[0].type == "function", calls
+        assert calls[0].function.name == "get_weather", calls[0]
+        args = json.loads(calls[0].function.arguments)
+        assert set(args) == {"city"} and len(args["city"]) <= 12, args
+
+    def chat_tools_stream(self):
+        _, kw = self._chat_args()
+        kw.update(max_tokens=128, temperature=1.0, seed=5)
+        chunks = list(self.client.chat.completions.create(
+            **kw, tools=self.TOOLS, tool_choice={"type": "function", "function": {"name": "get_weather"}},
+            parallel_tool_calls=False, stream=True))
+        calls = {}
+        finish = None
+        for ch in chunks:
+            for c in ch.choices:
+                for d in c.delta.tool_calls or []:
+                    e = calls.setdefault(d.index, {"name": "", "arguments": ""})
+                    if d.function and d.function.name:
+                        e["name"] += d.function.name
+                    if d.function and d.function.arguments:
+                        e["arguments"] += d.function.arguments
+                finish = c.finish_reason or finish
+        assert finish == "tool_calls", finish
+        assert list(calls) == [0] and calls[0]["name"] == "get_weather", calls
+        args = json.loads(calls[0]["arguments"])
+        assert set(args) == {"city"}, args
+
     def bad_requests(self):
         _, kw = self._completion_args()
         for field, value in (("temperature", "hot"), ("max_tokens", -1)):
@@ -314,6 +367,9 @@ def main():
         "completion_token_ids",
         "completion_echo_and_stop",
         "completion_stream",
+        "chat_json_schema",
+        "chat_tools_required",
+        "chat_tools_stream",
         "bad_requests",
         "wrong_key",
         "unknown_model",
