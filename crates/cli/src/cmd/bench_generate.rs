@@ -37,6 +37,10 @@ pub struct Args {
     /// batching: each step decodes every stream in one pass); 0 skips it.
     #[arg(long, default_value_t = 0)]
     streams: usize,
+    /// Constrain the streams of the aggregate test to this regular expression (the cost of
+    /// output constraints; a pattern that never completes keeps every stream running).
+    #[arg(long, value_name = "RE")]
+    regex: Option<String>,
     /// Print one JSON object instead of a table.
     #[arg(long)]
     json: bool,
@@ -106,12 +110,19 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let tg_med = median(&mut tg_rates);
     // Aggregate decode rate of `streams` sequences batched together (16-token prompts).
     let mut batch_rates = Vec::new();
+    let constraint = match &args.regex {
+        Some(re) => {
+            Some(model.compile_constraint(&lattice_inference::grammar::Spec::Regex(re.clone()))?)
+        }
+        None => None,
+    };
     for _ in 0..if args.streams > 0 { runs } else { 0 } {
         let mut engine = BatchEngine::new(&model, args.streams);
         for s in 0..args.streams {
             let prompt: Vec<u32> = gen_ids.iter().cycle().skip(s).take(16).copied().collect();
             let mut req = GenerateRequest::new(prompt, gen_ids.len(), SamplingParams::greedy());
             req.ignore_eos = true;
+            req.constraint = constraint.clone();
             engine.submit(req)?;
         }
         // Prefill all streams first, then time the decode steps only.

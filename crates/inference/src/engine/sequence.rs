@@ -100,6 +100,20 @@ impl<'m> Sequence<'m> {
                 if m.mask(&mut l).is_err() {
                     return self.end(FinishReason::Stop, on_text);
                 }
+                // Through end-of-sequence tokens means past the constraint's own end too,
+                // while it allows anything else.
+                let stops = &self.model.stop_token_ids;
+                if self.req.ignore_eos
+                    && l.iter()
+                        .enumerate()
+                        .any(|(i, x)| x.is_finite() && !stops.contains(&(i as u32)))
+                {
+                    for &t in stops {
+                        if let Some(x) = l.get_mut(t as usize) {
+                            *x = f32::NEG_INFINITY;
+                        }
+                    }
+                }
             }
             shaped = l;
             &shaped[..]
