@@ -310,6 +310,7 @@ impl<'m> BatchEngine<'m> {
     ) {
         let p = self.memory.page_rows();
         let recurrent = self.memory.layout().is_recurrent();
+        let mut picks = self.pick_in_parallel(schedule, output);
         for (row, &(i, n)) in schedule.work.iter().enumerate() {
             let slot = &mut self.running[i];
             slot.computed += n;
@@ -341,11 +342,14 @@ impl<'m> BatchEngine<'m> {
             let room = slot.computed < slot.max_len;
             let first = slot.first_token.is_none();
             match output {
-                StepOutput::Logits(logits) => {
-                    let vocab = logits.len() / schedule.work.len().max(1);
-                    let row = &logits[row * vocab..(row + 1) * vocab];
-                    slot.seq.accept(row, room, &mut |_| true)
-                }
+                StepOutput::Logits(logits) => match picks[row].take() {
+                    Some(pick) => slot.seq.accept_pick(pick, room, &mut |_| true),
+                    None => {
+                        let vocab = logits.len() / schedule.work.len().max(1);
+                        let row = &logits[row * vocab..(row + 1) * vocab];
+                        slot.seq.accept(row, room, &mut |_| true)
+                    }
+                },
                 StepOutput::Tokens(ids) => slot.seq.accept_token(ids[row], room, &mut |_| true),
             };
             if first {
@@ -364,6 +368,47 @@ impl<'m> BatchEngine<'m> {
                 slot.cancelled = true;
             }
         }
+    }
+
+    /// The choices ([`Sequence::pick`]: constraint masks, sampling, log-probabilities) of
+    /// every row of the step that samples next, made for all of them at once on the thread pool;
+    /// they are independent per sequence and each can take a fraction of a millisecond over a
+    /// large vocabulary. `None` for the other rows (and for a step with one such row).
+    fn pick_in_parallel(
+        &mut self,
+        schedule: &Schedule,
+        output: &StepOutput,
+    ) -> Vec<Option<Option<u32>>> {
+        let rows = schedule.work.len();
+        let mut picks = vec![None; rows];
+        let StepOutput::Logits(logits) = output else {
+            return picks;
+        };
+        let vocab = logits.len() / rows.max(1);
+        let mut jobs: Vec<(usize, &mut Sequence<'m>)> = Vec::new();
+        let mut next = schedule.work.iter().enumerate().peekable();
+        for (i, slot) in self.running.iter_mut().enumerate() {
+            let Some(&(row, &(at, n))) = next.peek() else {
+                break;
+            };
+            if at != i {
+                continue;
+            }
+            next.next();
+            if slot.computed + n >= slot.seq.history().len() && !slot.finished() {
+                jobs.push((row, &mut slot.seq));
+            }
+        }
+        if jobs.len() < 2 {
+            return picks;
+        }
+        let out = crate::ops::par_map_mut(&mut jobs, true, |(row, seq)| {
+            seq.pick(&logits[*row * vocab..(*row + 1) * vocab])
+        });
+        for ((row, _), p) in jobs.iter().zip(out) {
+            picks[*row] = Some(p);
+        }
+        picks
     }
 
     /// Removes the requests that ended (their pages stay in the prefix cache), keeping their

@@ -84,12 +84,21 @@ impl<'m> Sequence<'m> {
         room: bool,
         on_text: &mut dyn FnMut(&str) -> bool,
     ) -> Option<u32> {
+        let pick = self.pick(logits);
+        self.accept_pick(pick, room, on_text)
+    }
+
+    /// The choice half of [`Sequence::accept`]: reshapes the logits (the bias added, then
+    /// everything the output constraint does not allow next set to -inf), samples, and records
+    /// the log-probabilities (of the model's own logits). Touches only this sequence, so a
+    /// batch picks for all its sequences in parallel, then hands each pick to
+    /// [`Sequence::accept_pick`] in order. `None` when the sequence has ended or its constraint
+    /// failed.
+    pub fn pick(&mut self, logits: &[f32]) -> Option<u32> {
         if self.done {
             return None;
         }
-        // Bias and constraint act on a copy; log-probabilities stay the model's.
-        let shaped;
-        let choose_from = if self.matcher.is_some() || !self.req.logit_bias.is_empty() {
+        let shaped = if self.matcher.is_some() || !self.req.logit_bias.is_empty() {
             let mut l = logits.to_vec();
             for &(id, b) in &self.req.logit_bias {
                 if let Some(x) = l.get_mut(id as usize) {
@@ -97,9 +106,7 @@ impl<'m> Sequence<'m> {
                 }
             }
             if let Some(m) = &mut self.matcher {
-                if m.mask(&mut l).is_err() {
-                    return self.end(FinishReason::Stop, on_text);
-                }
+                m.mask(&mut l).ok()?;
                 // Through end-of-sequence tokens means past the constraint's own end too,
                 // while it allows anything else.
                 let stops = &self.model.stop_token_ids;
@@ -115,14 +122,15 @@ impl<'m> Sequence<'m> {
                     }
                 }
             }
-            shaped = l;
-            &shaped[..]
+            Some(l)
         } else {
-            logits
+            None
         };
-        let picked = self
-            .sampler
-            .sample(choose_from, &self.history, self.req.prompt_ids.len());
+        let picked = self.sampler.sample(
+            shaped.as_deref().unwrap_or(logits),
+            &self.history,
+            self.req.prompt_ids.len(),
+        );
         if let Some(n) = self.req.logprobs {
             self.out.logprobs.push(TokenLogprob {
                 token: picked.token,
@@ -130,7 +138,24 @@ impl<'m> Sequence<'m> {
                 top: top_logprobs(logits, n),
             });
         }
-        self.push_token(picked.token, room, on_text)
+        Some(picked.token)
+    }
+
+    /// The rest of [`Sequence::accept`] for a [`Sequence::pick`]: records the token, streams
+    /// its text, checks the stop conditions (a failed pick ends the sequence with "stop").
+    pub fn accept_pick(
+        &mut self,
+        pick: Option<u32>,
+        room: bool,
+        on_text: &mut dyn FnMut(&str) -> bool,
+    ) -> Option<u32> {
+        if self.done {
+            return None;
+        }
+        match pick {
+            Some(token) => self.push_token(token, room, on_text),
+            None => self.end(FinishReason::Stop, on_text),
+        }
     }
 
     /// Whether the next token is the plain argmax of the logits (greedy, no penalties, no

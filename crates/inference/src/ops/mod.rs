@@ -72,6 +72,16 @@ pub fn pass<R: Send>(f: impl FnOnce() -> R + Send) -> R {
     cpu::on_pool(f)
 }
 
+/// `f(item)` for every item, in parallel on the CPU thread pool when `parallel` (per-sequence
+/// host work of a step, such as output-constraint masks); the results in order.
+pub fn par_map_mut<T: Send, R: Send>(
+    items: &mut [T],
+    parallel: bool,
+    f: impl Fn(&mut T) -> R + Sync + Send,
+) -> Vec<R> {
+    cpu::par_map_mut(items, parallel, f)
+}
+
 /// `x *= s` elementwise.
 pub fn scale(x: &mut [f32], s: f32) {
     cpu::scale(x, s)

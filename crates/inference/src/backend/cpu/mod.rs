@@ -87,6 +87,21 @@ pub fn par_map<T: Send>(n: usize, min_len: usize, f: impl Fn(usize) -> T + Sync 
         .collect()
 }
 
+/// `f(item)` for every item of `items`, in parallel on the thread pool when `parallel`; the
+/// results in order.
+pub fn par_map_mut<T: Send, R: Send>(
+    items: &mut [T],
+    parallel: bool,
+    f: impl Fn(&mut T) -> R + Sync + Send,
+) -> Vec<R> {
+    use rayon::prelude::*;
+    if parallel {
+        items.par_iter_mut().map(f).collect()
+    } else {
+        items.iter_mut().map(f).collect()
+    }
+}
+
 /// `f(i, chunk)` for the consecutive chunks of `chunk` values of `out` (the last may be
 /// shorter), on the worker pool when `parallel`, else in order on the calling thread.
 pub fn par_chunks_mut<T: Send>(
