@@ -604,6 +604,22 @@ fn errors_auth_limits_and_metrics() {
         .ok("guided_choice completion");
     let text = r["choices"][0]["text"].as_str().unwrap();
     assert!(["alpha", "beta"].contains(&text), "{text:?}");
+    let r = server
+        .post(
+            "/v1/completions",
+            &json!({"model": gen, "prompt": "sum:", "max_tokens": 24,
+                    "grammar": "root ::= num \" + \" num\nnum ::= [1-9] [0-9]{0,2}"}),
+        )
+        .ok("GBNF completion");
+    let text = r["choices"][0]["text"].as_str().unwrap();
+    let parts: Vec<&str> = text.split(" + ").collect();
+    assert!(
+        parts.len() == 2
+            && parts
+                .iter()
+                .all(|p| (1..=3).contains(&p.len()) && p.bytes().all(|b| b.is_ascii_digit())),
+        "{text:?}"
+    );
     // logit_bias +100 all but forces a token.
     let r = server
         .post(
@@ -719,7 +735,7 @@ fn errors_auth_limits_and_metrics() {
         ),
         (
             "/v1/completions",
-            json!({"model": gen, "prompt": "hi", "grammar": "root ::= \"a\""}),
+            json!({"model": gen, "prompt": "hi", "grammar": "root ::= \"a"}),
             "grammar",
         ),
         (

@@ -102,6 +102,34 @@ fn regex_outputs_match_and_greedy_too() {
 }
 
 #[test]
+fn gbnf_outputs_follow_the_grammar() {
+    let m = model();
+    let spec = Spec::Gbnf(
+        "# a list of one to three colours\nroot ::= \"[\" colour (\", \" colour){0,2} \"]\"\ncolour ::= \"red\" | \"green\" | \"blue\"\n"
+            .into(),
+    );
+    for seed in 0..4 {
+        let (text, finish, _) = run(&m, Some(&spec), sampled(seed), 40);
+        assert_eq!(finish, FinishReason::Stop, "seed {seed}: {text:?}");
+        let inner = text
+            .strip_prefix('[')
+            .and_then(|t| t.strip_suffix(']'))
+            .unwrap();
+        let items: Vec<&str> = inner.split(", ").collect();
+        assert!((1..=3).contains(&items.len()), "{text:?}");
+        assert!(
+            items.iter().all(|c| ["red", "green", "blue"].contains(c)),
+            "{text:?}"
+        );
+    }
+    let e = m
+        .compile_constraint(&Spec::Gbnf("root ::= [a-z".into()))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("GBNF") && e.contains("line 1"), "{e}");
+}
+
+#[test]
 fn json_object_outputs_are_objects_or_their_beginnings() {
     // Random weights rarely close a free string, so these outputs may end at the limit: then
     // they are the start of an object (finish "length", as OpenAI reports it).

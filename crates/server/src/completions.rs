@@ -121,12 +121,6 @@ fn range(param: &str, v: Option<f32>, lo: f32, hi: f32) -> Result<(), ApiError> 
 /// The output constraint a request asks for (`response_format`, or one of the `json_schema` /
 /// `regex` / `guided_*` extensions), if any; what cannot be enforced is refused.
 fn constraint_spec(s: &Sampling) -> Result<Option<(&'static str, Spec)>, ApiError> {
-    if s.grammar.is_some() {
-        return Err(ApiError::invalid_param(
-            "grammar",
-            "GBNF `grammar` is not supported yet; use `json_schema`, `regex` or `guided_grammar` (Lark)",
-        ));
-    }
     // A schema given as a JSON string is read as JSON.
     let schema = |field: &'static str, v: &Value| -> Result<Spec, ApiError> {
         match v {
@@ -179,6 +173,16 @@ fn constraint_spec(s: &Sampling) -> Result<Option<(&'static str, Spec)>, ApiErro
     }
     if let Some(r) = &s.guided_regex {
         found.push(("guided_regex", Spec::Regex(r.clone())));
+    }
+    match &s.grammar {
+        None => {}
+        Some(Value::String(g)) => found.push(("grammar", Spec::Gbnf(g.clone()))),
+        Some(_) => {
+            return Err(ApiError::invalid_param(
+                "grammar",
+                "`grammar` must be GBNF text (a string)",
+            ))
+        }
     }
     if let Some(g) = &s.guided_grammar {
         found.push(("guided_grammar", Spec::Lark(g.clone())));

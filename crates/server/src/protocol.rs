@@ -217,7 +217,7 @@ pub struct Sampling {
     pub guided_choice: Option<Vec<String>>,
     /// Extension (vLLM): a Lark grammar the output follows.
     pub guided_grammar: Option<String>,
-    /// llama.cpp's GBNF grammar (not supported yet: refused).
+    /// Extension (llama.cpp): a GBNF grammar the output follows.
     pub grammar: Option<serde_json::Value>,
 }
 

@@ -74,6 +74,9 @@ pub struct ConstraintArgs {
     /// Constrain the output to the Lark grammar in FILE (llguidance's dialect).
     #[arg(long, value_name = "FILE", group = "constraint")]
     pub lark: Option<PathBuf>,
+    /// Constrain the output to the GBNF grammar in FILE (llama.cpp's format).
+    #[arg(long, value_name = "FILE", group = "constraint")]
+    pub grammar: Option<PathBuf>,
 }
 
 impl ConstraintArgs {
@@ -92,12 +95,19 @@ impl ConstraintArgs {
             Spec::Regex(r.clone())
         } else if let Some(p) = &self.lark {
             Spec::Lark(read(p)?)
+        } else if let Some(p) = &self.grammar {
+            Spec::Gbnf(read(p)?)
         } else {
             return Ok(None);
         };
-        let what = match (&self.json_schema, &self.lark) {
-            (Some(p), _) | (_, Some(p)) => format!(" in {}", p.display()),
-            _ => String::new(),
+        let what = match self
+            .json_schema
+            .as_ref()
+            .or(self.lark.as_ref())
+            .or(self.grammar.as_ref())
+        {
+            Some(p) => format!(" in {}", p.display()),
+            None => String::new(),
         };
         let c = model
             .compile_constraint(&spec)

@@ -15,6 +15,8 @@ use serde_json::Value;
 use crate::tokenizer::Tokenizer;
 use crate::{Error, Result};
 
+pub mod gbnf;
+
 /// What a request may generate.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Spec {
@@ -26,6 +28,8 @@ pub enum Spec {
     Regex(String),
     /// Text in this Lark grammar (llguidance's dialect).
     Lark(String),
+    /// Text in this GBNF grammar (llama.cpp's format; translated to Lark).
+    Gbnf(String),
 }
 
 /// JSON is written compactly with one space after `,` and `:` (as `json.dumps` writes it):
@@ -45,15 +49,16 @@ fn compact(mut schema: Value) -> Value {
 }
 
 impl Spec {
-    fn grammar(&self) -> TopLevelGrammar {
-        match self {
+    fn grammar(&self) -> Result<TopLevelGrammar> {
+        Ok(match self {
             Spec::JsonSchema(s) => TopLevelGrammar::from_json_schema(compact(s.clone())),
             Spec::JsonObject => {
                 TopLevelGrammar::from_json_schema(compact(serde_json::json!({"type": "object"})))
             }
             Spec::Regex(r) => TopLevelGrammar::from_regex(r),
             Spec::Lark(g) => TopLevelGrammar::from_lark(g.clone()),
-        }
+            Spec::Gbnf(g) => TopLevelGrammar::from_lark(gbnf::to_lark(g)?),
+        })
     }
 
     /// The name of the kind, for messages.
@@ -63,6 +68,7 @@ impl Spec {
             Spec::JsonObject => "JSON object",
             Spec::Regex(_) => "regular expression",
             Spec::Lark(_) => "grammar",
+            Spec::Gbnf(_) => "GBNF grammar",
         }
     }
 }
@@ -110,7 +116,7 @@ impl Vocabulary {
     pub fn compile(&self, spec: &Spec) -> Result<Constraint> {
         let parser = self
             .factory
-            .create_parser(spec.grammar())
+            .create_parser(spec.grammar()?)
             .map_err(|e| Error::InvalidInput(format!("invalid {}: {e}", spec.kind())))?;
         Ok(Constraint {
             parser,
