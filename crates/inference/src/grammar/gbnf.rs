@@ -142,7 +142,7 @@ pub fn to_lark(src: &str) -> Result<String> {
                             };
                             i += 1;
                             match ch {
-                                ']' if class.len() > 1 && !(class == "[^") => break,
+                                ']' if class.len() > 1 && class != "[^" => break,
                                 '\\' => {
                                     let Some(&e) = chars.get(i) else {
                                         return Err(bad(line, "a character class ends in `\\`"));
