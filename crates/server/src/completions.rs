@@ -48,8 +48,8 @@ struct Reply {
     logprobs: Option<usize>,
     include_usage: bool,
     arrived: Instant,
-    /// Parse tool calls out of the choices (chat with `tools`).
-    tools: bool,
+    /// Parse tool calls in this format out of the choices (chat with `tools`).
+    tools: Option<crate::tools::Format>,
 }
 
 impl Reply {
@@ -85,7 +85,7 @@ impl Reply {
                 .as_ref()
                 .is_some_and(|o| o.include_usage),
             arrived,
-            tools: false,
+            tools: None,
         }
     }
 }
@@ -496,10 +496,11 @@ pub async fn chat(State(state): State<Arc<AppState>>, body: Body) -> Result<Resp
     if let Some(t) = &tools {
         crate::tools::validate(t)?;
     }
-    if tools.is_some() && !crate::tools::template_has_tool_calls(&gen.model) {
+    let format = crate::tools::format_of(&gen.model);
+    if tools.is_some() && format.is_none() {
         return Err(ApiError::invalid_param(
             "tools",
-            "this model's chat template has no tool-call format Lattice parses (Hermes / Qwen `<tool_call>` blocks)",
+            "this model's chat template has no tool-call format Lattice parses (Hermes / Qwen `<tool_call>`, Mistral `[TOOL_CALLS]`, Llama 3 JSON)",
         ));
     }
     let mut spec = constraint_spec(&sampling)?;
@@ -514,10 +515,15 @@ pub async fn chat(State(state): State<Arc<AppState>>, body: Body) -> Result<Resp
         let c = choice.as_ref().expect("forced implies a choice");
         spec = Some((
             "tool_choice",
-            crate::tools::forced_call(t, c, req.parallel_tool_calls.unwrap_or(true))?,
+            crate::tools::forced_call(
+                format.expect("checked above"),
+                t,
+                c,
+                req.parallel_tool_calls.unwrap_or(true),
+            )?,
         ));
     }
-    let parse_tools = tools.is_some();
+    let parse_tools = format.filter(|_| tools.is_some());
     let mut opts = RenderOptions {
         add_generation_prompt: true,
         tools,
@@ -709,8 +715,8 @@ async fn collect(
             });
             match reply.api {
                 Api::Chat => {
-                    let (content, calls) = if reply.tools {
-                        crate::tools::parse(&g.text)
+                    let (content, calls) = if let Some(f) = reply.tools {
+                        crate::tools::parse(f, &g.text)
                     } else {
                         (g.text.clone(), Vec::new())
                     };
@@ -941,8 +947,8 @@ impl Streamer {
                 self.cached_tokens +=
                     cached_tokens(&self.reply, [(index, &generation)].into_iter());
                 let mut finish = json!(generation.finish_reason.as_str());
-                if self.reply.tools {
-                    let (_, calls) = crate::tools::parse(&generation.text);
+                if let Some(f) = self.reply.tools {
+                    let (_, calls) = crate::tools::parse(f, &generation.text);
                     let c = if calls.is_empty() {
                         // No call after all: the rest of the text is content.
                         let rest = generation
@@ -1015,8 +1021,10 @@ fn sse_response(
         ended: false,
         tool_streams: Vec::new(),
     };
-    if s.reply.tools {
-        s.tool_streams = (0..choices).map(|_| Default::default()).collect();
+    if let Some(f) = s.reply.tools {
+        s.tool_streams = (0..choices)
+            .map(|_| crate::tools::ToolStream::new(f))
+            .collect();
     }
     s.start();
     let stream = futures_util::stream::unfold(s, |mut s| async move {

@@ -1,5 +1,5 @@
-//! Tool calls in chat completions: the tool-call format of a model's chat template (Qwen /
-//! Hermes: `<tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>`), the calls parsed
+//! Tool calls in chat completions: the tool-call format of a model's chat template ([`Format`]:
+//! Qwen / Hermes `<tool_call>` blocks, Mistral `[TOOL_CALLS]`, Llama 3.x JSON), the calls parsed
 //! out of its output into OpenAI's `tool_calls`, the constraint that forces a call
 //! (`tool_choice: "required"` or a named function: the call is generated under a grammar of
 //! the tools' parameter schemas), and the streamed form (text before a call streams; the calls
@@ -13,13 +13,49 @@ use crate::error::ApiError;
 
 const OPEN: &str = "<tool_call>";
 const CLOSE: &str = "</tool_call>";
+const MISTRAL: &str = "[TOOL_CALLS]";
+const PYTHON_TAG: &str = "<|python_tag|>";
 
-/// Whether `model`'s chat template writes Hermes-style tool calls (the one format parsed).
-pub fn template_has_tool_calls(model: &TextModel) -> bool {
-    model
-        .chat_template
-        .as_ref()
-        .is_some_and(|t| t.source().contains(OPEN))
+/// How a model writes tool calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// Qwen / Hermes: `<tool_call>\n{"name": N, "arguments": {...}}\n</tool_call>`, one block
+    /// per call.
+    Hermes,
+    /// Mistral: `[TOOL_CALLS][{"name": N, "arguments": {...}}, ...]`.
+    Mistral,
+    /// Llama 3.x: the reply is `{"name": N, "parameters": {...}}` (after an optional
+    /// `<|python_tag|>`), calls separated by `;`.
+    Llama3,
+}
+
+/// The tool-call format `model`'s chat template asks for, if it is one of [`Format`]'s.
+pub fn format_of(model: &TextModel) -> Option<Format> {
+    let src = model.chat_template.as_ref()?.source();
+    if src.contains(OPEN) {
+        Some(Format::Hermes)
+    } else if src.contains(MISTRAL) {
+        Some(Format::Mistral)
+    } else if src.contains(PYTHON_TAG) || src.contains("JSON for a function call") {
+        Some(Format::Llama3)
+    } else {
+        None
+    }
+}
+
+/// A call from its JSON object (`name` and `arguments` or `parameters`).
+fn call_of(v: &Value) -> Option<ToolCall> {
+    let name = v.get("name")?.as_str()?.to_owned();
+    let args = v
+        .get("arguments")
+        .or_else(|| v.get("parameters"))
+        .cloned()
+        .unwrap_or_else(|| json!({}));
+    let arguments = match args {
+        Value::String(s) => s,
+        other => other.to_string(),
+    };
+    Some(ToolCall { name, arguments })
 }
 
 /// One call: the function's name and its arguments as a JSON string.
@@ -31,25 +67,56 @@ pub struct ToolCall {
     pub arguments: String,
 }
 
-/// Splits `text` into the content outside tool-call blocks and the calls inside them; a block
-/// that is not a `{"name", "arguments"}` object stays in the content.
-pub fn parse(text: &str) -> (String, Vec<ToolCall>) {
+/// Splits `text` into the content and the calls `format` writes; text that does not parse as
+/// calls stays content.
+pub fn parse(format: Format, text: &str) -> (String, Vec<ToolCall>) {
+    match format {
+        Format::Hermes => parse_hermes(text),
+        Format::Mistral => {
+            let Some(at) = text.find(MISTRAL) else {
+                return (text.trim().to_owned(), Vec::new());
+            };
+            let list = text[at + MISTRAL.len()..].trim();
+            let calls: Option<Vec<ToolCall>> = serde_json::from_str::<Vec<Value>>(list)
+                .ok()
+                .and_then(|l| l.iter().map(call_of).collect());
+            match calls {
+                Some(c) if !c.is_empty() => (text[..at].trim().to_owned(), c),
+                _ => (text.trim().to_owned(), Vec::new()),
+            }
+        }
+        Format::Llama3 => {
+            let body = text.trim();
+            let body = body.strip_prefix(PYTHON_TAG).unwrap_or(body).trim();
+            let calls: Option<Vec<ToolCall>> = body
+                .split(';')
+                .map(|p| {
+                    serde_json::from_str::<Value>(p.trim())
+                        .ok()
+                        .as_ref()
+                        .and_then(call_of)
+                })
+                .collect();
+            match calls {
+                Some(c) if !c.is_empty() => (String::new(), c),
+                _ => (text.trim().to_owned(), Vec::new()),
+            }
+        }
+    }
+}
+
+fn parse_hermes(text: &str) -> (String, Vec<ToolCall>) {
     let (mut content, mut calls) = (String::new(), Vec::new());
     let mut rest = text;
     while let Some(start) = rest.find(OPEN) {
         let after = &rest[start + OPEN.len()..];
         let Some(end) = after.find(CLOSE) else { break };
         let body = after[..end].trim();
-        let call = serde_json::from_str::<Value>(body).ok().and_then(|v| {
-            let name = v.get("name")?.as_str()?.to_owned();
-            let args = v.get("arguments").cloned().unwrap_or_else(|| json!({}));
-            let arguments = match args {
-                Value::String(s) => s,
-                other => other.to_string(),
-            };
-            Some(ToolCall { name, arguments })
-        });
-        match call {
+        match serde_json::from_str::<Value>(body)
+            .ok()
+            .as_ref()
+            .and_then(call_of)
+        {
             Some(c) => {
                 content.push_str(&rest[..start]);
                 calls.push(c);
@@ -119,7 +186,12 @@ fn functions(tools: &Value) -> Result<Vec<(String, Value)>, ApiError> {
 /// The constraint of a forced call: `required` (any of `tools`) or a named function, one call
 /// or (with `parallel`) several, each `<tool_call>\n{"name": N, "arguments": ARGS}\n</tool_call>`
 /// with ARGS under that function's parameter schema.
-pub fn forced_call(tools: &Value, choice: &Value, parallel: bool) -> Result<Spec, ApiError> {
+pub fn forced_call(
+    format: Format,
+    tools: &Value,
+    choice: &Value,
+    parallel: bool,
+) -> Result<Spec, ApiError> {
     let mut fns = functions(tools)?;
     if let Some(name) = choice.pointer("/function/name").and_then(Value::as_str) {
         fns.retain(|(n, _)| n == name);
@@ -136,57 +208,108 @@ pub fn forced_call(tools: &Value, choice: &Value, parallel: bool) -> Result<Spec
             "`tool_choice` needs at least one tool",
         ));
     }
+    let args_key = if format == Format::Llama3 {
+        "parameters"
+    } else {
+        "arguments"
+    };
     let one: Vec<Value> = fns
         .iter()
         .map(|(n, p)| {
             json!({
                 "type": "object",
-                "properties": {"name": {"const": n}, "arguments": p},
-                "required": ["name", "arguments"],
+                "properties": {"name": {"const": n}, args_key: p},
+                "required": ["name", args_key],
                 "additionalProperties": false,
             })
         })
         .collect();
-    let schema = json!({
-        "anyOf": one,
-        "x-guidance": {"whitespace_flexible": false, "item_separator": ", ", "key_separator": ": "},
-    });
-    let call = format!("\"{OPEN}\\n\" %json {schema} \"\\n{CLOSE}\"");
-    let start = if parallel {
-        "start: call (\"\\n\" call)*"
-    } else {
-        "start: call"
+    let compact =
+        json!({"whitespace_flexible": false, "item_separator": ", ", "key_separator": ": "});
+    let schema = json!({"anyOf": one, "x-guidance": compact});
+    let lark = match format {
+        Format::Hermes => {
+            let call = format!("\"{OPEN}\\n\" %json {schema} \"\\n{CLOSE}\"");
+            let more = if parallel { " (\"\\n\" call)*" } else { "" };
+            format!("start: call{more}\ncall: {call}\n")
+        }
+        Format::Mistral => {
+            // The whole list is one JSON value.
+            let mut list = json!({"type": "array", "items": {"anyOf": one}, "minItems": 1, "x-guidance": compact});
+            if !parallel {
+                list["maxItems"] = json!(1);
+            }
+            format!("start: \"{}\" %json {list}\n", MISTRAL)
+        }
+        Format::Llama3 => {
+            let more = if parallel { " (\"; \" call)*" } else { "" };
+            format!("start: call{more}\ncall: %json {schema}\n")
+        }
     };
-    Ok(Spec::Lark(format!("{start}\ncall: {call}\n")))
+    Ok(Spec::Lark(lark))
 }
 
 /// Streaming with tools: content streams until a tool-call block may be starting; from there
 /// on the rest is held for [`parse`] at the end.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct ToolStream {
+    format: Format,
     held: String,
     calling: bool,
+    /// Whether any text came yet (Llama 3 calls are the whole reply).
+    started: bool,
 }
 
 impl ToolStream {
+    /// A stream of text in `format`.
+    pub fn new(format: Format) -> Self {
+        ToolStream {
+            format,
+            held: String::new(),
+            calling: false,
+            started: false,
+        }
+    }
+
     /// Takes the next piece of text; returns what may be sent now.
     pub fn push(&mut self, piece: &str) -> String {
         if self.calling {
             return String::new();
         }
         self.held.push_str(piece);
-        if let Some(at) = self.held.find(OPEN) {
+        if self.format == Format::Llama3 {
+            // A reply that starts as a call is held whole; anything else streams.
+            let t = self.held.trim_start();
+            if !self.started && t.is_empty() {
+                return String::new();
+            }
+            if !self.started {
+                self.started = true;
+                if t.starts_with('{') || PYTHON_TAG.starts_with(t) || t.starts_with(PYTHON_TAG) {
+                    self.calling = true;
+                    self.held.clear();
+                    return String::new();
+                }
+            }
+            return std::mem::take(&mut self.held);
+        }
+        let open = if self.format == Format::Mistral {
+            MISTRAL
+        } else {
+            OPEN
+        };
+        if let Some(at) = self.held.find(open) {
             self.calling = true;
             let send = self.held[..at].to_owned();
             self.held.clear();
             return send;
         }
-        // Keep a tail that could be the start of `<tool_call>`.
-        let keep = (1..OPEN.len().min(self.held.len() + 1))
+        // Keep a tail that could be the start of the call marker.
+        let keep = (1..open.len().min(self.held.len() + 1))
             .rev()
             .find(|&n| {
                 self.held.is_char_boundary(self.held.len() - n)
-                    && OPEN.starts_with(&self.held[self.held.len() - n..])
+                    && open.starts_with(&self.held[self.held.len() - n..])
             })
             .unwrap_or(0);
         let cut = self.held.len() - keep;
@@ -213,19 +336,53 @@ mod tests {
     #[test]
     fn parses_calls_and_keeps_the_rest() {
         let t = "Sure.\n<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": 1}}\n</tool_call>\n<tool_call>\n{\"name\": \"g\", \"arguments\": {}}\n</tool_call>";
-        let (content, calls) = parse(t);
+        let (content, calls) = parse(Format::Hermes, t);
         assert_eq!(content, "Sure.");
         assert_eq!(calls.len(), 2);
         assert_eq!(calls[0].name, "f");
         assert_eq!(calls[0].arguments, "{\"a\":1}");
-        let (content, calls) = parse("<tool_call>not json</tool_call> x");
+        let (content, calls) = parse(Format::Hermes, "<tool_call>not json</tool_call> x");
         assert!(calls.is_empty());
         assert_eq!(content, "<tool_call>not json</tool_call> x");
     }
 
     #[test]
+    fn parses_mistral_and_llama3_calls() {
+        let (content, calls) = parse(
+            Format::Mistral,
+            "Checking.[TOOL_CALLS][{\"name\": \"f\", \"arguments\": {\"a\": 1}}, {\"name\": \"g\", \"arguments\": {}}]",
+        );
+        assert_eq!(content, "Checking.");
+        assert_eq!((calls[0].name.as_str(), calls[1].name.as_str()), ("f", "g"));
+        let (content, calls) = parse(
+            Format::Llama3,
+            "<|python_tag|>{\"name\": \"f\", \"parameters\": {\"a\": 1}}; {\"name\": \"g\", \"parameters\": {}}",
+        );
+        assert!(content.is_empty());
+        assert_eq!(calls[0].arguments, "{\"a\":1}");
+        assert_eq!(calls[1].name, "g");
+        let (content, calls) = parse(Format::Llama3, "Just text {not a call}");
+        assert!(calls.is_empty());
+        assert_eq!(content, "Just text {not a call}");
+    }
+
+    #[test]
+    fn forced_calls_compile_to_grammars_for_every_format() {
+        let tools = json!([{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]);
+        for f in [Format::Hermes, Format::Mistral, Format::Llama3] {
+            for parallel in [false, true] {
+                let Spec::Lark(g) = forced_call(f, &tools, &json!("required"), parallel).unwrap()
+                else {
+                    panic!("not lark");
+                };
+                assert!(g.starts_with("start: "), "{g}");
+            }
+        }
+    }
+
+    #[test]
     fn streams_content_and_holds_calls() {
-        let mut s = ToolStream::default();
+        let mut s = ToolStream::new(Format::Hermes);
         let mut sent = String::new();
         for piece in [
             "Hel",
@@ -239,12 +396,18 @@ mod tests {
         }
         assert_eq!(sent, "Hello ");
         assert!(s.calling());
-        let mut s = ToolStream::default();
+        let mut s = ToolStream::new(Format::Hermes);
         let mut sent = String::new();
         for piece in ["a <", "b", " <too"] {
             sent.push_str(&s.push(piece));
         }
         sent.push_str(&s.take_held());
         assert_eq!(sent, "a <b <too");
+        let mut s = ToolStream::new(Format::Llama3);
+        assert_eq!(s.push(" {\"name\""), "");
+        assert!(s.calling());
+        let mut s = ToolStream::new(Format::Llama3);
+        assert_eq!(s.push("Hi"), "Hi");
+        assert_eq!(s.push(" there"), " there");
     }
 }
