@@ -381,6 +381,47 @@ mod tests {
     }
 
     #[test]
+    fn arbitrary_output_never_panics() {
+        let pieces = [
+            "<tool_call>",
+            "</tool_call>",
+            "[TOOL_CALLS]",
+            "<|python_tag|>",
+            "{",
+            "}",
+            "[",
+            "]",
+            "\"name\"",
+            ": ",
+            "\"f\"",
+            ", ",
+            "\"arguments\"",
+            ";",
+            "é",
+            "\n",
+            "<to",
+            "x",
+        ];
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        for _ in 0..20_000 {
+            let mut text = String::new();
+            for _ in 0..(x % 20) {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                text.push_str(pieces[(x % pieces.len() as u64) as usize]);
+            }
+            for f in [Format::Hermes, Format::Mistral, Format::Llama3] {
+                let _ = parse(f, &text);
+                let mut s = ToolStream::new(f);
+                for piece in text.split_inclusive(|c: char| c == '<' || c == ' ') {
+                    let _ = s.push(piece);
+                }
+            }
+        }
+    }
+
+    #[test]
     fn streams_content_and_holds_calls() {
         let mut s = ToolStream::new(Format::Hermes);
         let mut sent = String::new();

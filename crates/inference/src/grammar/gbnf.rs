@@ -238,6 +238,26 @@ mod tests {
     }
 
     #[test]
+    fn arbitrary_text_never_panics() {
+        // GBNF-looking noise: every outcome is a grammar or an error, never a panic.
+        let pieces = [
+            "root", " ::= ", "\"", "\\", "[", "]", "^", "(", ")", "|", "*", "+", "?", "{", "}",
+            "1", ",", "-", ".", "#", "\n", " ", "a", "é", "\\U", "\\x", "/", "::",
+        ];
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        for _ in 0..20_000 {
+            let mut src = String::new();
+            for _ in 0..(x % 24) {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                src.push_str(pieces[(x % pieces.len() as u64) as usize]);
+            }
+            let _ = to_lark(&src);
+        }
+    }
+
+    #[test]
     fn errors_name_the_line() {
         for (src, want) in [
             ("root ::= \"abc", "line 1: unterminated string"),
