@@ -414,7 +414,7 @@ mod tests {
             for f in [Format::Hermes, Format::Mistral, Format::Llama3] {
                 let _ = parse(f, &text);
                 let mut s = ToolStream::new(f);
-                for piece in text.split_inclusive(|c: char| c == '<' || c == ' ') {
+                for piece in text.split_inclusive(['<', ' ']) {
                     let _ = s.push(piece);
                 }
             }
