@@ -585,6 +585,40 @@ fn errors_auth_limits_and_metrics() {
         );
         assert_eq!(r["choices"][0]["finish_reason"], "stop", "{r}");
     }
+    // Every choice of n follows the schema, streamed too.
+    let body = json!({"model": gen, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 64,
+        "n": 3, "seed": 11, "response_format": {"type": "json_schema",
+        "json_schema": {"name": "t", "schema": schema}}});
+    let r = server
+        .post("/v1/chat/completions", &body)
+        .ok("json_schema n=3");
+    for c in r["choices"].as_array().unwrap() {
+        let v: Value = serde_json::from_str(c["message"]["content"].as_str().unwrap()).unwrap();
+        assert!(v["ok"].is_boolean() && v["n"].is_i64(), "{v}");
+    }
+    let mut body = body.clone();
+    body["stream"] = json!(true);
+    let text = server.post("/v1/chat/completions", &body).text();
+    let mut streamed = vec![String::new(); 3];
+    for d in text
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter(|d| *d != "[DONE]")
+    {
+        let chunk: Value = serde_json::from_str(d).unwrap();
+        for c in chunk["choices"].as_array().unwrap() {
+            if let Some(t) = c["delta"]["content"].as_str() {
+                streamed[c["index"].as_u64().unwrap() as usize].push_str(t);
+            }
+        }
+    }
+    for (i, s) in streamed.iter().enumerate() {
+        assert_eq!(
+            s,
+            r["choices"][i]["message"]["content"].as_str().unwrap(),
+            "choice {i}"
+        );
+    }
     let r = server
         .post(
             "/v1/completions",
