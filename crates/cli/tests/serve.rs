@@ -7,6 +7,11 @@
 //! Needs `.cache/models/all-MiniLM-L6-v2` and `SmolLM2-135M-Instruct.Q4_1.gguf`
 //! (scripts/fetch_models.sh) and, for the client test, Python 3 with pip and venv
 //! (scripts/setup_openai_client.sh makes `.cache/venv-openai`).
+//!
+//! On a GPU machine (issue 13): `LATTICE_TEST_DEVICE=cuda` serves and generates with
+//! `--device cuda`; `LATTICE_TEST_SLOW_MODEL` replaces SmolLM2 (whose quantized matrices are
+//! CPU-only) with a model the device runs, `LATTICE_TEST_EMBED_MODEL` replaces MiniLM, and
+//! `LATTICE_TEST_PYTHON` names a Python with the `openai` package instead of the venv.
 
 mod support;
 
@@ -32,15 +37,28 @@ fn fixture(name: &str) -> String {
     path_str(support::fixture(name))
 }
 
+/// The device generation runs on (`LATTICE_TEST_DEVICE`; unset: the CPU).
+fn device() -> Option<String> {
+    std::env::var("LATTICE_TEST_DEVICE")
+        .ok()
+        .filter(|d| !d.is_empty() && d != "cpu")
+}
+
 fn minilm() -> String {
-    path_str(fetched_model("all-MiniLM-L6-v2", "model.safetensors"))
+    match std::env::var("LATTICE_TEST_EMBED_MODEL") {
+        Ok(m) => m,
+        Err(_) => path_str(fetched_model("all-MiniLM-L6-v2", "model.safetensors")),
+    }
 }
 
 /// SmolLM2-135M-Instruct (Q4_1 GGUF): slow enough (about 100 tokens/s on two cores) that a
 /// request is reliably still running while the test acts; the tiny fixtures decode over 10,000
 /// tokens/s.
 fn smollm2() -> String {
-    path_str(fetched_model("SmolLM2-135M-Instruct.Q4_1.gguf", ""))
+    match std::env::var("LATTICE_TEST_SLOW_MODEL") {
+        Ok(m) => m,
+        Err(_) => path_str(fetched_model("SmolLM2-135M-Instruct.Q4_1.gguf", "")),
+    }
 }
 
 /// Runs `lattice` and asserts success.
@@ -78,6 +96,10 @@ fn cli_generate(model: &str, prompt: &str, max_tokens: usize, extra: &[&str]) ->
         "--json",
     ];
     args.extend_from_slice(extra);
+    let dev = device();
+    if let Some(d) = &dev {
+        args.extend(["--device", d.as_str()]);
+    }
     json_lines(&lattice(&args)).remove(0)
 }
 
@@ -111,9 +133,14 @@ impl Server {
     /// Starts `lattice serve --port 0 ARGS` and waits for its "listening on" line.
     fn start(args: &[&str]) -> Server {
         let key = args.iter().position(|a| *a == "--api-key").map(|_| KEY);
+        let dev: Vec<String> = match device() {
+            Some(d) if args.contains(&"--model") => vec!["--device".into(), d],
+            _ => Vec::new(),
+        };
         let mut child = Command::new(env!("CARGO_BIN_EXE_lattice"))
             .args(["serve", "--port", "0"])
             .args(args)
+            .args(&dev)
             .env_remove("LATTICE_API_KEY")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -421,16 +448,18 @@ fn wait_for_metric(server: &Server, name: &str, want: f64, timeout: Duration) ->
 #[test]
 fn openai_client_matches_the_command_line() {
     let root = repo_root();
-    let setup = Command::new("bash")
-        .arg(root.join("scripts/setup_openai_client.sh"))
-        .output()
-        .expect("bash runs");
-    assert!(
-        setup.status.success(),
-        "scripts/setup_openai_client.sh failed (Python 3 with pip and venv is required): {}",
-        String::from_utf8_lossy(&setup.stderr)
-    );
-    let python = String::from_utf8(setup.stdout).unwrap().trim().to_owned();
+    let python = std::env::var("LATTICE_TEST_PYTHON").unwrap_or_else(|_| {
+        let setup = Command::new("bash")
+            .arg(root.join("scripts/setup_openai_client.sh"))
+            .output()
+            .expect("bash runs");
+        assert!(
+            setup.status.success(),
+            "scripts/setup_openai_client.sh failed (Python 3 with pip and venv is required): {}",
+            String::from_utf8_lossy(&setup.stderr)
+        );
+        String::from_utf8(setup.stdout).unwrap().trim().to_owned()
+    });
     assert!(Path::new(&python).is_file(), "no python at {python:?}");
 
     let gen = fixture("tiny-qwen3");
