@@ -564,6 +564,13 @@ pub async fn chat(State(state): State<Arc<AppState>>, body: Body) -> Result<Resp
         arrived,
     );
     reply.tools = parse_tools;
+    let mut requests = requests;
+    if parse_tools.is_some() {
+        // Tool-call markers are special tokens in some vocabularies (Qwen2.5's GGUF, Mistral).
+        for r in &mut requests {
+            r.keep_special_tokens = true;
+        }
+    }
     start(&state, gen, reply, requests, &sampling).await
 }
 

@@ -106,6 +106,18 @@ pub fn parse(format: Format, text: &str) -> (String, Vec<ToolCall>) {
 }
 
 fn parse_hermes(text: &str) -> (String, Vec<ToolCall>) {
+    // A reply that is only the call's JSON, without the tags (small models do this): a call
+    // when it is exactly {"name": string, "arguments": object}.
+    if let Ok(Value::Object(o)) = serde_json::from_str::<Value>(text.trim()) {
+        if o.len() == 2
+            && o.get("name").is_some_and(Value::is_string)
+            && o.get("arguments").is_some_and(Value::is_object)
+        {
+            if let Some(c) = call_of(&Value::Object(o)) {
+                return (String::new(), vec![c]);
+            }
+        }
+    }
     let (mut content, mut calls) = (String::new(), Vec::new());
     let mut rest = text;
     while let Some(start) = rest.find(OPEN) {
@@ -277,20 +289,23 @@ impl ToolStream {
             return String::new();
         }
         self.held.push_str(piece);
-        if self.format == Format::Llama3 {
-            // A reply that starts as a call is held whole; anything else streams.
+        // A reply that starts as a call's JSON (Llama 3, or Hermes without its tags) is held
+        // whole.
+        if !self.started {
             let t = self.held.trim_start();
-            if !self.started && t.is_empty() {
+            if t.is_empty() {
                 return String::new();
             }
-            if !self.started {
-                self.started = true;
-                if t.starts_with('{') || PYTHON_TAG.starts_with(t) || t.starts_with(PYTHON_TAG) {
-                    self.calling = true;
-                    self.held.clear();
-                    return String::new();
-                }
+            self.started = true;
+            let llama = self.format == Format::Llama3
+                && (PYTHON_TAG.starts_with(t) || t.starts_with(PYTHON_TAG));
+            if t.starts_with('{') || llama {
+                self.calling = true;
+                self.held.clear();
+                return String::new();
             }
+        }
+        if self.format == Format::Llama3 {
             return std::mem::take(&mut self.held);
         }
         let open = if self.format == Format::Mistral {
@@ -341,6 +356,13 @@ mod tests {
         assert_eq!(calls.len(), 2);
         assert_eq!(calls[0].name, "f");
         assert_eq!(calls[0].arguments, "{\"a\":1}");
+        let (content, calls) = parse(
+            Format::Hermes,
+            " {\"name\": \"f\", \"arguments\": {\"a\": 2}}",
+        );
+        assert_eq!((content.as_str(), calls.len()), ("", 1));
+        let (_, calls) = parse(Format::Hermes, "{\"name\": \"f\", \"other\": 1}");
+        assert!(calls.is_empty());
         let (content, calls) = parse(Format::Hermes, "<tool_call>not json</tool_call> x");
         assert!(calls.is_empty());
         assert_eq!(content, "<tool_call>not json</tool_call> x");

@@ -27,6 +27,9 @@ pub struct GenerateRequest {
     /// Added to the logits of these token ids before each choice (OpenAI `logit_bias`: -100
     /// bans a token, +100 all but forces it).
     pub logit_bias: Vec<(u32, f32)>,
+    /// Keep special tokens (other than the ones that end generation) in the text, for callers
+    /// that parse markers such as a tool call's `<tool_call>` or `[TOOL_CALLS]`.
+    pub keep_special_tokens: bool,
 }
 
 impl GenerateRequest {
@@ -41,6 +44,7 @@ impl GenerateRequest {
             ignore_eos: false,
             constraint: None,
             logit_bias: Vec::new(),
+            keep_special_tokens: false,
         }
     }
 }

@@ -38,7 +38,7 @@ impl<'m> Sequence<'m> {
         Self {
             model,
             sampler: Sampler::new(req.sampling.clone()),
-            stream: model.tokenizer.decode_stream(true),
+            stream: model.tokenizer.decode_stream(!req.keep_special_tokens),
             stops: StopMatcher::new(req.stop.clone()),
             history: req.prompt_ids.clone(),
             matcher: req.constraint.as_ref().map(|c| c.matcher()),
