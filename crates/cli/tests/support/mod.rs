@@ -2,6 +2,8 @@
 //! the fetched models, and the clean-failure check.
 #![allow(dead_code)] // each test file uses its own subset
 
+pub mod server;
+
 use std::path::PathBuf;
 use std::process::{Command, Output};
 

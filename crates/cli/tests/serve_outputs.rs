@@ -1,0 +1,243 @@
+//! Structured outputs and tool calls over HTTP on the tiny random-weight Qwen3 fixture: outputs
+//! under a JSON Schema, a regex, a choice list and a GBNF grammar follow them whatever the
+//! weights (every choice of `n`, streamed too), `logit_bias` forces a token, and tools come
+//! back as `tool_calls` (forced calls, streamed deltas, errors naming the field). The server's
+//! other tests are in serve.rs.
+
+mod support;
+
+use serde_json::{json, Value};
+use support::server::*;
+
+/// `response_format`, `regex`, `guided_choice`, `grammar` and `logit_bias` act on the output.
+#[test]
+fn constrained_outputs_over_http() {
+    let gen = fixture("tiny-qwen3");
+    let server = Server::start(&["--model", &gen]);
+    // Constrained outputs, whatever the (random) weights: a schema, a regex, a choice.
+    let schema = json!({"type": "object", "properties": {"ok": {"type": "boolean"},
+        "n": {"type": "integer", "minimum": 1, "maximum": 9}}, "required": ["ok", "n"],
+        "additionalProperties": false});
+    for seed in 0..3 {
+        let r = server
+            .post(
+                "/v1/chat/completions",
+                &json!({"model": gen, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 64,
+                        "seed": seed, "response_format": {"type": "json_schema",
+                        "json_schema": {"name": "t", "schema": schema, "strict": true}}}),
+            )
+            .ok("json_schema chat");
+        let content = r["choices"][0]["message"]["content"].as_str().unwrap();
+        let v: Value = serde_json::from_str(content).unwrap_or_else(|e| panic!("{e}: {content:?}"));
+        assert!(
+            v["ok"].is_boolean() && (1..=9).contains(&v["n"].as_i64().unwrap()),
+            "{v}"
+        );
+        assert_eq!(r["choices"][0]["finish_reason"], "stop", "{r}");
+    }
+    // Every choice of n follows the schema, streamed too.
+    let body = json!({"model": gen, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 64,
+        "n": 3, "seed": 11, "response_format": {"type": "json_schema",
+        "json_schema": {"name": "t", "schema": schema}}});
+    let r = server
+        .post("/v1/chat/completions", &body)
+        .ok("json_schema n=3");
+    for c in r["choices"].as_array().unwrap() {
+        let v: Value = serde_json::from_str(c["message"]["content"].as_str().unwrap()).unwrap();
+        assert!(v["ok"].is_boolean() && v["n"].is_i64(), "{v}");
+    }
+    let mut body = body.clone();
+    body["stream"] = json!(true);
+    let text = server.post("/v1/chat/completions", &body).text();
+    let mut streamed = vec![String::new(); 3];
+    for d in text
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter(|d| *d != "[DONE]")
+    {
+        let chunk: Value = serde_json::from_str(d).unwrap();
+        for c in chunk["choices"].as_array().unwrap() {
+            if let Some(t) = c["delta"]["content"].as_str() {
+                streamed[c["index"].as_u64().unwrap() as usize].push_str(t);
+            }
+        }
+    }
+    for (i, s) in streamed.iter().enumerate() {
+        assert_eq!(
+            s,
+            r["choices"][i]["message"]["content"].as_str().unwrap(),
+            "choice {i}"
+        );
+    }
+    let r = server
+        .post(
+            "/v1/completions",
+            &json!({"model": gen, "prompt": "id:", "max_tokens": 16, "regex": "[0-9]{4}"}),
+        )
+        .ok("regex completion");
+    let text = r["choices"][0]["text"].as_str().unwrap();
+    assert!(
+        text.len() == 4 && text.bytes().all(|b| b.is_ascii_digit()),
+        "{text:?}"
+    );
+    let r = server
+        .post(
+            "/v1/completions",
+            &json!({"model": gen, "prompt": "pick:", "max_tokens": 16, "guided_choice": ["alpha", "beta"]}),
+        )
+        .ok("guided_choice completion");
+    let text = r["choices"][0]["text"].as_str().unwrap();
+    assert!(["alpha", "beta"].contains(&text), "{text:?}");
+    let r = server
+        .post(
+            "/v1/completions",
+            &json!({"model": gen, "prompt": "sum:", "max_tokens": 24,
+                    "grammar": "root ::= num \" + \" num\nnum ::= [1-9] [0-9]{0,2}"}),
+        )
+        .ok("GBNF completion");
+    let text = r["choices"][0]["text"].as_str().unwrap();
+    let parts: Vec<&str> = text.split(" + ").collect();
+    assert!(
+        parts.len() == 2
+            && parts
+                .iter()
+                .all(|p| (1..=3).contains(&p.len()) && p.bytes().all(|b| b.is_ascii_digit())),
+        "{text:?}"
+    );
+    // logit_bias +100 all but forces a token.
+    let r = server
+        .post(
+            "/v1/completions",
+            &json!({"model": gen, "prompt": "hi", "max_tokens": 4, "temperature": 0,
+                    "ignore_eos": true, "logit_bias": {"42": 100}}),
+        )
+        .ok("logit_bias completion");
+    assert_eq!(r["usage"]["completion_tokens"], 4, "{r}");
+}
+
+/// Tools: a forced call (`required` or a named function) is generated under the tools'
+/// parameter schemas and comes back as `tool_calls` with finish_reason "tool_calls", whatever
+/// the (random) weights; streamed, the call arrives as a `tool_calls` delta; bad tool requests
+/// are 400s naming the field.
+#[test]
+fn tool_calls_forced_parsed_and_streamed() {
+    let gen = fixture("tiny-qwen3");
+    let server = Server::start(&["--model", &gen]);
+    let tools = json!([
+        {"type": "function", "function": {"name": "get_weather", "parameters": {
+            "type": "object", "properties": {"city": {"type": "string", "maxLength": 12},
+            "days": {"type": "integer", "minimum": 1, "maximum": 7}},
+            "required": ["city", "days"], "additionalProperties": false}}},
+        {"type": "function", "function": {"name": "get_time", "parameters": {
+            "type": "object", "properties": {"zone": {"enum": ["UTC", "CET"]}},
+            "required": ["zone"], "additionalProperties": false}}}
+    ]);
+    let check = |call: &Value, want: Option<&str>| {
+        assert_eq!(call["type"], "function", "{call}");
+        assert!(
+            call["id"]
+                .as_str()
+                .is_some_and(|id| id.starts_with("call_")),
+            "{call}"
+        );
+        let name = call["function"]["name"].as_str().unwrap();
+        let args: Value = serde_json::from_str(call["function"]["arguments"].as_str().unwrap())
+            .unwrap_or_else(|e| panic!("{e}: {call}"));
+        match name {
+            "get_weather" => {
+                assert!(
+                    args["city"].as_str().unwrap().chars().count() <= 12,
+                    "{args}"
+                );
+                assert!((1..=7).contains(&args["days"].as_i64().unwrap()), "{args}");
+            }
+            "get_time" => assert!(["UTC", "CET"].contains(&args["zone"].as_str().unwrap())),
+            other => panic!("unknown tool {other}"),
+        }
+        if let Some(w) = want {
+            assert_eq!(name, w);
+        }
+    };
+    for (seed, choice, want) in [
+        (1, json!("required"), None),
+        (
+            2,
+            json!({"type": "function", "function": {"name": "get_time"}}),
+            Some("get_time"),
+        ),
+        (
+            3,
+            json!({"type": "function", "function": {"name": "get_weather"}}),
+            Some("get_weather"),
+        ),
+    ] {
+        let body = json!({"model": gen, "messages": [{"role": "user", "content": "weather in Paris?"}],
+            "tools": tools, "tool_choice": choice, "parallel_tool_calls": false, "seed": seed,
+            "max_tokens": 200});
+        let r = server
+            .post("/v1/chat/completions", &body)
+            .ok("forced tool call");
+        let c = &r["choices"][0];
+        assert_eq!(c["finish_reason"], "tool_calls", "{r}");
+        let calls = c["message"]["tool_calls"].as_array().unwrap();
+        assert_eq!(calls.len(), 1, "{r}");
+        check(&calls[0], want);
+        // Streamed: the same call as one delta, then finish_reason "tool_calls".
+        let mut body = body.clone();
+        body["stream"] = json!(true);
+        let sse = server.post("/v1/chat/completions", &body);
+        assert_eq!(sse.status, 200);
+        let text = sse.text();
+        let chunks: Vec<Value> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("data: "))
+            .filter(|d| *d != "[DONE]")
+            .map(|d| serde_json::from_str(d).unwrap())
+            .collect();
+        let deltas: Vec<&Value> = chunks
+            .iter()
+            .filter_map(|c| c["choices"][0]["delta"]["tool_calls"].as_array())
+            .flatten()
+            .collect();
+        assert_eq!(deltas.len(), 1, "{text}");
+        check(deltas[0], want);
+        assert_eq!(deltas[0]["index"], 0);
+        assert!(
+            chunks
+                .iter()
+                .any(|c| c["choices"][0]["finish_reason"] == "tool_calls"),
+            "{text}"
+        );
+    }
+    // Errors name the field.
+    for (body, param) in [
+        (
+            json!({"model": gen, "messages": [{"role": "user", "content": "x"}], "tools": tools,
+                "tool_choice": {"type": "function", "function": {"name": "nope"}}}),
+            "tool_choice.function.name",
+        ),
+        (
+            json!({"model": gen, "messages": [{"role": "user", "content": "x"}], "tool_choice": "required"}),
+            "tool_choice",
+        ),
+        (
+            json!({"model": gen, "messages": [{"role": "user", "content": "x"}], "tools": tools,
+                "tool_choice": "sometimes"}),
+            "tool_choice",
+        ),
+        (
+            json!({"model": gen, "messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]}),
+            "tools[0].function",
+        ),
+        (
+            json!({"model": gen, "messages": [{"role": "user", "content": "x"}], "tools": tools,
+                "tool_choice": "required", "response_format": {"type": "json_object"}}),
+            "response_format",
+        ),
+    ] {
+        let e = server
+            .post("/v1/chat/completions", &body)
+            .error(400, &body.to_string());
+        assert_eq!(e["param"], param, "{e}");
+    }
+}
