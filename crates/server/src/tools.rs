@@ -332,16 +332,6 @@ impl ToolStream {
         self.held.drain(..cut);
         send
     }
-
-    /// Whether a call has begun (the rest of the text is held).
-    pub fn calling(&self) -> bool {
-        self.calling
-    }
-
-    /// Text held back that turned out to be content (at the end, when no call began).
-    pub fn take_held(&mut self) -> String {
-        std::mem::take(&mut self.held)
-    }
 }
 
 #[cfg(test)]
@@ -458,17 +448,17 @@ mod tests {
             sent.push_str(&s.push(piece));
         }
         assert_eq!(sent, "Hello ");
-        assert!(s.calling());
+        assert!(s.calling);
         let mut s = ToolStream::new(Format::Hermes);
         let mut sent = String::new();
         for piece in ["a <", "b", " <too"] {
             sent.push_str(&s.push(piece));
         }
-        sent.push_str(&s.take_held());
+        sent.push_str(&std::mem::take(&mut s.held));
         assert_eq!(sent, "a <b <too");
         let mut s = ToolStream::new(Format::Llama3);
         assert_eq!(s.push(" {\"name\""), "");
-        assert!(s.calling());
+        assert!(s.calling);
         let mut s = ToolStream::new(Format::Llama3);
         assert_eq!(s.push("Hi"), "Hi");
         assert_eq!(s.push(" there"), " there");

@@ -162,8 +162,7 @@ impl std::fmt::Debug for Matcher {
 
 impl Matcher {
     /// Sets the logits of every token the constraint does not allow next to -inf (`logits`
-    /// holds the model's whole vocabulary; ids past it are left alone only if the constraint
-    /// could allow them, which it cannot).
+    /// holds the model's whole vocabulary; ids past the vocabulary are never allowed).
     pub fn mask(&mut self, logits: &mut [f32]) -> Result<()> {
         let allowed = self
             .inner
@@ -199,10 +198,5 @@ impl Matcher {
     /// Whether the constraint is complete and allows nothing more.
     pub fn is_done(&self) -> bool {
         self.inner.is_stopped()
-    }
-
-    /// Whether the output so far is a complete match (generation may end here).
-    pub fn is_accepting(&mut self) -> bool {
-        self.inner.is_accepting().unwrap_or(false)
     }
 }

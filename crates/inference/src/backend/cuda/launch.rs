@@ -74,6 +74,17 @@ pub const GEMV_MAX_OUT: usize = 32 * 1024;
 /// Shared memory the matrix-vector kernels may stage their input in (m * k f32 values).
 pub const GEMV_SMEM_BYTES: usize = 96 * 1024;
 
+/// The kernel variant (index into [`ATTN_HEAD_DIMS`]) of heads of `hd` dimensions: the
+/// smallest class that holds them; heads must be a multiple of 4 and at most 256.
+fn attn_variant(hd: usize) -> Result<usize> {
+    match ATTN_HEAD_DIMS.iter().position(|&d| hd <= d) {
+        Some(v) if hd.is_multiple_of(4) => Ok(v),
+        _ => Err(Error::Device(format!(
+            "cuda: attention heads of {hd} dimensions (a multiple of 4, at most 256)"
+        ))),
+    }
+}
+
 /// Shared memory of the attention kernel for heads of `hd`: the tile's queries, and one stage
 /// of keys (rows padded by 4) and values.
 pub fn attn_smem_bytes(hd: usize) -> usize {
@@ -468,16 +479,7 @@ impl CudaDevice {
         f16: bool,
     ) -> Result<Buf> {
         assert!(n_heads.is_multiple_of(n_kv_heads) && q.len() >= rows * n_heads * hd);
-        let Some(variant) = ATTN_HEAD_DIMS.iter().position(|&d| hd <= d) else {
-            return Err(Error::Device(format!(
-                "cuda: attention heads of {hd} dimensions (at most 256)"
-            )));
-        };
-        if !hd.is_multiple_of(4) {
-            return Err(Error::Device(format!(
-                "cuda: attention heads of {hd} dimensions (a multiple of 4)"
-            )));
-        }
+        let variant = attn_variant(hd)?;
         let smem = attn_smem_bytes(ATTN_HEAD_DIMS[variant]);
         if smem > self.max_smem() {
             return Err(Error::Device(format!(
@@ -638,10 +640,7 @@ impl CudaDevice {
         if rows == 0 {
             return Ok(out);
         }
-        let variant = ATTN_HEAD_DIMS
-            .iter()
-            .position(|&d| hd <= d)
-            .expect("hd <= 256 (asserted)");
+        let variant = attn_variant(hd)?;
         let f = if f16 {
             &self.kernels().attn_decode_f16[variant]
         } else {
