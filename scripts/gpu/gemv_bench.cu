@@ -1,7 +1,10 @@
-// Matrix-vector kernel variants for decode, timed on the device inside a CUDA graph of 100
-// launches over rotating weight copies (so weights come from DRAM, as in a decode step).
+// The matrix-vector kernel of kernels.cu (plain and with its fused norm / SwiGLU input),
+// cuBLAS bf16 products and the small kernels of a decode step, timed on the device inside CUDA
+// graphs over rotating weight copies (so weights come from DRAM, as in a decode step). The
+// variants of the kernel tried on 2026-12-01 (columns per warp, warps per block; none was
+// faster) are in the history of this file.
 //   nvcc -O3 -arch=sm_90 -o /tmp/gemv_bench scripts/gpu/gemv_bench.cu -lcublas && /tmp/gemv_bench [gemv|blas]
-// Prints, per shape and variant, microseconds per launch and weight bytes per second.
+// Prints, per shape and input, microseconds per launch and weight bytes per second.
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
@@ -12,76 +15,6 @@
 #include "../../crates/inference/src/backend/cuda/kernels.cu"
 
 #define CK(x) do { cudaError_t e = (x); if (e != cudaSuccess) { printf("%s: %s\n", #x, cudaGetErrorString(e)); exit(1); } } while (0)
-
-// Variant: WARPS warps per block, each warp CPW consecutive columns streamed as one contiguous
-// range (prefetching PF 16-byte loads per lane), x staged once per block (plain input, bf16).
-template <int WARPS, int CPW>
-__global__ void gemv_v(const float* x, const bf16_t* w, float* y, int m, int n, int k) {
-    extern __shared__ float4 xs4[];
-    const int k8 = k / 8;
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int col0 = (blockIdx.x * WARPS + warp) * CPW;
-    const int ncols = max(0, min(CPW, n - col0));
-    const int total = ncols * k8;
-    const uint4* wr = (const uint4*)(w + (size_t)min(col0, n - 1) * k);
-    uint4 next[GEMV_PF];
-    gemv_fetch(next, wr, 0, lane, total);
-    for (int t = threadIdx.x; t < m * k / 4; t += blockDim.x) {
-        const int j = t / (k / 4), e4 = t - j * (k / 4);
-        float4 v = ((const float4*)x)[t];
-        v.x = bf16_to_f32(f32_to_bf16(v.x)); v.y = bf16_to_f32(f32_to_bf16(v.y));
-        v.z = bf16_to_f32(f32_to_bf16(v.z)); v.w = bf16_to_f32(f32_to_bf16(v.w));
-        xs4[gemv_slot<true>(j, e4, k)] = v;
-    }
-    __syncthreads();
-    if (ncols == 0) return;
-    float acc[CPW][GEMV_ROWS];
-#pragma unroll
-    for (int c = 0; c < CPW; c++)
-#pragma unroll
-        for (int j = 0; j < GEMV_ROWS; j++) acc[c][j] = 0.0f;
-    for (int base = 0; base < total; base += 32 * GEMV_PF) {
-        uint4 cur[GEMV_PF];
-#pragma unroll
-        for (int i = 0; i < GEMV_PF; i++) cur[i] = next[i];
-        if (base + 32 * GEMV_PF < total) gemv_fetch(next, wr, base + 32 * GEMV_PF, lane, total);
-#pragma unroll
-        for (int i = 0; i < GEMV_PF; i++) {
-            const int f = base + lane + 32 * i;
-            if (f >= total) break;
-            const int cl = f / k8, c = f - cl * k8;
-            const uint4 pk = cur[i];
-            const unsigned parts[4] = {pk.x, pk.y, pk.z, pk.w};
-            float wv[8];
-#pragma unroll
-            for (int q = 0; q < 4; q++) {
-                wv[2 * q] = __uint_as_float(parts[q] << 16);
-                wv[2 * q + 1] = __uint_as_float(parts[q] & 0xffff0000u);
-            }
-#pragma unroll
-            for (int j = 0; j < GEMV_ROWS; j++) {
-                if (j < m) {
-                    const float4 a = xs4[(2 * j) * k8 + c], b = xs4[(2 * j + 1) * k8 + c];
-                    const float d = wv[0] * a.x + wv[1] * a.y + wv[2] * a.z + wv[3] * a.w
-                                  + wv[4] * b.x + wv[5] * b.y + wv[6] * b.z + wv[7] * b.w;
-#pragma unroll
-                    for (int cc = 0; cc < CPW; cc++) if (cc == cl) acc[cc][j] += d;
-                }
-            }
-        }
-    }
-#pragma unroll
-    for (int cc = 0; cc < CPW; cc++) {
-        if (cc >= ncols) break;
-#pragma unroll
-        for (int j = 0; j < GEMV_ROWS; j++) {
-            if (j < m) {
-                const float s = warp_sum(acc[cc][j]);
-                if (lane == 0) y[(size_t)j * n + col0 + cc] = s;
-            }
-        }
-    }
-}
 
 // Median of 5 replays of a graph of `launches` calls of `launch`, in microseconds per call.
 template <typename F>
@@ -134,10 +67,8 @@ int main(int argc, char** argv) {
             const int nb8 = (sh.n + 7) / 8;
             run("current plain", [&](bf16_t* w) { gemv_bf16<<<nb8, 256, smem, s>>>(x, w, y, m, sh.n, sh.k, 0, nullptr, 0.f, 0); });
             run("current normed", [&](bf16_t* w) { gemv_bf16<<<nb8, 256, smem, s>>>(x, w, y, m, sh.n, sh.k, 0, nw, 1e-6f, 0); });
-            if (sh.k == 3072 / 1 && sh.n == 1024)
+            if (sh.k == 3072 && sh.n == 1024)
                 run("current swiglu", [&](bf16_t* w) { gemv_bf16<<<nb8, 256, smem, s>>>(x, w, y, m, sh.n, sh.k, 0, nullptr, 0.f, 1); });
-#define V(WA, CP) run("v warps=" #WA " cpw=" #CP, [&](bf16_t* w) { gemv_v<WA, CP><<<(sh.n + WA * CP - 1) / (WA * CP), WA * 32, smem, s>>>(x, w, y, m, sh.n, sh.k); });
-            V(8, 1) V(4, 1) V(2, 1) V(8, 2) V(4, 2) V(4, 4) V(8, 4) V(16, 1) V(16, 2)
         }
         for (auto w : ws) cudaFree(w);
         cudaFree(x); cudaFree(y); cudaFree(nw);
