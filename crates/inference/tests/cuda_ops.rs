@@ -9,6 +9,7 @@ mod common;
 
 use common::gpu;
 use lattice_inference::attention::{attend_qkv, attend_tensors, CausalShape, QkvHeads};
+use lattice_inference::backend::cpu::bf16::round_to_bf16;
 use lattice_inference::backend::cuda::compile_kernels;
 use lattice_inference::backend::Device;
 use lattice_inference::io::store::Weight;
@@ -28,6 +29,13 @@ impl Rng {
     fn vec(&mut self, n: usize, scale: f32) -> Vec<f32> {
         (0..n).map(|_| self.next() * scale).collect()
     }
+}
+
+/// `w` rounded to bf16 and widened back: the f32 weights a bf16 matrix holds.
+fn bf16_values(w: &[f32]) -> Vec<f32> {
+    w.iter()
+        .map(|&v| f32::from_bits(u32::from(round_to_bf16(v)) << 16))
+        .collect()
 }
 
 fn nerr(got: &[f32], want: &[f32]) -> f64 {
@@ -163,9 +171,11 @@ fn linear_f32_and_bf16_match_the_cpu() {
         let x = rng.vec(m * k, 1.0);
         let res = rng.vec(m * n, 1.0);
         for bf16 in [false, true] {
+            // bf16 weights on the GPU multiply f32 activations: the CPU's f32 product of the
+            // same (rounded) weights is the reference.
             let (cpu_l, gpu_l) = if bf16 {
                 (
-                    Linear::from_bf16(&w, n, k, bias.clone()).unwrap(),
+                    Linear::from_f32(&bf16_values(&w), n, k, bias.clone()).unwrap(),
                     Linear::from_bf16_on(&dev, &w, n, k, bias.clone()).unwrap(),
                 )
             } else {
@@ -294,14 +304,14 @@ fn fused_products_and_qkv_preparation_match_the_cpu() {
     for &(m, n, k) in &[(1, 3072, 1024), (3, 1000, 2048), (8, 1024, 3072)] {
         for bf16 in [false, true] {
             let w = rng.vec(n * k, 0.05);
-            let make = |d: &Device| {
-                if bf16 {
-                    Linear::from_bf16_on(d, &w, n, k, None).unwrap()
-                } else {
-                    Linear::from_f32_on(d, &w, n, k, None).unwrap()
-                }
+            // The reference: the CPU's f32 product of the weights the GPU holds.
+            let lc = Linear::from_f32(&if bf16 { bf16_values(&w) } else { w.clone() }, n, k, None)
+                .unwrap();
+            let lg = if bf16 {
+                Linear::from_bf16_on(&dev, &w, n, k, None).unwrap()
+            } else {
+                Linear::from_f32_on(&dev, &w, n, k, None).unwrap()
             };
-            let (lc, lg) = (make(&Device::Cpu), make(&dev));
             let norm = RmsNorm::new(Weight::from_vec(rng.vec(k, 1.0), vec![k]), 1e-6);
             let (xc, xg) = pair(&dev, m, k, rng.vec(m * k, 2.0));
             let tag = format!("{m}x{n}x{k} bf16={bf16}");

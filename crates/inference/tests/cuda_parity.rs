@@ -1,7 +1,7 @@
 //! Whole decoders on a GPU (feature `cuda`) against transformers, on the tiny random-weight
 //! fixtures of scripts/gen_decoder_fixtures.py: f32 last-position logits within 1e-5 relative
 //! error of the committed references and 64 greedy tokens equal (one token at a time over device
-//! KV pages); bf16 weights against the CPU's bf16 mode; a batch through the engine (continuous
+//! KV pages); bf16 weights giving the f32 results; a batch through the engine (continuous
 //! batching, prefix cache) generating the CPU's tokens. Skipped, saying so, without a GPU.
 #![cfg(feature = "cuda")]
 
@@ -57,15 +57,22 @@ fn f32_logits_and_greedy_match_transformers_on_the_gpu() {
     }
 }
 
+/// bf16 weights on the GPU multiply f32 activations (exactly in the matrix-vector kernel,
+/// through a two-term bf16 split of the activations in cuBLAS). tiny-qwen3's weights are
+/// exactly bf16 values, so there the bf16 model must give the f32 logits: within the issue's
+/// 1e-3 of transformers f32 (in practice ~1e-5) and of the CPU's f32 run, and the same greedy
+/// tokens. The other fixtures' f32 weights are rounded to bf16 at load, which alone moves the
+/// logits by up to a few 1e-3.
 #[test]
-fn bf16_weights_match_the_cpu_bf16_mode() {
-    let Some(dev) = gpu("bf16_weights_match_the_cpu_bf16_mode") else {
+fn bf16_weights_give_the_f32_results() {
+    let Some(dev) = gpu("bf16_weights_give_the_f32_results") else {
         return;
     };
     for name in MODELS {
         let dir = fixture(name);
+        let exact = name == "tiny-qwen3";
         let g = load_decoder_on(&dir, &Placement::new(WeightMode::Bf16, dev.clone())).unwrap();
-        let c = load_decoder_on(&dir, &Placement::new(WeightMode::Bf16, Device::Cpu)).unwrap();
+        let c = load_decoder_on(&dir, &Placement::new(WeightMode::F32, Device::Cpu)).unwrap();
         let reference = read_json(&dir.join("reference.json"));
         let (mut worst, mut worst_hf) = (0.0f64, 0.0f64);
         for p in reference["prompts"].as_array().unwrap() {
@@ -80,22 +87,38 @@ fn bf16_weights_match_the_cpu_bf16_mode() {
                 .unwrap();
             let err = rel_err(&lg, &lc);
             worst = worst.max(err);
-            // Both round activations to bf16 at every product, so an f32 difference of 1e-7
-            // can move a value across a bf16 rounding boundary (2^-8 apart); the two runs
-            // differ at that scale, and both stay near the f32 reference.
             let want = f32s(&p["last_logits"]);
             let vs_hf = rel_err(&lg[lg.len() - want.len()..], &want);
             worst_hf = worst_hf.max(vs_hf);
-            assert!(err < 1e-2, "{name}/{}: gpu vs cpu bf16 {err:e}", p["name"]);
+            let bar = if exact { 1e-3 } else { 3e-2 };
             assert!(
-                vs_hf < 3e-2,
+                err < bar,
+                "{name}/{}: gpu bf16 vs cpu f32 {err:e}",
+                p["name"]
+            );
+            assert!(
+                vs_hf < bar,
                 "{name}/{}: bf16 vs transformers f32 {vs_hf:e}",
                 p["name"]
             );
+            if exact {
+                let steps = 32;
+                assert_eq!(
+                    greedy_on_device(g.as_ref(), &ids, steps),
+                    greedy(c.as_ref(), &ids, steps).1,
+                    "{name}/{}: greedy tokens of bf16 on the GPU",
+                    p["name"]
+                );
+            }
         }
         eprintln!(
-            "{name} bf16 on {dev}: worst relative error {worst:.2e} vs the CPU bf16 mode, \
-             {worst_hf:.2e} vs transformers f32"
+            "{name} bf16 on {dev}: worst relative logit error {worst:.2e} vs the CPU's f32, \
+             {worst_hf:.2e} vs transformers f32{}",
+            if exact {
+                " (weights exactly bf16; greedy 32 equal)"
+            } else {
+                ""
+            }
         );
     }
 }

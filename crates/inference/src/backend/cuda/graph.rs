@@ -79,7 +79,7 @@ impl Graphs {
 
 /// `LATTICE_CUDA_TRACE=1` prints, every 64th step, where a step's time goes: the host pass
 /// (model code; launches skipped when replaying), the device time of the graph, the total.
-fn tracing() -> bool {
+pub(crate) fn tracing() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ON.get_or_init(|| std::env::var("LATTICE_CUDA_TRACE").is_ok_and(|v| v != "0"))
 }

@@ -12,6 +12,22 @@ typedef unsigned long long u64;
 
 #define INFINITY __int_as_float(0x7f800000)
 
+// Programmatic dependent launch (compute capability 9.0 and later; backend/cuda/launch.rs):
+// a kernel may be started while the kernel before it in the stream is still running. Every
+// kernel therefore begins with DEP_ENTER: wait until the kernels before it have finished and
+// their writes are visible, then let the next kernel start (it waits in turn). Only reads of
+// weights, which no kernel writes, may come before it (the matrix-vector product's first
+// loads). Without the launch attribute both instructions return at once.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define DEP_ENTER()                                                \
+    do {                                                           \
+        asm volatile("griddepcontrol.wait;" ::: "memory");         \
+        asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); \
+    } while (0)
+#else
+#define DEP_ENTER() do {} while (0)
+#endif
+
 __device__ __forceinline__ float bf16_to_f32(bf16_t x) {
     return __uint_as_float(((unsigned)x) << 16);
 }
@@ -64,6 +80,7 @@ __device__ float block_sum(float v) {
 
 // y = w * (x / sqrt(mean(x^2) + eps)) per row of `dim` (x == y allowed). Grid: rows.
 extern "C" __global__ void rms_norm(const float* x, const float* w, float* y, int dim, float eps) {
+    DEP_ENTER();
     const float* xr = x + (size_t)blockIdx.x * dim;
     float* yr = y + (size_t)blockIdx.x * dim;
     float ss = 0.0f;
@@ -76,6 +93,7 @@ extern "C" __global__ void rms_norm(const float* x, const float* w, float* y, in
 // LayerNorm: y = (x - mean) / sqrt(var + eps) * w + b per row (x == y allowed). Grid: rows.
 extern "C" __global__ void layer_norm(const float* x, const float* w, const float* b, float* y,
                                       int dim, float eps) {
+    DEP_ENTER();
     const float* xr = x + (size_t)blockIdx.x * dim;
     float* yr = y + (size_t)blockIdx.x * dim;
     float s = 0.0f;
@@ -94,6 +112,7 @@ extern "C" __global__ void layer_norm(const float* x, const float* w, const floa
 // head, i < half, rotated by pos[row] * inv_freq[i]; cos and sin scaled by `attn`. Grid: rows.
 extern "C" __global__ void rope(float* x, const int* pos, const float* inv_freq, int n_heads,
                                 int head_dim, int half, float attn) {
+    DEP_ENTER();
     const float p = (float)pos[blockIdx.x];
     float* xr = x + (size_t)blockIdx.x * n_heads * head_dim;
     for (int t = threadIdx.x; t < n_heads * half; t += blockDim.x) {
@@ -109,6 +128,7 @@ extern "C" __global__ void rope(float* x, const int* pos, const float* inv_freq,
 
 // out [rows, width] = silu(gate) * up with gate_up [rows, 2 * width] side by side.
 extern "C" __global__ void silu_mul(const float* gate_up, float* out, int width, long long n) {
+    DEP_ENTER();
     const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     const long long r = i / width, j = i - r * width;
@@ -118,6 +138,7 @@ extern "C" __global__ void silu_mul(const float* gate_up, float* out, int width,
 
 // Exact (erf) GELU in place.
 extern "C" __global__ void gelu(float* x, long long n) {
+    DEP_ENTER();
     const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     const float v = x[i];
@@ -126,19 +147,39 @@ extern "C" __global__ void gelu(float* x, long long n) {
 
 // y [rows, width] += bias [width] per row.
 extern "C" __global__ void add_bias(float* y, const float* bias, int width, long long n) {
+    DEP_ENTER();
     const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) y[i] += bias[i % width];
 }
 
-// y = bf16(x), rounded to nearest even.
-extern "C" __global__ void to_bf16(const float* x, bf16_t* y, long long n) {
+// The two-term bf16 split of x for products on bf16 tensor cores: hl[i] = bf16(x[i]) and
+// hl[n + i] = bf16(x[i] - hl[i]), so that hi + lo holds 16 significant bits of x. A product of
+// bf16 weights with both halves, summed in f32 (add_halves), is within ~2^-17 relative of the
+// f32 product of the same weights (cuBLAS multiplies bf16 only by bf16). Inf and NaN: lo = 0.
+extern "C" __global__ void split_bf16(const float* x, bf16_t* hl, long long n) {
+    DEP_ENTER();
     const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) y[i] = f32_to_bf16(x[i]);
+    if (i >= n) return;
+    const float v = x[i];
+    const bf16_t h = f32_to_bf16(v);
+    const float hf = bf16_to_f32(h);
+    hl[i] = h;
+    hl[n + i] = isfinite(hf) ? f32_to_bf16(v - hf) : (bf16_t)0;
+}
+
+// y [n] = y2[i] + y2[n + i] (the halves of a split product), or y += that with `accumulate`.
+extern "C" __global__ void add_halves(const float* y2, float* y, long long n, int accumulate) {
+    DEP_ENTER();
+    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    const float s = y2[i] + y2[n + i];
+    y[i] = accumulate ? y[i] + s : s;
 }
 
 // out [n_cols_rows...]: y [rows, width] = x[:, col0 .. col0 + width] of x [rows, ld].
 extern "C" __global__ void copy_cols(const float* x, int ld, int col0, float* y, int width,
                                      long long n) {
+    DEP_ENTER();
     const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     const long long r = i / width, j = i - r * width;
@@ -147,6 +188,7 @@ extern "C" __global__ void copy_cols(const float* x, int ld, int col0, float* y,
 
 // y [n, width] = rows `idx` of x [*, width]. Grid: n.
 extern "C" __global__ void gather_rows(const float* x, const unsigned* idx, float* y, int width) {
+    DEP_ENTER();
     const float* src = x + (size_t)idx[blockIdx.x] * width;
     float* dst = y + (size_t)blockIdx.x * width;
     for (int i = threadIdx.x; i < width; i += blockDim.x) dst[i] = src[i];
@@ -154,6 +196,7 @@ extern "C" __global__ void gather_rows(const float* x, const unsigned* idx, floa
 
 // y [n, dim] = rows `ids` of an f32 table. Grid: n.
 extern "C" __global__ void embed_f32(const float* table, const unsigned* ids, float* y, int dim) {
+    DEP_ENTER();
     const float* src = table + (size_t)ids[blockIdx.x] * dim;
     float* dst = y + (size_t)blockIdx.x * dim;
     for (int i = threadIdx.x; i < dim; i += blockDim.x) dst[i] = src[i];
@@ -161,10 +204,11 @@ extern "C" __global__ void embed_f32(const float* table, const unsigned* ids, fl
 
 // Matrix-vector products for a few rows (decode): y [m, n] (+)= x [m, k] · Wᵀ, W [n, k]
 // row-major, m <= GEMV_ROWS, k a multiple of 8. One warp per output column streams its row of
-// W in 16-byte loads; x is staged in shared memory (rounded to bf16 for bf16 weights, as the
-// CPU's bf16 path does). Decode is bound by reading W, so each lane keeps GEMV_PF loads in
-// flight: the first ones are issued before x is staged, and each pass issues the next pass's
-// loads before it multiplies. Block: 256 threads = 8 columns.
+// W in 16-byte loads; x is staged in shared memory in f32 (bf16 weights are widened in
+// registers, so the products are the f32 products of the same weights). Decode is bound by
+// reading W, so each lane keeps GEMV_PF loads in flight: the first ones are issued before x is
+// staged (and before the kernel waits for the one before it), and each pass issues the next
+// pass's loads before it multiplies. Block: 256 threads = 8 columns.
 #define GEMV_ROWS 2
 #define GEMV_PF 8
 #define GEMV_SB 4
@@ -209,16 +253,23 @@ __device__ void gemv(const float* x, const void* w, float* y, int m, int n, int 
     const int k8 = k / 8, k4 = k / 4;
     const int chunks = BF16 ? k8 : k4;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int col = blockIdx.x * 8 + warp;
-    const bool live = col < n;
-    const uint4* wr = (const uint4*)((const char*)w + (size_t)(live ? col : 0) * k * (BF16 ? 2 : 4));
+    // Warp `warp` of block b takes columns b * 8 + warp, then every gridDim.x * 8-th: a grid
+    // smaller than n / 8 keeps every block resident at once, next to the blocks of the kernel
+    // after it. Its passes over its columns form one sequence, each pass's loads issued
+    // before the previous pass multiplies (also across columns).
+    const int stride = gridDim.x * 8;
+    const size_t row_bytes = (size_t)k * (BF16 ? 2 : 4);
+    const int passes = (chunks + 32 * GEMV_PF - 1) / (32 * GEMV_PF);
+    int col = blockIdx.x * 8 + warp;
     uint4 next[GEMV_PF];
-    if (live) gemv_fetch(next, wr, 0, lane, chunks);
+    if (col < n) gemv_fetch(next, (const uint4*)((const char*)w + col * row_bytes), 0, lane, chunks);
+    // The first loads of the weights are in flight while the kernel before finishes.
+    DEP_ENTER();
     // Fused on the way in: SwiGLU of rows of 2k values (gate, up), or an RMSNorm of each input
     // row (norm_w [k]), as the separate ops compute them. Staging is latency-bound, so each
     // thread issues its loads in batches of GEMV_SB float4 before it uses any of them.
-    // Pass 1: x (or SwiGLU of it) into the staged layout, bf16-rounded unless a norm follows,
-    // with each thread's partial sums of squares per row.
+    // Pass 1: x (or SwiGLU of it) into the staged layout, with each thread's partial sums of
+    // squares per row.
     const int q4 = m * k / 4, r4 = k / 4;
     float ss[GEMV_ROWS];
 #pragma unroll
@@ -256,18 +307,13 @@ __device__ void gemv(const float* x, const void* w, float* y, int m, int n, int 
                 for (int jj = 0; jj < GEMV_ROWS; jj++) {
                     if (jj == j) ss[jj] += s2;
                 }
-            } else if (BF16) {
-                v.x = bf16_to_f32(f32_to_bf16(v.x));
-                v.y = bf16_to_f32(f32_to_bf16(v.y));
-                v.z = bf16_to_f32(f32_to_bf16(v.z));
-                v.w = bf16_to_f32(f32_to_bf16(v.w));
             }
             xs4[gemv_slot<BF16>(j, e4, k)] = v;
         }
     }
     if (norm_w != nullptr) {
         // Per-row sums over the block in a fixed order (warps, then their partials), then
-        // pass 2 scales the staged rows in place: w * (x * r), rounded for bf16 weights.
+        // pass 2 scales the staged rows in place: w * (x * r).
         __shared__ float part[8][GEMV_ROWS];
         __shared__ float rs[GEMV_ROWS];
 #pragma unroll
@@ -303,70 +349,72 @@ __device__ void gemv(const float* x, const void* w, float* y, int m, int n, int 
                 v.y = g[i].y * (v.y * r);
                 v.z = g[i].z * (v.z * r);
                 v.w = g[i].w * (v.w * r);
-                if (BF16) {
-                    v.x = bf16_to_f32(f32_to_bf16(v.x));
-                    v.y = bf16_to_f32(f32_to_bf16(v.y));
-                    v.z = bf16_to_f32(f32_to_bf16(v.z));
-                    v.w = bf16_to_f32(f32_to_bf16(v.w));
-                }
                 xs4[slot] = v;
             }
         }
     }
     __syncthreads();
-    if (!live) return;
-    float acc[GEMV_ROWS];
+    for (; col < n; col += stride) {
+        const uint4* wr = (const uint4*)((const char*)w + col * row_bytes);
+        float acc[GEMV_ROWS];
 #pragma unroll
-    for (int j = 0; j < GEMV_ROWS; j++) acc[j] = 0.0f;
-    for (int base = 0; base < chunks; base += 32 * GEMV_PF) {
-        uint4 cur[GEMV_PF];
+        for (int j = 0; j < GEMV_ROWS; j++) acc[j] = 0.0f;
+        for (int p = 0; p < passes; p++) {
+            const int base = p * 32 * GEMV_PF;
+            uint4 cur[GEMV_PF];
 #pragma unroll
-        for (int i = 0; i < GEMV_PF; i++) cur[i] = next[i];
-        if (base + 32 * GEMV_PF < chunks) gemv_fetch(next, wr, base + 32 * GEMV_PF, lane, chunks);
+            for (int i = 0; i < GEMV_PF; i++) cur[i] = next[i];
+            if (p + 1 < passes) {
+                gemv_fetch(next, wr, base + 32 * GEMV_PF, lane, chunks);
+            } else if (col + stride < n) {
+                gemv_fetch(next, (const uint4*)((const char*)w + (col + stride) * row_bytes), 0,
+                           lane, chunks);
+            }
 #pragma unroll
-        for (int i = 0; i < GEMV_PF; i++) {
-            const int c = base + lane + 32 * i;
-            if (c >= chunks) break;
-            const uint4 pk = cur[i];
-            if (BF16) {
-                const unsigned parts[4] = {pk.x, pk.y, pk.z, pk.w};
-                float wv[8];
+            for (int i = 0; i < GEMV_PF; i++) {
+                const int c = base + lane + 32 * i;
+                if (c >= chunks) break;
+                const uint4 pk = cur[i];
+                if (BF16) {
+                    const unsigned parts[4] = {pk.x, pk.y, pk.z, pk.w};
+                    float wv[8];
 #pragma unroll
-                for (int q = 0; q < 4; q++) {
-                    wv[2 * q] = __uint_as_float(parts[q] << 16);
-                    wv[2 * q + 1] = __uint_as_float(parts[q] & 0xffff0000u);
-                }
-#pragma unroll
-                for (int j = 0; j < GEMV_ROWS; j++) {
-                    if (j < m) {
-                        const float4 a = xs4[(2 * j) * k8 + c], b = xs4[(2 * j + 1) * k8 + c];
-                        acc[j] += wv[0] * a.x + wv[1] * a.y + wv[2] * a.z + wv[3] * a.w
-                                + wv[4] * b.x + wv[5] * b.y + wv[6] * b.z + wv[7] * b.w;
+                    for (int q = 0; q < 4; q++) {
+                        wv[2 * q] = __uint_as_float(parts[q] << 16);
+                        wv[2 * q + 1] = __uint_as_float(parts[q] & 0xffff0000u);
                     }
-                }
-            } else {
-                float4 wf;
-                wf.x = __uint_as_float(pk.x);
-                wf.y = __uint_as_float(pk.y);
-                wf.z = __uint_as_float(pk.z);
-                wf.w = __uint_as_float(pk.w);
 #pragma unroll
-                for (int j = 0; j < GEMV_ROWS; j++) {
-                    if (j < m) {
-                        const float4 a = xs4[j * k4 + c];
-                        acc[j] += wf.x * a.x + wf.y * a.y + wf.z * a.z + wf.w * a.w;
+                    for (int j = 0; j < GEMV_ROWS; j++) {
+                        if (j < m) {
+                            const float4 a = xs4[(2 * j) * k8 + c], b = xs4[(2 * j + 1) * k8 + c];
+                            acc[j] += wv[0] * a.x + wv[1] * a.y + wv[2] * a.z + wv[3] * a.w
+                                    + wv[4] * b.x + wv[5] * b.y + wv[6] * b.z + wv[7] * b.w;
+                        }
+                    }
+                } else {
+                    float4 wf;
+                    wf.x = __uint_as_float(pk.x);
+                    wf.y = __uint_as_float(pk.y);
+                    wf.z = __uint_as_float(pk.z);
+                    wf.w = __uint_as_float(pk.w);
+#pragma unroll
+                    for (int j = 0; j < GEMV_ROWS; j++) {
+                        if (j < m) {
+                            const float4 a = xs4[j * k4 + c];
+                            acc[j] += wf.x * a.x + wf.y * a.y + wf.z * a.z + wf.w * a.w;
+                        }
                     }
                 }
             }
         }
-    }
 #pragma unroll
-    for (int j = 0; j < GEMV_ROWS; j++) {
-        if (j < m) {
-            const float s = warp_sum(acc[j]);
-            if (lane == 0) {
-                float* out = y + (size_t)j * n + col;
-                *out = accumulate ? *out + s : s;
+        for (int j = 0; j < GEMV_ROWS; j++) {
+            if (j < m) {
+                const float s = warp_sum(acc[j]);
+                if (lane == 0) {
+                    float* out = y + (size_t)j * n + col;
+                    *out = accumulate ? *out + s : s;
+                }
             }
         }
     }
@@ -409,6 +457,7 @@ __device__ void block_argmax(float& v, int& bi) {
 // Argmax, stage 1: block (r, b) finds the largest value of slice b of row r of x [rows, n]
 // (gridDim.y slices; the first on ties) and writes (value, index) to part [rows, gridDim.y].
 extern "C" __global__ void argmax_part(const float* x, float* part_v, int* part_i, int n) {
+    DEP_ENTER();
     const int r = blockIdx.x, b = blockIdx.y, nb = gridDim.y;
     const int span = (n + nb - 1) / nb, lo = b * span, hi = min(n, lo + span);
     const float* xr = x + (size_t)r * n;
@@ -426,6 +475,7 @@ extern "C" __global__ void argmax_part(const float* x, float* part_v, int* part_
 // out [rows]. Grid: rows; block: 32 threads per slice up to 1024.
 extern "C" __global__ void argmax_merge(const float* part_v, const int* part_i, unsigned* out,
                                         int nb) {
+    DEP_ENTER();
     const int r = blockIdx.x;
     float v = -INFINITY;
     int bi = 0x7fffffff;
@@ -439,6 +489,7 @@ extern "C" __global__ void argmax_merge(const float* part_v, const int* part_i, 
 // `val_off` beyond that. Grid: rows.
 extern "C" __global__ void kv_write_f32(const float* k, const float* v, const u64* dst,
                                         int kv_dim, long long k_off, long long val_off) {
+    DEP_ENTER();
     float* kd = (float*)dst[blockIdx.x] + k_off;
     float* vd = kd + val_off;
     const float* ks = k + (size_t)blockIdx.x * kv_dim;
@@ -449,6 +500,7 @@ extern "C" __global__ void kv_write_f32(const float* k, const float* v, const u6
 // kv_write_f32 into f16 pages (rounded to nearest even).
 extern "C" __global__ void kv_write_f16(const float* k, const float* v, const u64* dst,
                                         int kv_dim, long long k_off, long long val_off) {
+    DEP_ENTER();
     f16_t* kd = (f16_t*)dst[blockIdx.x] + k_off;
     f16_t* vd = kd + val_off;
     const float* ks = k + (size_t)blockIdx.x * kv_dim;
@@ -647,6 +699,7 @@ __device__ void attn_paged(const float* q, float* out, const int* tile_seq, cons
         const int* tile_n, const int* row_pos, const u64* pages, const int* page0,             \
         int page_rows, long long k_off, long long val_off, int n_heads, int n_kv_heads,        \
         int hd, float scale, int window) {                                                     \
+        DEP_ENTER();                                                                      \
         attn_paged<KV, D4>(q, out, tile_seq, tile_row0, tile_n, row_pos, pages, page0,         \
                            page_rows, k_off, val_off, n_heads, n_kv_heads, hd, scale, window); \
     }
@@ -790,6 +843,7 @@ __device__ void attn_decode(const float* q, float* out, const int* row_pos, cons
         const float* q, float* out, const int* row_pos, const u64* pages, const int* page0,    \
         int page_rows, long long k_off, long long val_off, int n_heads, int n_kv_heads,        \
         int hd, float scale, int window, int splits, float* part) {                            \
+        DEP_ENTER();                                                                      \
         attn_decode<KV, D>(q, out, row_pos, pages, page0, page_rows, k_off, val_off, n_heads,  \
                            n_kv_heads, hd, scale, window, splits, part);                       \
     }
@@ -799,6 +853,7 @@ ATTN_VARIANTS(ATTN_DECODE, attn_decode)
 // Grid: (rows, n_heads); block: hd threads (at most 256).
 extern "C" __global__ void attn_combine(const float* part, float* out, int n_heads, int hd,
                                         int splits) {
+    DEP_ENTER();
     const int row = blockIdx.x, head = blockIdx.y, d = threadIdx.x;
     const float* pp = part + (size_t)(row * n_heads + head) * splits * (hd + 2);
     float gm = -INFINITY;
@@ -867,6 +922,7 @@ extern "C" __global__ void qkv_prep_f32(const float* qkv, float* q_out, const u6
                                         float attn, const float* q_w, const float* k_w, float eps,
                                         int n_heads, int n_kv_heads, int hd, long long k_off,
                                         long long val_off) {
+    DEP_ENTER();
     qkv_prep<float>(qkv, q_out, dst, pos, inv_freq, half, attn, q_w, k_w, eps, n_heads,
                     n_kv_heads, hd, k_off, val_off);
 }
@@ -876,6 +932,7 @@ extern "C" __global__ void qkv_prep_f16(const float* qkv, float* q_out, const u6
                                         float attn, const float* q_w, const float* k_w, float eps,
                                         int n_heads, int n_kv_heads, int hd, long long k_off,
                                         long long val_off) {
+    DEP_ENTER();
     qkv_prep<f16_t>(qkv, q_out, dst, pos, inv_freq, half, attn, q_w, k_w, eps, n_heads,
                     n_kv_heads, hd, k_off, val_off);
 }

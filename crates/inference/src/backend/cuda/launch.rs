@@ -4,7 +4,7 @@
 //! of corrupting device memory.
 
 use cudarc::cublas::sys as blas;
-use cudarc::driver::{CudaSlice, DevicePtrMut, LaunchArgs, LaunchConfig, PushKernelArg};
+use cudarc::driver::{sys as drv, CudaFunction, CudaSlice, DevicePtrMut, LaunchConfig};
 
 use super::{err, Buf, CudaDevice, Input};
 use crate::{Error, Result};
@@ -107,6 +107,20 @@ fn per_row(rows: usize, threads: u32) -> LaunchConfig {
     }
 }
 
+/// The arguments of one kernel launch: the addresses of their values, which it borrows.
+struct Args<'a> {
+    f: &'a CudaFunction,
+    ptrs: Vec<*mut std::ffi::c_void>,
+}
+
+impl<'a> Args<'a> {
+    /// Appends one argument (a device address or a scalar, as the kernel declares it).
+    fn arg<T: Copy>(&mut self, v: &'a T) -> &mut Self {
+        self.ptrs.push(v as *const T as *mut std::ffi::c_void);
+        self
+    }
+}
+
 /// Threads for a kernel that walks a row of `width` values: a multiple of 32, at most 1024.
 fn row_threads(width: usize) -> u32 {
     (width.div_ceil(32) * 32).clamp(32, 1024) as u32
@@ -118,12 +132,52 @@ impl CudaDevice {
     /// # Safety
     /// As `LaunchArgs::launch`: the arguments must match the kernel and every buffer it
     /// touches must be live and large enough.
-    unsafe fn go(&self, b: &mut LaunchArgs<'_>, cfg: LaunchConfig, what: &str) -> Result<()> {
+    unsafe fn go(&self, b: &mut Args<'_>, cfg: LaunchConfig, what: &str) -> Result<()> {
         if self.replaying() {
             return Ok(());
         }
-        // SAFETY: the caller's guarantee.
-        unsafe { b.launch(cfg) }.map(drop).map_err(|e| err(what, e))
+        // Programmatic dependent launch (compute capability 9.0 and later): the kernel may
+        // start while the one before it finishes; every kernel of kernels.cu waits
+        // (`DEP_WAIT`) before it touches memory that an earlier kernel writes or reads.
+        let mut attr = drv::CUlaunchAttribute {
+            id: drv::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
+            pad: [0; 4],
+            value: drv::CUlaunchAttributeValue {
+                programmaticStreamSerializationAllowed: 1,
+            },
+        };
+        let config = drv::CUlaunchConfig {
+            gridDimX: cfg.grid_dim.0,
+            gridDimY: cfg.grid_dim.1,
+            gridDimZ: cfg.grid_dim.2,
+            blockDimX: cfg.block_dim.0,
+            blockDimY: cfg.block_dim.1,
+            blockDimZ: cfg.block_dim.2,
+            sharedMemBytes: cfg.shared_mem_bytes,
+            hStream: self.stream().cu_stream(),
+            attrs: &mut attr,
+            numAttrs: u32::from(self.dependent_launch()),
+        };
+        // SAFETY: the caller's guarantee for the arguments; `config` and `attr` outlive the
+        // call, and `b.ptrs` points at the argument values, which `b` borrows.
+        unsafe {
+            drv::cuLaunchKernelEx(
+                &config,
+                b.f.cu_function(),
+                b.ptrs.as_mut_ptr(),
+                std::ptr::null_mut(),
+            )
+        }
+        .result()
+        .map_err(|e| err(what, e))
+    }
+
+    /// The argument list of a launch of `f`.
+    fn args<'a>(&self, f: &'a CudaFunction) -> Args<'a> {
+        Args {
+            f,
+            ptrs: Vec::with_capacity(16),
+        }
     }
 
     fn mptr<T>(&self, b: &mut CudaSlice<T>) -> u64 {
@@ -155,7 +209,7 @@ impl CudaDevice {
         };
         let pw = self.ptr(w);
         let dim_i = dim as i32;
-        let mut b = self.stream().launch_builder(&self.kernels().rms_norm);
+        let mut b = self.args(&self.kernels().rms_norm);
         b.arg(&px).arg(&pw).arg(&py).arg(&dim_i).arg(&eps);
         // SAFETY: the kernel reads rows*dim values of x and dim of w and writes rows*dim of y,
         // all within the buffers (asserted above).
@@ -178,7 +232,7 @@ impl CudaDevice {
         }
         let (px, pw, py) = (self.ptr(x), self.ptr(w), self.mptr(y));
         let dim_i = dim as i32;
-        let mut b = self.stream().launch_builder(&self.kernels().rms_norm);
+        let mut b = self.args(&self.kernels().rms_norm);
         b.arg(&px).arg(&pw).arg(&py).arg(&dim_i).arg(&eps);
         // SAFETY: reads rows*dim values of x and dim of w, writes rows*dim of y (asserted).
         unsafe { self.go(&mut b, per_row(rows, row_threads(dim).min(256)), "rms_norm") }
@@ -201,7 +255,7 @@ impl CudaDevice {
         let px = self.mptr(x);
         let (pw, pb) = (self.ptr(w), self.ptr(bias));
         let dim_i = dim as i32;
-        let mut b = self.stream().launch_builder(&self.kernels().layer_norm);
+        let mut b = self.args(&self.kernels().layer_norm);
         b.arg(&px).arg(&pw).arg(&pb).arg(&px).arg(&dim_i).arg(&eps);
         // SAFETY: reads and writes rows*dim values of x, dim of w and bias (asserted above).
         unsafe {
@@ -235,7 +289,7 @@ impl CudaDevice {
         let pp = self.input(Input::RopePositions, positions)?;
         let pf = self.ptr(inv_freq);
         let (h, d, hf) = (n_heads as i32, head_dim as i32, half as i32);
-        let mut b = self.stream().launch_builder(&self.kernels().rope);
+        let mut b = self.args(&self.kernels().rope);
         b.arg(&px)
             .arg(&pp)
             .arg(&pf)
@@ -260,7 +314,7 @@ impl CudaDevice {
         assert!(gate_up.len() >= 2 * n && out.len() >= n);
         let (pg, po) = (self.ptr(gate_up), self.mptr(out));
         let (w, n64) = (width as i32, n as i64);
-        let mut b = self.stream().launch_builder(&self.kernels().silu_mul);
+        let mut b = self.args(&self.kernels().silu_mul);
         b.arg(&pg).arg(&po).arg(&w).arg(&n64);
         // SAFETY: thread i < n reads gate_up[(i / width) * 2 * width ..] and writes out[i].
         unsafe { self.go(&mut b, grid_1d(n), "silu_mul") }
@@ -271,7 +325,7 @@ impl CudaDevice {
         assert!(x.len() >= n);
         let px = self.mptr(x);
         let n64 = n as i64;
-        let mut b = self.stream().launch_builder(&self.kernels().gelu);
+        let mut b = self.args(&self.kernels().gelu);
         b.arg(&px).arg(&n64);
         // SAFETY: thread i < n touches x[i].
         unsafe { self.go(&mut b, grid_1d(n), "gelu") }
@@ -283,22 +337,23 @@ impl CudaDevice {
         assert!(y.len() >= n && bias.len() >= width);
         let (py, pb) = (self.mptr(y), self.ptr(bias));
         let (w, n64) = (width as i32, n as i64);
-        let mut b = self.stream().launch_builder(&self.kernels().add_bias);
+        let mut b = self.args(&self.kernels().add_bias);
         b.arg(&py).arg(&pb).arg(&w).arg(&n64);
         // SAFETY: thread i < n touches y[i] and bias[i % width].
         unsafe { self.go(&mut b, grid_1d(n), "add_bias") }
     }
 
-    /// The first `n` values of x rounded to bf16 (nearest even).
-    pub fn to_bf16(&self, x: &Buf, n: usize) -> Result<CudaSlice<u16>> {
+    /// The first `n` values of x as two bf16 halves [hi; lo] (2n values, see `split_bf16` in
+    /// kernels.cu): hi + lo holds 16 significant bits of each value.
+    pub fn split_bf16(&self, x: &Buf, n: usize) -> Result<CudaSlice<u16>> {
         assert!(x.len() >= n);
-        let mut y = self.alloc::<u16>(n)?;
+        let mut y = self.alloc::<u16>(2 * n)?;
         let (px, py) = (self.ptr(x), self.mptr(&mut y));
         let n64 = n as i64;
-        let mut b = self.stream().launch_builder(&self.kernels().to_bf16);
+        let mut b = self.args(&self.kernels().split_bf16);
         b.arg(&px).arg(&py).arg(&n64);
-        // SAFETY: thread i < n reads x[i] and writes y[i]; y holds n values.
-        unsafe { self.go(&mut b, grid_1d(n), "to_bf16") }?;
+        // SAFETY: thread i < n reads x[i] and writes y[i] and y[n + i]; y holds 2n values.
+        unsafe { self.go(&mut b, grid_1d(n), "split_bf16") }?;
         Ok(y)
     }
 
@@ -316,7 +371,7 @@ impl CudaDevice {
         let mut y = self.alloc_buf(n)?;
         let (px, py) = (self.ptr(x), self.mptr(&mut y));
         let (ld_i, c0, w, n64) = (ld as i32, col0 as i32, width as i32, n as i64);
-        let mut b = self.stream().launch_builder(&self.kernels().copy_cols);
+        let mut b = self.args(&self.kernels().copy_cols);
         b.arg(&px).arg(&ld_i).arg(&c0).arg(&py).arg(&w).arg(&n64);
         // SAFETY: thread i < n reads x[(i / width) * ld + col0 + i % width] < rows * ld.
         unsafe { self.go(&mut b, grid_1d(n), "copy_cols") }?;
@@ -333,7 +388,7 @@ impl CudaDevice {
         let pi = self.input(Input::RowIndices, idx)?;
         let (px, py) = (self.ptr(x), self.mptr(&mut y));
         let w = width as i32;
-        let mut b = self.stream().launch_builder(&self.kernels().gather_rows);
+        let mut b = self.args(&self.kernels().gather_rows);
         b.arg(&px).arg(&pi).arg(&py).arg(&w);
         // SAFETY: block r copies row idx[r] < src_rows of x into row r of y.
         unsafe {
@@ -356,7 +411,7 @@ impl CudaDevice {
         let pi = self.input(Input::TokenIds, ids)?;
         let (pt, py) = (self.ptr(table), self.mptr(&mut y));
         let d = dim as i32;
-        let mut b = self.stream().launch_builder(&self.kernels().embed_f32);
+        let mut b = self.args(&self.kernels().embed_f32);
         b.arg(&pt).arg(&pi).arg(&py).arg(&d);
         // SAFETY: block r copies table row ids[r] < vocab into row r of y.
         unsafe {
@@ -391,7 +446,7 @@ impl CudaDevice {
         let mut part_v = self.alloc_buf(rows * slices)?;
         let mut part_i = self.alloc::<i32>(rows * slices)?;
         let (pv, pi) = (self.mptr(&mut part_v), self.mptr(&mut part_i));
-        let mut b = self.stream().launch_builder(&self.kernels().argmax_part);
+        let mut b = self.args(&self.kernels().argmax_part);
         b.arg(&px).arg(&pv).arg(&pi).arg(&n_i);
         let cfg = LaunchConfig {
             grid_dim: (rows as u32, slices as u32, 1),
@@ -401,7 +456,7 @@ impl CudaDevice {
         // SAFETY: block (r, b) reads slice b of row r of x and writes part entry (r, b).
         unsafe { self.go(&mut b, cfg, "argmax_part") }?;
         let nb = slices as i32;
-        let mut b = self.stream().launch_builder(&self.kernels().argmax_merge);
+        let mut b = self.args(&self.kernels().argmax_merge);
         b.arg(&pv).arg(&pi).arg(&po).arg(&nb);
         let threads = (slices.div_ceil(32) * 32).min(1024) as u32;
         // SAFETY: block r reads row r's parts and writes output[r] (the output holds `rows`).
@@ -444,7 +499,7 @@ impl CudaDevice {
         let pd = self.input(Input::KvDst, dst)?;
         let (pk, pv) = (self.ptr(k), self.ptr(v));
         let (d, ko, vo) = (kv_dim as i32, k_off as i64, val_off as i64);
-        let mut b = self.stream().launch_builder(f);
+        let mut b = self.args(f);
         b.arg(&pk).arg(&pv).arg(&pd).arg(&d).arg(&ko).arg(&vo);
         // SAFETY: the caller guarantees the destinations; sources are asserted above.
         unsafe {
@@ -511,7 +566,7 @@ impl CudaDevice {
         let (pr, ko, vo) = (page_rows as i32, k_off as i64, val_off as i64);
         let (h, kvh, d) = (n_heads as i32, n_kv_heads as i32, hd as i32);
         let win = window.map_or(0, |w| w.clamp(1, i32::MAX as usize) as i32);
-        let mut b = self.stream().launch_builder(f);
+        let mut b = self.args(f);
         b.arg(&pq)
             .arg(&po)
             .arg(&ts)
@@ -585,7 +640,7 @@ impl CudaDevice {
         };
         let (hf, h, kvh, d) = (half as i32, n_heads as i32, n_kv_heads as i32, hd as i32);
         let (ko, vo) = (k_off as i64, val_off as i64);
-        let mut b = self.stream().launch_builder(f);
+        let mut b = self.args(f);
         b.arg(&px)
             .arg(&pq)
             .arg(&pd)
@@ -660,7 +715,7 @@ impl CudaDevice {
             1
         })?;
         let (sp, pp) = (splits as i32, self.mptr(&mut part));
-        let mut b = self.stream().launch_builder(f);
+        let mut b = self.args(f);
         b.arg(&pq)
             .arg(&po)
             .arg(&rp)
@@ -685,7 +740,7 @@ impl CudaDevice {
         // (r, h, z) writes part's (r, h, z) entry of hd + 2 values, or out's row r head h).
         unsafe { self.go(&mut b, cfg, "attention_decode") }?;
         if splits > 1 {
-            let mut b = self.stream().launch_builder(&self.kernels().attn_combine);
+            let mut b = self.args(&self.kernels().attn_combine);
             b.arg(&pp).arg(&po).arg(&h).arg(&d).arg(&sp);
             let cfg = LaunchConfig {
                 grid_dim: (rows as u32, n_heads as u32, 1),
@@ -700,8 +755,9 @@ impl CudaDevice {
         Ok(out)
     }
 
-    /// y [m, n] = x [m, k] · Wᵀ with W [n, k] (f32 sums; bf16 weights multiply bf16-rounded
-    /// activations), or y += that with `accumulate`.
+    /// y [m, n] = x [m, k] · Wᵀ with W [n, k] (f32 sums; bf16 weights multiply the f32
+    /// activations, exactly in the matrix-vector kernel and through a two-term bf16 split of
+    /// them in cuBLAS), or y += that with `accumulate`.
     #[allow(clippy::too_many_arguments)]
     pub fn matmul(
         &self,
@@ -759,17 +815,23 @@ impl CudaDevice {
                 .map_err(|e| err("sgemm", e))
             }
             MatrixData::Bf16(wb) => {
+                // The activations as two bf16 halves stacked [hi; lo] (2m rows): one product
+                // reads the weights once, and the halves' sums add to within ~2^-17 of the f32
+                // product (tensor cores take bf16 operands only).
                 assert!(wb.len() >= n * k);
-                let xb = self.to_bf16(x, m * k)?;
-                let (pw, px) = (self.ptr(wb), self.ptr(&xb));
-                // SAFETY: as above, with bf16 operands and f32 output and sums.
+                let hl = self.split_bf16(x, m * k)?;
+                let mut y2 = self.alloc_buf(2 * m * n)?;
+                let (pw, px, py2) = (self.ptr(wb), self.ptr(&hl), self.mptr(&mut y2));
+                let zero = 0.0f32;
+                // SAFETY: as above, with bf16 operands W [n, k] and hl [2m, k] (2mk values) and
+                // the f32 output y2 [2m, n].
                 unsafe {
                     cudarc::cublas::result::gemm_ex(
                         h,
                         t,
                         nt,
                         mi,
-                        ni,
+                        2 * ni,
                         ki,
                         (&alpha as *const f32).cast(),
                         pw as *const _,
@@ -778,15 +840,22 @@ impl CudaDevice {
                         px as *const _,
                         blas::cudaDataType_t::CUDA_R_16BF,
                         ki,
-                        (&beta as *const f32).cast(),
-                        py as *mut _,
+                        (&zero as *const f32).cast(),
+                        py2 as *mut _,
                         blas::cudaDataType_t::CUDA_R_32F,
                         mi,
                         blas::cublasComputeType_t::CUBLAS_COMPUTE_32F,
                         blas::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
                     )
                 }
-                .map_err(|e| err("gemm_ex bf16", e))
+                .map_err(|e| err("gemm_ex bf16", e))?;
+                drop(_guard);
+                let (mn, acc) = ((m * n) as i64, i32::from(accumulate));
+                let mut b = self.args(&self.kernels().add_halves);
+                b.arg(&py2).arg(&py).arg(&mn).arg(&acc);
+                // SAFETY: thread i < mn reads y2[i] and y2[mn + i] (2mn values) and writes y[i]
+                // (y holds m*n, asserted).
+                unsafe { self.go(&mut b, grid_1d(m * n), "add_halves") }
             }
         }
     }
@@ -843,7 +912,7 @@ impl CudaDevice {
             }
             GemvInput::Swiglu => (0, 0.0, 1),
         };
-        let mut b = self.stream().launch_builder(f);
+        let mut b = self.args(f);
         b.arg(&px)
             .arg(&pw)
             .arg(&py)
@@ -855,7 +924,7 @@ impl CudaDevice {
             .arg(&eps)
             .arg(&sw);
         let cfg = LaunchConfig {
-            grid_dim: (n.div_ceil(8) as u32, 1, 1),
+            grid_dim: (self.gemv_blocks(n) as u32, 1, 1),
             block_dim: (256, 1, 1),
             shared_mem_bytes: (m * k * 4) as u32,
         };

@@ -121,7 +121,8 @@ pub(crate) struct Kernels {
     pub silu_mul: CudaFunction,
     pub gelu: CudaFunction,
     pub add_bias: CudaFunction,
-    pub to_bf16: CudaFunction,
+    pub split_bf16: CudaFunction,
+    pub add_halves: CudaFunction,
     pub copy_cols: CudaFunction,
     pub gather_rows: CudaFunction,
     pub embed_f32: CudaFunction,
@@ -162,6 +163,12 @@ pub struct CudaDevice {
     graphs: graph::Graphs,
     /// What replayed steps' host passes allocate (see [`Buf`]).
     replay_pool: Arc<ReplayPool>,
+    /// Whether kernels are launched as programmatic dependents of the one before them
+    /// (compute capability 9.0 and later, unless `LATTICE_CUDA_PDL=0`).
+    dependent_launch: bool,
+    /// Most blocks per multiprocessor of a matrix-vector product: as many as fit at once
+    /// (one wave; `LATTICE_CUDA_GEMV_BLOCKS` overrides, 0 = one block per 8 output columns).
+    gemv_blocks_per_sm: usize,
 }
 
 /// A step input's last bytes on the host and its device buffer.
@@ -289,7 +296,8 @@ impl CudaDevice {
             silu_mul: f("silu_mul")?,
             gelu: f("gelu")?,
             add_bias: f("add_bias")?,
-            to_bf16: f("to_bf16")?,
+            split_bf16: f("split_bf16")?,
+            add_halves: f("add_halves")?,
             copy_cols: f("copy_cols")?,
             gather_rows: f("gather_rows")?,
             embed_f32: f("embed_f32")?,
@@ -342,6 +350,22 @@ impl CudaDevice {
             k.set_attribute(smem, bytes as i32)
                 .map_err(|e| err("raising a kernel's shared memory", e))?;
         }
+        // Matrix-vector products run in one wave of resident blocks (measured on an H200:
+        // tg 789-799 tokens/s at its 2 blocks per SM, 686-691 with a block per 8 columns, 704-716
+        // with 3 or 4 per SM, which then run in two waves).
+        let resident = kernels
+            .gemv_bf16
+            .occupancy_max_active_blocks_per_multiprocessor(256, 8 * 1024, None)
+            .map_or(2, |b| b.max(1) as usize);
+        let gemv_blocks_per_sm = std::env::var("LATTICE_CUDA_GEMV_BLOCKS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(resident);
+        if graph::tracing() {
+            eprintln!(
+                "cuda: {name}: {sms} SMs; matrix-vector products of at most {gemv_blocks_per_sm} blocks per SM ({resident} resident)"
+            );
+        }
         Ok(CudaDevice {
             ordinal,
             sms,
@@ -354,7 +378,26 @@ impl CudaDevice {
             inputs: Mutex::new(HashMap::new()),
             graphs: graph::Graphs::default(),
             replay_pool: Arc::default(),
+            dependent_launch: cc.0 >= 9
+                && std::env::var("LATTICE_CUDA_PDL").map_or(true, |v| v != "0"),
+            gemv_blocks_per_sm,
         })
+    }
+
+    /// Whether kernels start while the kernel before them finishes (programmatic dependent
+    /// launch; `LATTICE_CUDA_PDL=0` turns it off to measure what it saves).
+    pub fn dependent_launch(&self) -> bool {
+        self.dependent_launch
+    }
+
+    /// The grid of a matrix-vector product with `n` outputs (8 per block, fewer blocks
+    /// taking several columns per warp when capped).
+    pub(crate) fn gemv_blocks(&self, n: usize) -> usize {
+        let all = n.div_ceil(8);
+        match self.gemv_blocks_per_sm {
+            0 => all,
+            b => all.min(b * self.sms),
+        }
     }
 
     /// The number of streaming multiprocessors.
