@@ -330,13 +330,14 @@ impl Linear {
     }
 
     /// `norm(x) · Wᵀ + b`: the RMSNorm of the input rows fused into the product where the
-    /// device can (a GPU's matrix-vector kernel), else the two ops.
+    /// device can (a GPU's matrix-vector kernel or the bf16 split of cuBLAS's input), else the
+    /// two ops.
     pub fn apply_normed(&self, x: &Tensor, norm: &RmsNorm) -> Result<Tensor> {
         #[cfg(feature = "cuda")]
         if let Storage::Cuda(s) = x.storage() {
             let input =
                 crate::backend::cuda::GemvInput::Normed(norm.cuda_weight(&s.dev)?, norm.eps());
-            if let Some(y) = self.fused_gemv(x, self.in_dim, &mut None, input)? {
+            if let Some(y) = self.fused_product(x, self.in_dim, &mut None, input)? {
                 return Ok(y);
             }
         }
@@ -349,7 +350,7 @@ impl Linear {
         #[cfg_attr(not(feature = "cuda"), allow(unused_mut))]
         let mut residual = Some(residual);
         #[cfg(feature = "cuda")]
-        if let Some(y) = self.fused_gemv(
+        if let Some(y) = self.fused_product(
             gate_up,
             2 * self.in_dim,
             &mut residual,
@@ -361,11 +362,11 @@ impl Linear {
         self.apply_residual(&crate::ops::swiglu(gate_up)?, residual)
     }
 
-    /// The product by a GPU's matrix-vector kernel with `input` applied to the rows of `x`
-    /// (`cols` values each) as they are staged, adding to `residual` (taken) when given;
-    /// `None` when `x` or the weights are not on a GPU or the shape does not take the kernel.
+    /// The product on a GPU with `input` applied to the rows of `x` (`cols` values each)
+    /// inside its kernels (`CudaDevice::matmul_in`), adding to `residual` (taken) when given;
+    /// `None` when `x` or the weights are not on a GPU or the device does not fuse that shape.
     #[cfg(feature = "cuda")]
-    fn fused_gemv(
+    fn fused_product(
         &self,
         x: &Tensor,
         cols: usize,
@@ -379,14 +380,14 @@ impl Linear {
         let residual_ok = residual.as_ref().is_none_or(|r| {
             (r.rows(), r.cols()) == (m, self.out_dim) && matches!(r.storage(), Storage::Cuda(_))
         });
-        if x.cols() != cols || !s.dev.gemv_fits(m, self.out_dim, self.in_dim) || !residual_ok {
+        if x.cols() != cols || !s.dev.fuses(m, self.out_dim, self.in_dim, w) || !residual_ok {
             return Ok(None);
         }
         let (mut y, accumulate) = match residual.take().map(Tensor::into_storage) {
             Some(Storage::Cuda(r)) => (r.buf, true),
             _ => (s.dev.alloc_buf(m * self.out_dim)?, false),
         };
-        s.dev.gemv(
+        s.dev.matmul_in(
             &s.buf,
             m,
             w,

@@ -152,19 +152,44 @@ extern "C" __global__ void add_bias(float* y, const float* bias, int width, long
     if (i < n) y[i] += bias[i % width];
 }
 
-// The two-term bf16 split of x for products on bf16 tensor cores: hl[i] = bf16(x[i]) and
-// hl[n + i] = bf16(x[i] - hl[i]), so that hi + lo holds 16 significant bits of x. A product of
-// bf16 weights with both halves, summed in f32 (add_halves), is within ~2^-17 relative of the
-// f32 product of the same weights (cuBLAS multiplies bf16 only by bf16). Inf and NaN: lo = 0.
-extern "C" __global__ void split_bf16(const float* x, bf16_t* hl, long long n) {
+// The two-term bf16 split of a product's input rows for bf16 tensor cores, with the
+// matrix-vector kernel's input modes applied on the way: row r of v [rows, k] is x's row (or
+// SwiGLU of x's row of 2k values, gate then up), then its RMSNorm with norm_w [k] when given,
+// computed as the separate ops compute them; hl[r k + i] = bf16(v) and hl[rows k + r k + i] =
+// bf16(v - hi), so that hi + lo holds 16 significant bits of v. A product of bf16 weights with
+// both halves, summed in f32 (add_halves), is within ~2^-17 relative of the f32 product of the
+// same weights (cuBLAS multiplies bf16 only by bf16). Inf and NaN: lo = 0. Grid: rows.
+__device__ __forceinline__ float split_input(const float* xr, int i, int k, int swiglu) {
+    if (!swiglu) return xr[i];
+    const float g = xr[i], u = xr[k + i];
+    return g / (1.0f + expf(-g)) * u;
+}
+
+extern "C" __global__ void split_bf16(const float* x, bf16_t* hl, int k, const float* norm_w,
+                                      float eps, int swiglu) {
     DEP_ENTER();
-    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n) return;
-    const float v = x[i];
-    const bf16_t h = f32_to_bf16(v);
-    const float hf = bf16_to_f32(h);
-    hl[i] = h;
-    hl[n + i] = isfinite(hf) ? f32_to_bf16(v - hf) : (bf16_t)0;
+    const int r = blockIdx.x;
+    const float* xr = x + (size_t)r * (swiglu ? 2 * k : k);
+    float scale = 1.0f;
+    if (norm_w != nullptr) {
+        float ss = 0.0f;
+        for (int i = threadIdx.x; i < k; i += blockDim.x) {
+            const float v = split_input(xr, i, k, swiglu);
+            ss += v * v;
+        }
+        ss = block_sum(ss);
+        scale = 1.0f / sqrtf(ss / (float)k + eps);
+    }
+    bf16_t* hi = hl + (size_t)r * k;
+    bf16_t* lo = hi + (size_t)gridDim.x * k;
+    for (int i = threadIdx.x; i < k; i += blockDim.x) {
+        float v = split_input(xr, i, k, swiglu);
+        if (norm_w != nullptr) v = norm_w[i] * (v * scale);
+        const bf16_t h = f32_to_bf16(v);
+        const float hf = bf16_to_f32(h);
+        hi[i] = h;
+        lo[i] = isfinite(hf) ? f32_to_bf16(v - hf) : (bf16_t)0;
+    }
 }
 
 // y [n] = y2[i] + y2[n + i] (the halves of a split product), or y += that with `accumulate`.

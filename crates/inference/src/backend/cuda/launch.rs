@@ -343,18 +343,36 @@ impl CudaDevice {
         unsafe { self.go(&mut b, grid_1d(n), "add_bias") }
     }
 
-    /// The first `n` values of x as two bf16 halves [hi; lo] (2n values, see `split_bf16` in
-    /// kernels.cu): hi + lo holds 16 significant bits of each value.
-    pub fn split_bf16(&self, x: &Buf, n: usize) -> Result<CudaSlice<u16>> {
-        assert!(x.len() >= n);
-        let mut y = self.alloc::<u16>(2 * n)?;
-        let (px, py) = (self.ptr(x), self.mptr(&mut y));
-        let n64 = n as i64;
+    /// The m input rows of a product as two bf16 halves [hi; lo] ([2m, k], see `split_bf16`
+    /// in kernels.cu), `input` applied to them first: hi + lo holds 16 significant bits.
+    fn split_bf16(
+        &self,
+        x: &Buf,
+        m: usize,
+        k: usize,
+        input: GemvInput<'_>,
+    ) -> Result<CudaSlice<u16>> {
+        let (x_len, sw) = match input {
+            GemvInput::Swiglu => (2 * m * k, 1i32),
+            _ => (m * k, 0),
+        };
+        assert!(x.len() >= x_len);
+        let (pn, eps) = match input {
+            GemvInput::Normed(nw, eps) => {
+                assert!(nw.len() >= k);
+                (self.ptr(nw), eps)
+            }
+            _ => (0u64, 0.0f32),
+        };
+        let mut hl = self.alloc::<u16>(2 * m * k)?;
+        let (px, ph) = (self.ptr(x), self.mptr(&mut hl));
+        let ki = k as i32;
         let mut b = self.args(&self.kernels().split_bf16);
-        b.arg(&px).arg(&py).arg(&n64);
-        // SAFETY: thread i < n reads x[i] and writes y[i] and y[n + i]; y holds 2n values.
-        unsafe { self.go(&mut b, grid_1d(n), "split_bf16") }?;
-        Ok(y)
+        b.arg(&px).arg(&ph).arg(&ki).arg(&pn).arg(&eps).arg(&sw);
+        // SAFETY: block r reads row r of x (k or 2k values; x_len asserted) and k of the norm
+        // weight, and writes hl[r k ..] and hl[m k + r k ..] (hl holds 2mk).
+        unsafe { self.go(&mut b, per_row(m, row_threads(k).min(256)), "split_bf16") }?;
+        Ok(hl)
     }
 
     /// Columns `col0 .. col0 + width` of x [rows, ld], as a new [rows, width] buffer.
@@ -773,9 +791,37 @@ impl CudaDevice {
         if m == 0 || n == 0 {
             return Ok(());
         }
-        if self.gemv_fits(m, n, k) {
-            return self.gemv(x, m, w, n, k, y, accumulate, GemvInput::Plain);
+        self.matmul_in(x, m, w, n, k, y, accumulate, GemvInput::Plain)
+    }
+
+    /// [`CudaDevice::matmul`] of `input` applied to the rows of x (RMSNorm, or SwiGLU of rows
+    /// of 2k values) inside the product's kernels: the matrix-vector kernel's staging, or the
+    /// bf16 split of cuBLAS's input. f32 weights in cuBLAS take `Plain` only ([`fuses`]).
+    ///
+    /// [`fuses`]: CudaDevice::fuses
+    #[allow(clippy::too_many_arguments)]
+    pub fn matmul_in(
+        &self,
+        x: &Buf,
+        m: usize,
+        w: &MatrixData,
+        n: usize,
+        k: usize,
+        y: &mut Buf,
+        accumulate: bool,
+        input: GemvInput<'_>,
+    ) -> Result<()> {
+        assert!(y.len() >= m * n);
+        if m == 0 || n == 0 {
+            return Ok(());
         }
+        if self.gemv_fits(m, n, k) {
+            return self.gemv(x, m, w, n, k, y, accumulate, input);
+        }
+        assert!(
+            matches!(input, GemvInput::Plain) || matches!(w, MatrixData::Bf16(_)),
+            "f32 products in cuBLAS take their input as it is"
+        );
         if self.replaying() {
             return Ok(());
         }
@@ -819,7 +865,7 @@ impl CudaDevice {
                 // reads the weights once, and the halves' sums add to within ~2^-17 of the f32
                 // product (tensor cores take bf16 operands only).
                 assert!(wb.len() >= n * k);
-                let hl = self.split_bf16(x, m * k)?;
+                let hl = self.split_bf16(x, m, k, input)?;
                 let mut y2 = self.alloc_buf(2 * m * n)?;
                 let (pw, px, py2) = (self.ptr(wb), self.ptr(&hl), self.mptr(&mut y2));
                 let zero = 0.0f32;
@@ -858,6 +904,12 @@ impl CudaDevice {
                 unsafe { self.go(&mut b, grid_1d(m * n), "add_halves") }
             }
         }
+    }
+
+    /// Whether [`CudaDevice::matmul_in`] applies an input mode inside a product of m rows of k
+    /// into n outputs with weights `w`.
+    pub fn fuses(&self, m: usize, n: usize, k: usize, w: &MatrixData) -> bool {
+        self.gemv_fits(m, n, k) || matches!(w, MatrixData::Bf16(_))
     }
 
     /// Whether a product of m rows of k takes the matrix-vector kernel.
