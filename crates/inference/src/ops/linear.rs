@@ -6,8 +6,9 @@
 //! weights ([`QuantMatrix`], from GGUF) multiply with their blocks directly; a layer may stack
 //! several of them along the output dimension (e.g. Q, K and V of different block types).
 //! bf16 weights ([`Bf16Weights`], opt-in) multiply with bf16-rounded activations and f32 sums.
-//! On a GPU the weight is a device matrix (f32 or bf16, row-major) multiplied by cuBLAS; the
-//! tensor methods ([`Linear::apply`] and friends) run wherever the input lives.
+//! On a GPU the weight is a device matrix (f32 or bf16, row-major; bf16 multiplies the f32
+//! activations, see backend/cuda) multiplied by the device's kernels or cuBLAS; the tensor
+//! methods ([`Linear::apply`] and friends) run wherever the input lives.
 
 use crate::backend::cpu::bf16::{gemm_bt_bf16, Bf16Weights};
 use crate::backend::cpu::{self, PackedWeights, QuantMatrix};
