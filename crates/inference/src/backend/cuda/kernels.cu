@@ -745,7 +745,8 @@ ATTN_VARIANTS(ATTN_PAGED, attn_paged)
 // (16-byte rows for f32 pages, 8-byte for f16) and at most 256. Grid: (rows, n_heads, splits).
 // With splits > 1 (few rows: flash-decoding), block z takes the z-th of `splits` equal spans
 // (of 256 keys or more) of the row's keys and writes its unnormalized partial (max, sum, acc[hd]) to
-// part[((row * n_heads + head) * splits + z) * (hd + 2)], merged by attn_combine.
+// part[((row * n_heads + head) * splits + z) * (hd + 2)]; the last of a (row, head)'s blocks to
+// finish (a ticket from counters[row * n_heads + head], zero between launches) merges them.
 
 // 4 warps: small blocks, so that many (row, head) blocks are resident at once (a batch of 64
 // rows x 16 heads ran in 4 waves of 8-warp blocks).
@@ -755,7 +756,7 @@ template <typename KV, int D>
 __device__ void attn_decode(const float* q, float* out, const int* row_pos, const u64* pages,
                             const int* page0, int page_rows, long long k_off, long long val_off,
                             int n_heads, int n_kv_heads, int hd, float scale, int window,
-                            int splits, float* part) {
+                            int splits, float* part, unsigned* counters) {
     __shared__ float qs[256];
     __shared__ float part_m[DECODE_WARPS], part_l[DECODE_WARPS];
     __shared__ float part_acc[DECODE_WARPS][256];
@@ -783,16 +784,17 @@ __device__ void attn_decode(const float* q, float* out, const int* row_pos, cons
         if (key <= hi) {
             const KV* kr = (const KV*)sp[key / page_rows] + k_off
                 + (long long)(key % page_rows) * kv_dim + kv_head * hd;
-            // Loads in batches of 8 (32 dimensions), issued before they are used.
+            // Loads in batches of 16 (64 dimensions), issued before they are used: a key
+            // row of 128 takes two round trips to memory.
             float dot = 0.0f;
-            for (int d0 = 0; d0 < hd; d0 += 32) {
-                float kv[8][4];
+            for (int d0 = 0; d0 < hd; d0 += 64) {
+                float kv[16][4];
 #pragma unroll
-                for (int u = 0; u < 8; u++) {
+                for (int u = 0; u < 16; u++) {
                     if (d0 + 4 * u < hd) load4(kr + d0 + 4 * u, kv[u]);
                 }
 #pragma unroll
-                for (int u = 0; u < 8; u++) {
+                for (int u = 0; u < 16; u++) {
                     const int d = d0 + 4 * u;
                     if (d < hd)
                         dot += qs[d] * kv[u][0] + qs[d + 1] * kv[u][1] + qs[d + 2] * kv[u][2]
@@ -810,11 +812,13 @@ __device__ void attn_decode(const float* q, float* out, const int* row_pos, cons
 #pragma unroll
         for (int i = 0; i < D; i++) acc[i] *= corr;
         const int n_keys = min(32, hi - base + 1);
-        // Value rows 8 keys at a time, loaded before they are used.
-        for (int j0 = 0; j0 < n_keys; j0 += 8) {
-            float vv[8][D];
+        // Value rows VB keys at a time (16, or 8 for heads over 128), loaded before they are
+        // used.
+        constexpr int VB = D >= 8 ? 8 : 16;
+        for (int j0 = 0; j0 < n_keys; j0 += VB) {
+            float vv[VB][D];
 #pragma unroll
-            for (int u = 0; u < 8; u++) {
+            for (int u = 0; u < VB; u++) {
                 const int kj = base + j0 + u;
                 if (j0 + u < n_keys) {
                     const KV* vr = (const KV*)sp[kj / page_rows] + k_off + val_off
@@ -827,7 +831,7 @@ __device__ void attn_decode(const float* q, float* out, const int* row_pos, cons
                 }
             }
 #pragma unroll
-            for (int u = 0; u < 8; u++) {
+            for (int u = 0; u < VB; u++) {
                 const float pj = __shfl_sync(0xffffffffu, p, j0 + u);
                 if (j0 + u < n_keys) {
 #pragma unroll
@@ -861,38 +865,55 @@ __device__ void attn_decode(const float* q, float* out, const int* row_pos, cons
             out[(size_t)seq * q_dim + head * hd + d] = o * inv;
         }
     }
+    if (splits == 1) return;
+    // The last of the (row, head)'s blocks to finish merges the splits' partials (so no merge
+    // launch): each block makes its partial visible, then takes a ticket; the counter is left
+    // at zero for the next launch (and the next replay of a recorded step).
+    __shared__ bool last;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        unsigned* c = counters + seq * n_heads + head;
+        last = atomicAdd(c, 1u) == (unsigned)(splits - 1);
+        if (last) *c = 0u;
+    }
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    __shared__ float fz[32];
+    __shared__ float tot_m, tot_l;
+    const float* p0 = part + (size_t)(seq * n_heads + head) * splits * (hd + 2);
+    if (warp == 0) {
+        const float mz = lane < splits ? __ldcg(p0 + lane * (hd + 2)) : -INFINITY;
+        const float lz = lane < splits ? __ldcg(p0 + lane * (hd + 2) + 1) : 0.0f;
+        const float g = warp_max(mz);
+        const float f = mz == -INFINITY ? 0.0f : expf(mz - g);
+        fz[lane] = f;
+        // Summed in split order, as the separate merge did.
+        float lsum = 0.0f;
+        for (int z = 0; z < splits; z++) lsum += __shfl_sync(0xffffffffu, lz * f, z);
+        if (lane == 0) { tot_m = g; tot_l = lsum; }
+    }
+    __syncthreads();
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+        float o = 0.0f;
+        for (int z = 0; z < splits; z++) {
+            if (fz[z] != 0.0f) o += __ldcg(p0 + z * (hd + 2) + 2 + d) * fz[z];
+        }
+        out[(size_t)seq * q_dim + head * hd + d] = tot_l > 0.0f ? o / tot_l : 0.0f;
+    }
 }
 
 #define ATTN_DECODE(NAME, KV, D)                                                               \
     extern "C" __global__ void __launch_bounds__(32 * DECODE_WARPS) NAME(                      \
         const float* q, float* out, const int* row_pos, const u64* pages, const int* page0,    \
         int page_rows, long long k_off, long long val_off, int n_heads, int n_kv_heads,        \
-        int hd, float scale, int window, int splits, float* part) {                            \
+        int hd, float scale, int window, int splits, float* part, unsigned* counters) {       \
         DEP_ENTER();                                                                      \
         attn_decode<KV, D>(q, out, row_pos, pages, page0, page_rows, k_off, val_off, n_heads,  \
-                           n_kv_heads, hd, scale, window, splits, part);                       \
+                           n_kv_heads, hd, scale, window, splits, part, counters);             \
     }
 ATTN_VARIANTS(ATTN_DECODE, attn_decode)
-
-// Merges attn_decode's `splits` partials of each (row, head) into out [rows, n_heads * hd].
-// Grid: (rows, n_heads); block: hd threads (at most 256).
-extern "C" __global__ void attn_combine(const float* part, float* out, int n_heads, int hd,
-                                        int splits) {
-    DEP_ENTER();
-    const int row = blockIdx.x, head = blockIdx.y, d = threadIdx.x;
-    const float* pp = part + (size_t)(row * n_heads + head) * splits * (hd + 2);
-    float gm = -INFINITY;
-    for (int z = 0; z < splits; z++) gm = fmaxf(gm, pp[z * (hd + 2)]);
-    float gl = 0.0f, o = 0.0f;
-    for (int z = 0; z < splits; z++) {
-        const float mz = pp[z * (hd + 2)];
-        if (mz == -INFINITY) continue;
-        const float f = expf(mz - gm);
-        gl += pp[z * (hd + 2) + 1] * f;
-        if (d < hd) o += pp[z * (hd + 2) + 2 + d] * f;
-    }
-    if (d < hd) out[(size_t)row * n_heads * hd + head * hd + d] = gl > 0.0f ? o / gl : 0.0f;
-}
 
 // The attention input of one layer from its fused Q/K/V product, in one pass: per row r of
 // qkv [rows, (n_heads + 2 n_kv_heads) * hd] and per head, the optional per-head RMSNorm (Qwen3;

@@ -61,6 +61,9 @@ pub enum GemvInput<'a> {
     Swiglu,
 }
 
+/// Tickets of split decode attention (one per (row, head) of a split launch).
+pub const DECODE_TICKETS: usize = 4096;
+
 /// Rows a matrix-vector product takes at most (`GEMV_ROWS` in kernels.cu). Measured on an
 /// H200 (scripts/gpu/gemv_bench.cu): at 8 rows cuBLAS's bf16 product of a 4096 x 1024 matrix
 /// takes 5 us where this kernel took 14.6 (it re-reads the staged rows for every weight), at
@@ -725,7 +728,7 @@ impl CudaDevice {
         let (h, kvh, d) = (n_heads as i32, n_kv_heads as i32, hd as i32);
         let win = window.map_or(0, |w| w.clamp(1, i32::MAX as usize) as i32);
         // Few (row, head) blocks leave most of the GPU idle: split each row's keys over
-        // enough blocks to fill it twice (flash-decoding), merged by a second launch.
+        // enough blocks to fill it twice (flash-decoding), merged by the last of them to finish.
         let splits = (2 * self.sm_count()).div_ceil(rows * n_heads).clamp(1, 32);
         let mut part = self.alloc_buf(if splits > 1 {
             rows * n_heads * splits * (hd + 2)
@@ -733,6 +736,9 @@ impl CudaDevice {
             1
         })?;
         let (sp, pp) = (splits as i32, self.mptr(&mut part));
+        // Split launches have fewer (row, head) pairs than 2 SMs' worth, so the tickets fit.
+        assert!(splits == 1 || rows * n_heads <= DECODE_TICKETS);
+        let pt = self.ptr(&self.decode_tickets);
         let mut b = self.args(f);
         b.arg(&pq)
             .arg(&po)
@@ -748,27 +754,17 @@ impl CudaDevice {
             .arg(&scale)
             .arg(&win)
             .arg(&sp)
-            .arg(&pp);
+            .arg(&pp)
+            .arg(&pt);
         let cfg = LaunchConfig {
             grid_dim: (rows as u32, n_heads as u32, splits as u32),
             block_dim: (32 * DECODE_WARPS, 1, 1),
             shared_mem_bytes: 0,
         };
         // SAFETY: the caller guarantees the pages; q, out and part are sized above (block
-        // (r, h, z) writes part's (r, h, z) entry of hd + 2 values, or out's row r head h).
+        // (r, h, z) writes part's (r, h, z) entry of hd + 2 values, and the last of (r, h)'s
+        // blocks, or the only one, out's row r head h); ticket r * n_heads + h exists (asserted).
         unsafe { self.go(&mut b, cfg, "attention_decode") }?;
-        if splits > 1 {
-            let mut b = self.args(&self.kernels().attn_combine);
-            b.arg(&pp).arg(&po).arg(&h).arg(&d).arg(&sp);
-            let cfg = LaunchConfig {
-                grid_dim: (rows as u32, n_heads as u32, 1),
-                block_dim: (hd.div_ceil(32) as u32 * 32, 1, 1),
-                shared_mem_bytes: 0,
-            };
-            // SAFETY: block (r, h) reads the splits entries of (r, h) written above and
-            // writes out's row r head h.
-            unsafe { self.go(&mut b, cfg, "attention_combine") }?;
-        }
         drop(part);
         Ok(out)
     }

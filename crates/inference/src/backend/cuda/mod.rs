@@ -135,7 +135,6 @@ pub(crate) struct Kernels {
     /// By head dimensions (launch::ATTN_HEAD_DIMS).
     pub attn_paged_f32: [CudaFunction; 4],
     pub attn_paged_f16: [CudaFunction; 4],
-    pub attn_combine: CudaFunction,
     /// By head dimensions (launch::ATTN_HEAD_DIMS).
     pub attn_decode_f32: [CudaFunction; 4],
     pub attn_decode_f16: [CudaFunction; 4],
@@ -163,6 +162,9 @@ pub struct CudaDevice {
     graphs: graph::Graphs,
     /// What replayed steps' host passes allocate (see [`Buf`]).
     replay_pool: Arc<ReplayPool>,
+    /// Tickets of split decode attention, one per (row, head) (`attn_decode` in kernels.cu):
+    /// zero between launches.
+    decode_tickets: CudaSlice<u32>,
     /// Whether kernels are launched as programmatic dependents of the one before them
     /// (compute capability 9.0 and later, unless `LATTICE_CUDA_PDL=0`).
     dependent_launch: bool,
@@ -319,7 +321,6 @@ impl CudaDevice {
                 f("attn_paged_f16_d4")?,
                 f("attn_paged_f16_d8")?,
             ],
-            attn_combine: f("attn_combine")?,
             attn_decode_f32: [
                 f("attn_decode_f32_d1")?,
                 f("attn_decode_f32_d2")?,
@@ -366,7 +367,11 @@ impl CudaDevice {
                 "cuda: {name}: {sms} SMs; matrix-vector products of at most {gemv_blocks_per_sm} blocks per SM ({resident} resident)"
             );
         }
+        let decode_tickets = stream
+            .alloc_zeros::<u32>(launch::DECODE_TICKETS)
+            .map_err(|e| err("allocating attention tickets", e))?;
         Ok(CudaDevice {
+            decode_tickets,
             ordinal,
             sms,
             smem_optin,
