@@ -1,8 +1,9 @@
 //! Structured outputs and tool calls over HTTP on the tiny random-weight Qwen3 fixture: outputs
 //! under a JSON Schema, a regex, a choice list and a GBNF grammar follow them whatever the
 //! weights (every choice of `n`, streamed too), `logit_bias` forces a token, and tools come
-//! back as `tool_calls` (forced calls, streamed deltas, errors naming the field). The server's
-//! other tests are in serve.rs.
+//! back as `tool_calls` (forced calls in the Hermes, Mistral and Llama 3 formats, streamed
+//! deltas, tool results through the template, errors naming the field). The server's other tests
+//! are in serve.rs.
 
 mod support;
 
@@ -119,10 +120,67 @@ fn constrained_outputs_over_http() {
 /// parameter schemas and comes back as `tool_calls` with finish_reason "tool_calls", whatever
 /// the (random) weights; streamed, the call arrives as a `tool_calls` delta; bad tool requests
 /// are 400s naming the field.
+/// A Mistral-style chat template (tools in `[AVAILABLE_TOOLS]`, calls after `[TOOL_CALLS]`,
+/// results in `[TOOL_RESULTS]`), the shape of Mistral's own templates.
+const MISTRAL_TEMPLATE: &str = r#"{{- bos_token }}{%- if tools %}[AVAILABLE_TOOLS]{{ tools | tojson }}[/AVAILABLE_TOOLS]{%- endif %}
+{%- for m in messages %}
+{%- if m.role == 'user' %}[INST]{{ m.content }}[/INST]
+{%- elif m.role == 'assistant' and m.tool_calls %}[TOOL_CALLS][{%- for c in m.tool_calls %}{"name": "{{ c.function.name }}", "arguments": {{ c.function.arguments }}}{{ ", " if not loop.last }}{%- endfor %}]{{ eos_token }}
+{%- elif m.role == 'assistant' %}{{ m.content }}{{ eos_token }}
+{%- elif m.role == 'tool' %}[TOOL_RESULTS]{"content": {{ m.content | tojson }}}[/TOOL_RESULTS]
+{%- endif %}{%- endfor %}"#;
+
+/// A Llama 3.1-style chat template (JSON calls with `parameters`, results as `ipython`).
+const LLAMA3_TEMPLATE: &str = r#"{{- bos_token }}{%- if tools %}<|start_header_id|>system<|end_header_id|>
+
+Given the following functions, please respond with a JSON for a function call with its proper arguments that best answers the given prompt.
+{% for t in tools %}{{ t | tojson }}
+{% endfor %}<|eot_id|>{%- endif %}
+{%- for m in messages %}
+{%- if m.role == 'assistant' and m.tool_calls %}<|start_header_id|>assistant<|end_header_id|>
+
+{% for c in m.tool_calls %}{"name": "{{ c.function.name }}", "parameters": {{ c.function.arguments }}}{% endfor %}<|eot_id|>
+{%- elif m.role == 'tool' %}<|start_header_id|>ipython<|end_header_id|>
+
+{{ m.content }}<|eot_id|>
+{%- else %}<|start_header_id|>{{ m.role }}<|end_header_id|>
+
+{{ m.content }}<|eot_id|>{%- endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}<|start_header_id|>assistant<|end_header_id|>
+
+{% endif %}"#;
+
+/// The tiny Qwen3 fixture with another chat template (and so another tool-call format), in a
+/// temporary folder.
+fn with_template(template: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let src = std::path::PathBuf::from(fixture("tiny-qwen3"));
+    for f in std::fs::read_dir(&src).unwrap() {
+        let f = f.unwrap().path();
+        std::fs::copy(&f, dir.path().join(f.file_name().unwrap())).unwrap();
+    }
+    let cfg_path = dir.path().join("tokenizer_config.json");
+    let mut cfg: Value =
+        serde_json::from_str(&std::fs::read_to_string(&cfg_path).unwrap()).unwrap();
+    cfg["chat_template"] = json!(template);
+    std::fs::write(&cfg_path, cfg.to_string()).unwrap();
+    dir
+}
+
+/// Forced tool calls in each format the server parses: Qwen / Hermes `<tool_call>` (the
+/// fixture's own template), Mistral `[TOOL_CALLS]` and Llama 3 JSON.
 #[test]
 fn tool_calls_forced_parsed_and_streamed() {
-    let gen = fixture("tiny-qwen3");
-    let server = Server::start(&["--model", &gen]);
+    forced_tool_calls(&fixture("tiny-qwen3"));
+    for template in [MISTRAL_TEMPLATE, LLAMA3_TEMPLATE] {
+        let dir = with_template(template);
+        forced_tool_calls(dir.path().to_str().unwrap());
+    }
+}
+
+fn forced_tool_calls(gen: &str) {
+    let server = Server::start(&["--model", gen]);
     let tools = json!([
         {"type": "function", "function": {"name": "get_weather", "parameters": {
             "type": "object", "properties": {"city": {"type": "string", "maxLength": 12},
@@ -209,6 +267,16 @@ fn tool_calls_forced_parsed_and_streamed() {
             "{text}"
         );
     }
+    // A tool's result goes back through the chat template (role "tool" after the assistant's
+    // call), and the conversation continues.
+    let body = json!({"model": gen, "max_tokens": 8, "messages": [
+        {"role": "user", "content": "weather in Paris?"},
+        {"role": "assistant", "content": null, "tool_calls": [{"id": "call_1", "type": "function",
+            "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\", \"days\": 1}"}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "sunny, 21 C"}],
+        "tools": tools});
+    let r = server.post("/v1/chat/completions", &body).ok("tool result");
+    assert!(r["usage"]["prompt_tokens"].as_u64().unwrap() > 10, "{r}");
     // Errors name the field.
     for (body, param) in [
         (
