@@ -4,8 +4,9 @@
 
 use std::path::{Path, PathBuf};
 
+use lattice_inference::backend::Device;
 use lattice_inference::model::heads::{self, Pooling};
-use lattice_inference::model::{load_encoder, Encoder, PackedBatch};
+use lattice_inference::model::{load_encoder_on, Encoder, PackedBatch};
 use lattice_inference::tokenizer::Tokenizer;
 
 use crate::catalog::EmbeddingModel;
@@ -20,6 +21,8 @@ pub struct EmbedderOptions {
     /// Matryoshka output size: keep the first `n` dimensions of each embedding (then
     /// L2-normalize, when the model normalizes). `None` keeps the model's full width.
     pub dimensions: Option<usize>,
+    /// Where the encoder runs (BERT-family encoders on a GPU; the others on the CPU only).
+    pub device: Device,
 }
 
 impl Default for EmbedderOptions {
@@ -27,6 +30,7 @@ impl Default for EmbedderOptions {
         Self {
             max_batch_tokens: 16_384,
             dimensions: None,
+            device: Device::Cpu,
         }
     }
 }
@@ -112,7 +116,7 @@ impl Embedder {
             })
             .map(EmbeddingModel::spec);
         let tokenizer = Tokenizer::from_dir(dir)?;
-        let encoder = load_encoder(dir)?;
+        let encoder = load_encoder_on(dir, &options.device)?;
         let info = encoder.info();
         if let Some(d) = options.dimensions {
             if d == 0 || d > info.hidden_size {

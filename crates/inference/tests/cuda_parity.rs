@@ -169,3 +169,65 @@ fn engine_batches_on_the_gpu_like_the_cpu() {
         3 * prompts.len() + 2
     );
 }
+
+/// The BERT encoders (tiny-bert, mean pooling; tiny-bert-cls) on the GPU against
+/// sentence-transformers' embeddings and the CPU's hidden states: every reference text packed
+/// into one batch (sequences of 1 to 48 tokens), 1 - cos < 1e-6 as on the CPU.
+#[test]
+fn bert_encoders_on_the_gpu_match_sentence_transformers() {
+    use lattice_inference::model::heads::{self, Pooling};
+    use lattice_inference::model::{load_encoder, load_encoder_on, PackedBatch};
+    let Some(dev) = gpu("bert_encoders_on_the_gpu_match_sentence_transformers") else {
+        return;
+    };
+    for name in ["tiny-bert", "tiny-bert-cls"] {
+        let dir = fixture(name);
+        let r = read_json(&dir.join("reference.json"));
+        let g = load_encoder_on(&dir, &dev).unwrap();
+        let c = load_encoder(&dir).unwrap();
+        let d = g.info().hidden_size;
+        let mut batch = PackedBatch::new();
+        let ids: Vec<Vec<u32>> = r["input_ids"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(u32s)
+            .collect();
+        for s in &ids {
+            batch.push(s, &[]);
+        }
+        let hg = g.forward(&batch).unwrap();
+        let hc = c.forward(&batch).unwrap();
+        let states = rel_err(&hg, &hc);
+        assert!(states < 1e-5, "{name}: hidden states vs the CPU {states:e}");
+        let pool = if r["pooling"] == "cls" {
+            Pooling::Cls
+        } else {
+            Pooling::Mean
+        };
+        let mut pooled = heads::pool(&hg, d, &batch.cu_seqlens, pool);
+        if r["normalize"].as_bool().unwrap() {
+            heads::l2_normalize_rows(&mut pooled, d);
+        }
+        let mut worst = 0.0f64;
+        for (i, w) in r["embeddings"].as_array().unwrap().iter().enumerate() {
+            let (a, b) = (&pooled[i * d..(i + 1) * d], f32s(w));
+            let dot: f64 = a
+                .iter()
+                .zip(&b)
+                .map(|(x, y)| f64::from(*x) * f64::from(*y))
+                .sum();
+            let na: f64 = a.iter().map(|x| f64::from(*x).powi(2)).sum::<f64>().sqrt();
+            let nb: f64 = b.iter().map(|x| f64::from(*x).powi(2)).sum::<f64>().sqrt();
+            worst = worst.max(1.0 - dot / (na * nb));
+        }
+        assert!(
+            worst < 1e-6,
+            "{name}: 1 - cos {worst:e} vs sentence-transformers"
+        );
+        eprintln!(
+            "{name} on {dev}: {} texts, 1 - cos {worst:.1e} vs sentence-transformers, hidden states {states:.1e} vs the CPU",
+            ids.len()
+        );
+    }
+}

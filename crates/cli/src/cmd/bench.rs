@@ -39,6 +39,9 @@ pub struct Args {
     /// Worker threads (default: all cores).
     #[arg(long)]
     threads: Option<usize>,
+    /// Where the encoder runs (`cpu`, `cuda`, `cuda:N`; BERT-family encoders on a GPU).
+    #[arg(long, default_value = "cpu")]
+    device: String,
 }
 
 /// Benchmarks other than embeddings.
@@ -90,8 +93,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         .flat_map(|p| [p.a.as_str(), p.b.as_str()])
         .filter(|s| seen.insert(*s))
         .collect();
-    let embedder =
-        Embedder::load(&model).with_context(|| format!("cannot load model `{model}`"))?;
+    let options = lattice_embed::EmbedderOptions {
+        device: lattice_inference::backend::Device::open(&args.device)?,
+        ..Default::default()
+    };
+    let embedder = lattice_embed::resolve_model_dir(&model)
+        .and_then(|dir| Embedder::load_dir(&dir, options))
+        .with_context(|| format!("cannot load model `{model}`"))?;
 
     let t0 = Instant::now();
     let ids: Vec<Vec<u32>> = sentences
@@ -146,6 +154,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 
     let report = serde_json::json!({
         "engine": "lattice",
+        "device": args.device,
         "isa": lattice_inference::backend::cpu::isa(),
         "threads": rayon::current_num_threads(),
         "sentences": sentences.len(),

@@ -24,7 +24,7 @@ pub struct Args {
     /// normalizes), for models trained for it (e.g. Qwen3-Embedding, 32..full).
     #[arg(long)]
     dimensions: Option<usize>,
-    /// Where the model runs (`cpu`; GPUs are not yet supported for encoders).
+    /// Where the model runs (`cpu`, `cuda`, `cuda:N`; BERT-family encoders on a GPU).
     #[arg(long, default_value = "cpu")]
     device: String,
     /// Texts to embed (after those of --input).
@@ -38,10 +38,11 @@ struct Line<'a> {
 
 /// Runs the subcommand.
 pub fn run(args: Args) -> anyhow::Result<()> {
-    super::encoder_device(&args.device)?;
+    let device = lattice_inference::backend::Device::open(&args.device)?;
     let texts = super::input::read_texts(args.input.as_deref(), &args.texts)?;
     let options = EmbedderOptions {
         dimensions: args.dimensions,
+        device,
         ..Default::default()
     };
     let embedder = lattice_embed::resolve_model_dir(&args.model)

@@ -67,10 +67,25 @@ pub fn packed_attention_tensor(
             Ok(Tensor::cpu(qkv.rows(), n_heads * head_dim, out))
         }
         #[cfg(feature = "cuda")]
-        Storage::Cuda(_) => Err(Error::Device(format!(
-            "bidirectional (encoder) attention is not implemented on {} yet",
-            qkv.device()
-        ))),
+        Storage::Cuda(s) => {
+            if bias.is_some() {
+                return Err(Error::Device(format!(
+                    "attention with a relative position bias (MPNet) is not implemented on {} yet",
+                    qkv.device()
+                )));
+            }
+            let hidden = n_heads * head_dim;
+            if qkv.cols() != 3 * hidden {
+                return Err(Error::Shape {
+                    op: "attention",
+                    reason: format!("qkv rows of {} values, not 3 * {hidden}", qkv.cols()),
+                });
+            }
+            check_cu_seqlens(cu_seqlens, qkv.rows())?;
+            let out =
+                crate::backend::cuda::attend_packed(&s.dev, &s.buf, cu_seqlens, n_heads, head_dim)?;
+            Ok(Tensor::cuda(&s.dev, qkv.rows(), hidden, out))
+        }
     }
 }
 

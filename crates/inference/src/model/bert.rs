@@ -11,6 +11,7 @@ use serde::Deserialize;
 
 use super::layers::{position_ids, LayerDims, LayerNames, PostNormLayer};
 use super::{Encoder, EncoderInfo, PackedBatch};
+use crate::backend::Device;
 use crate::io::store::{Scope, WeightStore};
 use crate::ops::{self, Embedding, LayerNorm, Linear};
 use crate::tensor::Tensor;
@@ -188,6 +189,8 @@ pub struct BertModel {
     info: EncoderInfo,
     embeddings: BertEmbeddings,
     layers: Vec<PostNormLayer>,
+    /// Where the layers run (the embeddings are looked up on the host).
+    device: Device,
 }
 
 /// The scope the encoder's tensors live under: bare names (as sentence-transformers saves a
@@ -203,12 +206,13 @@ fn encoder_scope<'a>(store: &'a WeightStore, cfg: &BertConfig) -> Scope<'a> {
 }
 
 impl BertModel {
-    /// Loads the encoder from `store`, under whichever prefix the checkpoint uses.
-    pub fn load(store: &WeightStore, cfg: &BertConfig) -> Result<Self> {
-        Self::load_scoped(&encoder_scope(store, cfg), cfg)
+    /// Loads the encoder from `store`, under whichever prefix the checkpoint uses, its layers
+    /// on `device`.
+    pub fn load(store: &WeightStore, cfg: &BertConfig, device: &Device) -> Result<Self> {
+        Self::load_scoped(&encoder_scope(store, cfg), cfg, device)
     }
 
-    fn load_scoped(vb: &Scope, cfg: &BertConfig) -> Result<Self> {
+    fn load_scoped(vb: &Scope, cfg: &BertConfig, device: &Device) -> Result<Self> {
         let dims = LayerDims {
             hidden: cfg.hidden_size,
             intermediate: cfg.intermediate_size,
@@ -216,7 +220,14 @@ impl BertModel {
             eps: cfg.layer_norm_eps as f32,
         };
         let layers = (0..cfg.num_hidden_layers)
-            .map(|i| PostNormLayer::load(&vb.pp(&format!("encoder.layer.{i}")), &LAYER_NAMES, dims))
+            .map(|i| {
+                PostNormLayer::load(
+                    &vb.pp(&format!("encoder.layer.{i}")),
+                    &LAYER_NAMES,
+                    dims,
+                    device,
+                )
+            })
             .collect::<Result<Vec<_>>>()?;
         Ok(Self {
             info: EncoderInfo {
@@ -228,6 +239,7 @@ impl BertModel {
             },
             embeddings: BertEmbeddings::load(&vb.pp("embeddings"), cfg)?,
             layers,
+            device: device.clone(),
         })
     }
 }
@@ -241,7 +253,7 @@ impl Encoder for BertModel {
         batch.validate(self.info.max_positions)?;
         let x = self.embeddings.forward(batch)?;
         let width = self.info.hidden_size;
-        let mut t = Tensor::cpu(x.len() / width.max(1), width, x);
+        let mut t = Tensor::from_host(&self.device, x.len() / width.max(1), width, x)?;
         for layer in &self.layers {
             t = layer.forward(t, &batch.cu_seqlens, None)?;
         }
@@ -275,7 +287,7 @@ impl BertForSequenceClassification {
         let h = cfg.hidden_size;
         let classifier = Linear::load(&store.scope("classifier"), h, cfg.num_labels(), true)?;
         Ok(Self {
-            bert: BertModel::load_scoped(&vb, &cfg)?,
+            bert: BertModel::load_scoped(&vb, &cfg, &Device::Cpu)?,
             pooler: Linear::load(&vb.pp("pooler.dense"), h, h, true)?,
             classifier,
         })

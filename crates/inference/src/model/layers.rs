@@ -3,6 +3,7 @@
 //! MPNet all use under different tensor names.
 
 use crate::attention::{packed_attention_tensor, PositionBias};
+use crate::backend::Device;
 use crate::io::store::Scope;
 use crate::ops::{LayerNorm, Linear};
 use crate::tensor::Tensor;
@@ -55,10 +56,14 @@ pub struct PostNormLayer {
 }
 
 impl PostNormLayer {
-    /// Loads a layer from `vb` using `names`.
-    pub fn load(vb: &Scope, names: &LayerNames, dims: LayerDims) -> Result<Self> {
+    /// Loads a layer from `vb` using `names`, its matrices on `device`.
+    pub fn load(vb: &Scope, names: &LayerNames, dims: LayerDims, device: &Device) -> Result<Self> {
         let (h, i, eps) = (dims.hidden, dims.intermediate, dims.eps);
-        let qkv = Linear::load_fused(
+        let linear = |name: &str, in_dim: usize, out_dim: usize| {
+            Linear::load_fused_on(device, &[vb.pp(name)], in_dim, &[out_dim], true)
+        };
+        let qkv = Linear::load_fused_on(
+            device,
             &[vb.pp(names.query), vb.pp(names.key), vb.pp(names.value)],
             h,
             &[h, h, h],
@@ -66,10 +71,10 @@ impl PostNormLayer {
         )?;
         Ok(Self {
             qkv,
-            attn_output: Linear::load(&vb.pp(names.attn_output), h, h, true)?,
+            attn_output: linear(names.attn_output, h, h)?,
             attn_norm: LayerNorm::load(&vb.pp(names.attn_norm), h, eps)?,
-            intermediate: Linear::load(&vb.pp(names.intermediate), h, i, true)?,
-            output: Linear::load(&vb.pp(names.output), i, h, true)?,
+            intermediate: linear(names.intermediate, h, i)?,
+            output: linear(names.output, i, h)?,
             output_norm: LayerNorm::load(&vb.pp(names.output_norm), h, eps)?,
             n_heads: dims.n_heads,
         })

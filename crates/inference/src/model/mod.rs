@@ -296,6 +296,12 @@ struct ModelTypeOnly {
 /// `model_type`: `bert`, `roberta`, `xlm-roberta`, `mpnet`, or a decoder used as an encoder
 /// (`qwen3` for Qwen3-Embedding, `qwen2`, `llama`, `mistral`).
 pub fn load_encoder(dir: &Path) -> Result<Box<dyn Encoder>> {
+    load_encoder_on(dir, &crate::backend::Device::Cpu)
+}
+
+/// [`load_encoder`] with the encoder's layers on `device` (BERT-family encoders; the others
+/// run on the CPU only and are refused elsewhere, naming the device).
+pub fn load_encoder_on(dir: &Path, device: &crate::backend::Device) -> Result<Box<dyn Encoder>> {
     let (probe, path): (ModelTypeOnly, _) = read_config(dir)?;
     let model_type = probe.model_type.ok_or_else(|| Error::InvalidConfig {
         path: path.clone(),
@@ -306,8 +312,12 @@ pub fn load_encoder(dir: &Path) -> Result<Box<dyn Encoder>> {
             let (cfg, path) = read_config::<bert::BertConfig>(dir)?;
             cfg.validate(&path)?;
             let store = WeightStore::open_dir(dir)?;
-            Ok(Box::new(bert::BertModel::load(&store, &cfg)?))
+            Ok(Box::new(bert::BertModel::load(&store, &cfg, device)?))
         }
+        _ if !device.is_cpu() => Err(Error::Device(format!(
+            "encoders of model_type `{model_type}` do not run on {device} yet (BERT-family \
+             encoders do; use --device cpu)"
+        ))),
         "mpnet" => {
             let (cfg, path) = read_config::<mpnet::MpnetConfig>(dir)?;
             cfg.validate(&path)?;

@@ -11,6 +11,7 @@ use serde::Deserialize;
 use super::layers::{position_ids, LayerDims, LayerNames, PostNormLayer};
 use super::{Encoder, EncoderInfo, PackedBatch};
 use crate::attention::PositionBias;
+use crate::backend::Device;
 use crate::io::store::{Scope, WeightStore};
 use crate::ops::{Embedding, LayerNorm};
 use crate::tensor::Tensor;
@@ -161,7 +162,14 @@ impl MpnetModel {
             eps: cfg.layer_norm_eps as f32,
         };
         let layers = (0..cfg.num_hidden_layers)
-            .map(|i| PostNormLayer::load(&vb.pp(&format!("encoder.layer.{i}")), &LAYER_NAMES, dims))
+            .map(|i| {
+                PostNormLayer::load(
+                    &vb.pp(&format!("encoder.layer.{i}")),
+                    &LAYER_NAMES,
+                    dims,
+                    &Device::Cpu,
+                )
+            })
             .collect::<Result<Vec<_>>>()?;
         let emb = vb.pp("embeddings");
         Ok(Self {

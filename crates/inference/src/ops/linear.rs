@@ -81,6 +81,29 @@ impl Linear {
         })
     }
 
+    /// [`Linear::load_fused`] with the weights placed on `device` (f32).
+    pub fn load_fused_on(
+        device: &Device,
+        scopes: &[Scope],
+        in_dim: usize,
+        out_dims: &[usize],
+        with_bias: bool,
+    ) -> Result<Self> {
+        if device.is_cpu() {
+            return Self::load_fused(scopes, in_dim, out_dims, with_bias);
+        }
+        let out_dim: usize = out_dims.iter().sum();
+        let mut w = Vec::with_capacity(out_dim * in_dim);
+        let mut bias = with_bias.then(|| Vec::with_capacity(out_dim));
+        for (scope, &n) in scopes.iter().zip(out_dims) {
+            w.extend_from_slice(scope.get("weight", &[n, in_dim])?.as_slice());
+            if let Some(b) = bias.as_mut() {
+                b.extend_from_slice(scope.get("bias", &[n])?.as_slice());
+            }
+        }
+        Self::from_f32_on(device, &w, out_dim, in_dim, bias)
+    }
+
     /// A layer from f32 weights `w` [out_dim, in_dim] (row-major) and an optional bias.
     pub fn from_f32(
         w: &[f32],

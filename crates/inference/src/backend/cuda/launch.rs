@@ -387,16 +387,33 @@ impl CudaDevice {
         rows: usize,
         width: usize,
     ) -> Result<Buf> {
+        let mut y = self.alloc_buf(rows * width)?;
+        self.copy_cols_into(x, ld, col0, rows, width, &mut y, 0)?;
+        Ok(y)
+    }
+
+    /// [`CudaDevice::copy_cols`] into y [rows, width] starting `y_off` values into `y`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn copy_cols_into(
+        &self,
+        x: &Buf,
+        ld: usize,
+        col0: usize,
+        rows: usize,
+        width: usize,
+        y: &mut Buf,
+        y_off: usize,
+    ) -> Result<()> {
         assert!(col0 + width <= ld && x.len() >= rows * ld);
         let n = rows * width;
-        let mut y = self.alloc_buf(n)?;
-        let (px, py) = (self.ptr(x), self.mptr(&mut y));
+        assert!(y.len() >= y_off + n);
+        let (px, py) = (self.ptr(x), self.mptr(y) + y_off as u64 * 4);
         let (ld_i, c0, w, n64) = (ld as i32, col0 as i32, width as i32, n as i64);
         let mut b = self.args(&self.kernels().copy_cols);
         b.arg(&px).arg(&ld_i).arg(&c0).arg(&py).arg(&w).arg(&n64);
-        // SAFETY: thread i < n reads x[(i / width) * ld + col0 + i % width] < rows * ld.
-        unsafe { self.go(&mut b, grid_1d(n), "copy_cols") }?;
-        Ok(y)
+        // SAFETY: thread i < n reads x[(i / width) * ld + col0 + i % width] < rows * ld and
+        // writes y[y_off + i] (asserted in bounds).
+        unsafe { self.go(&mut b, grid_1d(n), "copy_cols") }
     }
 
     /// Rows `idx` of x [src_rows, width], as a new [idx.len(), width] buffer.

@@ -23,7 +23,7 @@ use super::device::Op;
 use crate::{Error, Result};
 
 pub use launch::{AttnTiles, GemvInput, MatrixData};
-pub use paged::{attend_paged, attend_qkv_paged, QkvPrep};
+pub use paged::{attend_packed, attend_paged, attend_qkv_paged, QkvPrep};
 
 /// The kernel source (compiled at run time).
 pub const KERNELS: &str = include_str!("kernels.cu");

@@ -194,3 +194,84 @@ pub fn attend_qkv_paged(
     };
     run(dev, &plan, &q, shape, scale)
 }
+
+/// Bidirectional attention of an encoder over packed sequences (`cu_seqlens`): qkv [n_tokens,
+/// 3 * n_heads * head_dim] holds Q, K and V side by side per token; returns the context
+/// [n_tokens, n_heads * head_dim]. The paged attention kernel with each sequence's keys and
+/// values as one page of its own and every row placed at the sequence's last position, so that
+/// each row sees all keys of its sequence. Its inputs are uploaded afresh (not the per-step
+/// [`Input`] buffers, which the decoder's recorded steps own).
+pub fn attend_packed(
+    dev: &Arc<CudaDevice>,
+    qkv: &Buf,
+    cu_seqlens: &[usize],
+    n_heads: usize,
+    head_dim: usize,
+) -> Result<Buf> {
+    let hidden = n_heads * head_dim;
+    let n = cu_seqlens.last().copied().unwrap_or(0);
+    if n == 0 {
+        return dev.alloc_buf(0);
+    }
+    let q = dev.copy_cols(qkv, 3 * hidden, 0, n, hidden)?;
+    // Keys [n, hidden] then values [n, hidden] in one buffer: values are `val_off` further.
+    let mut kv = dev.alloc_buf(2 * n * hidden)?;
+    dev.copy_cols_into(qkv, 3 * hidden, hidden, n, hidden, &mut kv, 0)?;
+    dev.copy_cols_into(qkv, 3 * hidden, 2 * hidden, n, hidden, &mut kv, n * hidden)?;
+    let base = dev.ptr(&kv);
+    let (mut tile_seq, mut tile_row0, mut tile_n) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut row_pos, mut pages, mut page0) = (Vec::with_capacity(n), Vec::new(), Vec::new());
+    let mut longest = 1usize;
+    for (s, w) in cu_seqlens.windows(2).enumerate() {
+        let len = w[1] - w[0];
+        longest = longest.max(len);
+        page0.push(s as i32);
+        pages.push(base + (w[0] * hidden * 4) as u64);
+        row_pos.extend(std::iter::repeat_n(len.saturating_sub(1) as i32, len));
+        for c in (0..len).step_by(ATTN_ROWS) {
+            tile_seq.push(s as i32);
+            tile_row0.push((w[0] + c) as i32);
+            tile_n.push((len - c).min(ATTN_ROWS) as i32);
+        }
+    }
+    let up = |v: &[i32]| dev.upload(v);
+    let (ts, tr, tn, rp, p0) = (
+        up(&tile_seq)?,
+        up(&tile_row0)?,
+        up(&tile_n)?,
+        up(&row_pos)?,
+        up(&page0)?,
+    );
+    let pg = dev.upload(&pages)?;
+    let tiles = AttnTiles {
+        n_tiles: tile_seq.len(),
+        tile_seq: dev.ptr(&ts),
+        tile_row0: dev.ptr(&tr),
+        tile_n: dev.ptr(&tn),
+        row_pos: dev.ptr(&rp),
+        pages: dev.ptr(&pg),
+        page0: dev.ptr(&p0),
+    };
+    let scale = 1.0 / (head_dim as f32).sqrt();
+    // SAFETY: every page address is a sequence's first key row inside `kv`, whose rows reach
+    // `longest` (= page_rows) keys past it at most; values sit n * hidden values further.
+    let out = unsafe {
+        dev.attention(
+            &q,
+            n,
+            &tiles,
+            longest,
+            0,
+            n * hidden,
+            n_heads,
+            n_heads,
+            head_dim,
+            scale,
+            None,
+            false,
+        )
+    }?;
+    // The uploads and `kv` stay alive until the kernel has read them (freed in stream order).
+    drop((ts, tr, tn, rp, p0, pg, kv));
+    Ok(out)
+}
