@@ -1,13 +1,15 @@
 //! Output constraints (grammar/) through the generation loop on the tiny random-weight Qwen3
 //! fixture: whatever the weights, a JSON-Schema-constrained output is valid JSON of that
 //! schema, a regex-constrained one matches, and `logit_bias` forces and bans tokens. Invalid
-//! schemas and expressions are errors that say what is wrong.
+//! schemas and expressions are errors that say what is wrong; each kind of spec goes to the
+//! engine that serves it (the DFA engine for the JSON Schemas and regular expressions it
+//! supports, llguidance for the rest).
 
 mod common;
 
 use common::fixture;
 use lattice_inference::engine::{generate, FinishReason, GenerateRequest, TextModel};
-use lattice_inference::grammar::Spec;
+use lattice_inference::grammar::{Engine, Spec};
 use lattice_inference::model::source::WeightMode;
 use lattice_inference::sample::SamplingParams;
 use serde_json::{json, Value};
@@ -217,5 +219,68 @@ fn token_bytes_spell_the_text_they_encode() {
             spelled == text || spelled.trim_start() == text,
             "{name}: {spelled:?}"
         );
+    }
+}
+
+#[test]
+fn each_spec_goes_to_the_engine_that_serves_it() {
+    let m = model();
+    let object =
+        json!({"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]});
+    let mut with_options = object.clone();
+    with_options["x-guidance"] = json!({"whitespace_flexible": true});
+    // The layout both engines write, asked for explicitly (as the server's tool calls do).
+    let mut compact = object.clone();
+    compact["x-guidance"] =
+        json!({"whitespace_flexible": false, "item_separator": ", ", "key_separator": ": "});
+    for (spec, want) in [
+        (Spec::JsonSchema(object), Engine::Dfa),
+        (Spec::Regex("[a-z]{3}-[0-9]{2}".into()), Engine::Dfa),
+        // Outside the DFA engine's subset: an unconstrained item, a schema's own layout
+        // options, an anchor.
+        (
+            Spec::JsonSchema(json!({"type": "array", "items": {}})),
+            Engine::Llguidance,
+        ),
+        (Spec::JsonSchema(with_options), Engine::Llguidance),
+        (Spec::JsonSchema(compact), Engine::Dfa),
+        (Spec::Regex("^[0-9]+".into()), Engine::Llguidance),
+        (Spec::JsonObject, Engine::Llguidance),
+        (
+            Spec::Lark("start: \"a\" | \"b\"".into()),
+            Engine::Llguidance,
+        ),
+        (Spec::Gbnf("root ::= \"x\"".into()), Engine::Llguidance),
+    ] {
+        let c = m
+            .compile_constraint(&spec)
+            .unwrap_or_else(|e| panic!("{spec:?}: {e}"));
+        assert_eq!(c.engine(), want, "{spec:?}");
+    }
+    // What both engines refuse stays refused, with llguidance's reason and the spec's kind.
+    let e = m
+        .compile_constraint(&Spec::JsonSchema(
+            json!({"allOf": [{"type": "string"}, {"type": "integer"}]}),
+        ))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("JSON schema"), "{e}");
+    // The fallback's outputs hold too: any item, 1 to 3 of them.
+    let spec = Spec::JsonSchema(
+        json!({"type": "array", "items": {"type": "array", "items": {}, "maxItems": 2}, "minItems": 1, "maxItems": 3}),
+    );
+    for seed in 0..3 {
+        let (text, finish, _) = run(&m, Some(&spec), sampled(seed), 200);
+        if finish == FinishReason::Stop {
+            let v: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text:?}"));
+            let a = v.as_array().unwrap();
+            assert!((1..=3).contains(&a.len()), "{text}");
+            assert!(
+                a.iter().all(|x| x.as_array().is_some_and(|x| x.len() <= 2)),
+                "{text}"
+            );
+        } else {
+            assert!(text.starts_with('['), "{text:?}");
+        }
     }
 }
