@@ -274,10 +274,15 @@ fn run(
                     in_flight.fetch_sub(1, Ordering::SeqCst);
                     metrics.generation_tokens(generation.token_ids.len());
                     if let Some(o) = owners.remove(&id) {
-                        let _ = o.events.send(GenEvent::Done {
-                            index: o.index,
-                            generation,
-                        });
+                        let event = match &generation.error {
+                            // A failed constraint: the text is not a complete output.
+                            Some(e) => GenEvent::Failed(format!("output constraint failed: {e}")),
+                            None => GenEvent::Done {
+                                index: o.index,
+                                generation,
+                            },
+                        };
+                        let _ = o.events.send(event);
                     }
                 }
             }

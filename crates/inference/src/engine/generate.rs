@@ -170,7 +170,12 @@ pub fn generate_in(
     session.memory = Some(engine.into_memory());
     match (result, failure) {
         (_, Some(e)) => Err(e),
-        (Some(g), None) => Ok(g),
+        (Some(g), None) => match g.error {
+            Some(e) => Err(crate::Error::InvalidInput(format!(
+                "output constraint failed: {e}"
+            ))),
+            None => Ok(g),
+        },
         (None, None) => unreachable!("the loop ends with a result or a failure"),
     }
 }

@@ -94,6 +94,9 @@ pub struct Generation {
     pub cached_prompt_tokens: usize,
     /// Why it ended.
     pub finish_reason: FinishReason,
+    /// Set when the output constraint failed (an engine limit of a hostile grammar, say): the
+    /// text so far is not a complete output, and callers report this message as an error.
+    pub error: Option<String>,
     /// Per-token log-probabilities, when requested.
     pub logprobs: Vec<TokenLogprob>,
     /// Seconds spent on the prompt (prefill, up to the first token's logits).

@@ -31,6 +31,7 @@ impl<'m> Sequence<'m> {
             prompt_tokens: req.prompt_ids.len(),
             cached_prompt_tokens: cached,
             finish_reason: FinishReason::Length,
+            error: None,
             logprobs: Vec::new(),
             prefill_secs: 0.0,
             decode_secs: 0.0,
@@ -106,7 +107,10 @@ impl<'m> Sequence<'m> {
                 }
             }
             if let Some(m) = &mut self.matcher {
-                m.mask(&mut l).ok()?;
+                if let Err(e) = m.mask(&mut l) {
+                    self.out.error = Some(e.to_string());
+                    return None;
+                }
                 // Through end-of-sequence tokens means past the constraint's own end too,
                 // while it allows anything else.
                 let stops = &self.model.stop_token_ids;
@@ -142,7 +146,8 @@ impl<'m> Sequence<'m> {
     }
 
     /// The rest of [`Sequence::accept`] for a [`Sequence::pick`]: records the token, streams
-    /// its text, checks the stop conditions (a failed pick ends the sequence with "stop").
+    /// its text, checks the stop conditions (a failed pick ends the sequence, with
+    /// [`Generation::error`] set when its constraint failed).
     pub fn accept_pick(
         &mut self,
         pick: Option<u32>,
@@ -198,7 +203,13 @@ impl<'m> Sequence<'m> {
             return self.end(FinishReason::Stop, on_text);
         }
         let complete = match &mut self.matcher {
-            Some(m) => m.accept(token).is_err() || m.is_done(),
+            Some(m) => match m.accept(token) {
+                Ok(()) => m.is_done(),
+                Err(e) => {
+                    self.out.error = Some(e.to_string());
+                    return self.end(FinishReason::Stop, on_text);
+                }
+            },
             None => false,
         };
         if let Some(piece) = self.stream.step(token) {
