@@ -211,6 +211,10 @@ pub struct Args {
     ignore_eos: bool,
     #[command(flatten)]
     constraint: ConstraintArgs,
+    /// Speculative decoding: draft up to N tokens per step by prompt lookup and verify them in
+    /// one pass (greedy decoding on attention-only models; the output is the same; 0: off).
+    #[arg(long, default_value_t = 0)]
+    draft_tokens: usize,
     /// Print one JSON object `{text, token_ids, prompt_tokens, completion_tokens}` instead of
     /// streaming text.
     #[arg(long)]
@@ -227,8 +231,16 @@ pub fn report_speed(g: &Generation) {
     } else {
         String::new()
     };
+    let drafts = if g.drafted_tokens > 0 {
+        format!(
+            "; drafts: {} of {} tokens accepted",
+            g.accepted_tokens, g.drafted_tokens
+        )
+    } else {
+        String::new()
+    };
     eprintln!(
-        "prompt: {} tokens{cached}, {run} run in {:.3} s ({:.1} tokens/s); generation: {n} tokens, {:.1} tokens/s after the first",
+        "prompt: {} tokens{cached}, {run} run in {:.3} s ({:.1} tokens/s); generation: {n} tokens, {:.1} tokens/s after the first{drafts}",
         g.prompt_tokens,
         g.prefill_secs,
         run as f64 / g.prefill_secs.max(1e-9),
@@ -253,6 +265,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     req.stop = args.stop.clone();
     req.ignore_eos = args.ignore_eos;
     req.constraint = args.constraint.compile(&model)?;
+    req.draft_tokens = args.draft_tokens;
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     let g = if args.json {
@@ -274,6 +287,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             "prompt_tokens": g.prompt_tokens,
             "completion_tokens": g.token_ids.len(),
             "finish_reason": g.finish_reason.as_str(),
+            "drafted_tokens": g.drafted_tokens,
+            "accepted_tokens": g.accepted_tokens,
+            "decode_tokens_per_s": g.token_ids.len().saturating_sub(1) as f64 / g.decode_secs.max(1e-9),
         });
         writeln!(out, "{v}")?;
     }

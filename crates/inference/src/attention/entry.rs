@@ -1,15 +1,15 @@
 //! [`attend`]: the one entry point decoder models call for causal attention over their
 //! sequences' states. It writes the new rows' keys and values into each state and picks the
 //! kernel from the batch, not from the model: one decode pass over every (sequence, key/value
-//! head) when each sequence brings a single row, the tiled causal kernel per sequence
-//! otherwise.
+//! head) when each sequence brings a single row (or a few: a verified draft, row by row), the
+//! tiled causal kernel per sequence otherwise.
 
 use crate::ops::{RmsNorm, Rope};
 use crate::state::SeqState;
 use crate::tensor::{Storage, Tensor};
 use crate::{Error, Result};
 
-use super::causal::{cached_attention, cached_decode_batch, CausalShape};
+use super::causal::{cached_attention, cached_decode_batch, decode_attention_views, CausalShape};
 
 /// Attention of the new rows of every sequence of a batch over its state's attention layer
 /// `layer`, after appending their keys and values to it.
@@ -60,19 +60,49 @@ pub fn attend(
         let views: Vec<&SeqState> = states.iter().map(|s| &**s).collect();
         return cached_decode_batch(q, &views, layer, shape, scale);
     }
+    if seq_lens.iter().all(|&n| n <= ROW_BY_ROW) {
+        let views: Vec<_> = seq_lens
+            .iter()
+            .zip(states.iter())
+            .flat_map(|(&n, s)| row_views(s, layer, n))
+            .collect();
+        return decode_attention_views(q, &views, shape, scale);
+    }
     let mut ctx = Vec::with_capacity(rows * q_dim);
     let mut row0 = 0;
     for (&n, state) in seq_lens.iter().zip(states.iter()) {
-        ctx.extend(cached_attention(
-            &q[row0 * q_dim..(row0 + n) * q_dim],
-            state,
-            layer,
-            shape,
-            scale,
-        )?);
+        let q = &q[row0 * q_dim..(row0 + n) * q_dim];
+        ctx.extend(if n <= ROW_BY_ROW {
+            decode_attention_views(q, &row_views(state, layer, n), shape, scale)?
+        } else {
+            cached_attention(q, state, layer, shape, scale)?
+        });
         row0 += n;
     }
     Ok(ctx)
+}
+
+/// Sequences of at most this many new rows attend row by row with the decode kernel, so a
+/// row's numbers do not depend on the rows that came with it: a speculative draft verified in
+/// one pass gets the logits decode steps would have given, bit for bit (the tiled kernel
+/// sums in another order).
+pub const ROW_BY_ROW: usize = 16;
+
+/// The keys and values each of a sequence's `n` new rows (the last rows of its state) sees:
+/// row r those up to and including itself.
+fn row_views<'a>(
+    state: &'a SeqState,
+    layer: usize,
+    n: usize,
+) -> Vec<(crate::state::KvView<'a>, crate::state::KvView<'a>)> {
+    let (k, v) = (state.keys(layer), state.values(layer));
+    let total = k.rows();
+    (0..n)
+        .map(|r| {
+            let upto = total - n + r + 1;
+            (k.prefix(upto), v.prefix(upto))
+        })
+        .collect()
 }
 
 /// [`attend`] on tensors, on the device they (and the states' pages) live on.

@@ -15,7 +15,7 @@ pub use causal::{
     cached_attention, cached_decode_batch, causal_attention, decode_attention,
     decode_attention_batch, decode_attention_views, CausalShape,
 };
-pub use entry::{attend, attend_qkv, attend_tensors, QkvHeads};
+pub use entry::{attend, attend_qkv, attend_tensors, QkvHeads, ROW_BY_ROW};
 
 use crate::backend::cpu;
 use crate::tensor::{Storage, Tensor};

@@ -18,6 +18,7 @@ use super::memory::{KvMemory, MemoryConfig, MemoryStats};
 use super::request::{FinishReason, GenerateRequest, Generation, TokenLogprob};
 use super::scheduler::{Schedule, Scheduler, Slot};
 use super::sequence::Sequence;
+use super::speculate;
 use super::TextModel;
 
 /// Prompt tokens per step: bounds the activations of very long prompts.
@@ -80,8 +81,12 @@ pub struct BatchEngine<'m> {
 
 /// What a step's forward pass returned (see `BatchEngine::forward`).
 enum StepOutput {
-    /// Logits of the last row of each scheduled request: f32 [requests, vocab].
-    Logits(Vec<f32>),
+    /// Logits f32 [rows, vocab]: of each scheduled request's last row, and of every row of a
+    /// request verifying a draft; `rows[k]` = (first row, rows) of scheduled request k.
+    Logits {
+        logits: Vec<f32>,
+        rows: Vec<(usize, usize)>,
+    },
     /// The argmax token of each scheduled request's last row.
     Tokens(Vec<u32>),
 }
@@ -258,6 +263,7 @@ impl<'m> BatchEngine<'m> {
         &mut self,
         on_update: &mut dyn FnMut(StepUpdate<'_>) -> bool,
     ) -> Result<Vec<(u64, Generation)>> {
+        self.plan_drafts();
         let schedule =
             self.scheduler
                 .schedule(&mut self.waiting, &mut self.running, &mut self.memory)?;
@@ -268,20 +274,71 @@ impl<'m> BatchEngine<'m> {
         Ok(self.reap())
     }
 
+    /// Drafts for this step (speculative decoding, see `speculate.rs`): every running request
+    /// that asked for them, decodes greedily without a constraint and can rewind its state
+    /// drafts up to its current draft length by prompt lookup, within its token and context
+    /// limits. Waiting requests hold no draft.
+    fn plan_drafts(&mut self) {
+        for slot in &mut self.waiting {
+            slot.draft.clear();
+        }
+        let rewinds = !self.memory.layout().is_recurrent();
+        for slot in &mut self.running {
+            slot.draft.clear();
+            let req = slot.seq.request();
+            if req.draft_tokens == 0
+                || !rewinds
+                || slot.state.is_none()
+                || slot.todo() != 1
+                || slot.computed < req.prompt_ids.len()
+                || !slot.seq.picks_argmax()
+                || slot.finished()
+                || slot.cancelled
+            {
+                continue;
+            }
+            let generated = slot.seq.generation().token_ids.len();
+            let cap = (req.max_tokens.saturating_sub(generated + 1))
+                .min(slot.max_len.saturating_sub(slot.computed + 1));
+            let len = slot.draft_len.next().min(cap);
+            slot.draft = speculate::ngram_draft(slot.seq.history(), len);
+        }
+    }
+
+    /// Whether scheduled request `i` running `n` tokens verifies its draft this step.
+    fn verifies(&self, i: usize, n: usize) -> bool {
+        let slot = &self.running[i];
+        !slot.draft.is_empty() && n == 1 + slot.draft.len() && slot.todo() == 1
+    }
+
     /// One forward pass over the scheduled tokens of every request in `schedule`: the tokens
-    /// themselves when every request picks the argmax (the model picks them where the logits
-    /// are, so a GPU sends back ids, not logits), else the logits.
+    /// themselves when every request picks the argmax and none verifies a draft (the model
+    /// picks them where the logits are, so a GPU sends back ids, not logits), else the logits
+    /// (every row of a request that verifies a draft).
     fn forward(&mut self, schedule: &Schedule) -> Result<StepOutput> {
-        let greedy = schedule
-            .work
-            .iter()
-            .all(|&(i, _)| self.running[i].seq.picks_argmax());
+        let drafts = schedule.work.iter().any(|&(i, n)| self.verifies(i, n));
+        let greedy = !drafts
+            && schedule
+                .work
+                .iter()
+                .all(|&(i, _)| self.running[i].seq.picks_argmax());
         let mut ids = Vec::new();
         let mut lens = Vec::with_capacity(schedule.work.len());
+        let mut flags = Vec::new();
+        let mut rows = Vec::with_capacity(schedule.work.len());
         for &(i, n) in &schedule.work {
+            let verifies = self.verifies(i, n);
             let slot = &self.running[i];
-            ids.extend_from_slice(&slot.seq.history()[slot.computed..slot.computed + n]);
+            if verifies {
+                ids.push(slot.seq.history()[slot.computed]);
+                ids.extend_from_slice(&slot.draft);
+            } else {
+                ids.extend_from_slice(&slot.seq.history()[slot.computed..slot.computed + n]);
+            }
             lens.push(n);
+            let out = if verifies { n } else { 1 };
+            rows.push((rows.last().map_or(0, |&(a, b)| a + b), out));
+            flags.extend((0..n).map(|r| verifies || r == n - 1));
         }
         let mut next = schedule.work.iter().map(|&(i, _)| i).peekable();
         let mut states: Vec<&mut SeqState> = Vec::with_capacity(lens.len());
@@ -291,11 +348,19 @@ impl<'m> BatchEngine<'m> {
                 states.push(slot.state.as_mut().expect("scheduled slots have state"));
             }
         }
-        let batch = ForwardBatch::tokens(&ids, &lens, RowOutputs::LastLogits);
+        let outputs = if drafts {
+            RowOutputs::Logits(flags)
+        } else {
+            RowOutputs::LastLogits
+        };
+        let batch = ForwardBatch::tokens(&ids, &lens, outputs);
         Ok(if greedy {
             StepOutput::Tokens(self.model.decoder.forward_greedy(&batch, &mut states)?)
         } else {
-            StepOutput::Logits(self.model.decoder.forward_batch(&batch, &mut states)?)
+            StepOutput::Logits {
+                logits: self.model.decoder.forward_batch(&batch, &mut states)?,
+                rows,
+            }
         })
     }
 
@@ -311,8 +376,61 @@ impl<'m> BatchEngine<'m> {
         let p = self.memory.page_rows();
         let recurrent = self.memory.layout().is_recurrent();
         let mut picks = self.pick_in_parallel(schedule, output);
+        let verifying: Vec<bool> = schedule
+            .work
+            .iter()
+            .map(|&(i, n)| self.verifies(i, n))
+            .collect();
+        let vocab = self.model.decoder.info().config.vocab_size;
         for (row, &(i, n)) in schedule.work.iter().enumerate() {
             let slot = &mut self.running[i];
+            if verifying[row] {
+                // The draft: keep the longest prefix the model picks itself (greedy), then the
+                // model's own token after it; forget the keys and values of the rest.
+                let StepOutput::Logits { logits, rows } = output else {
+                    unreachable!("a step with drafts returns logits");
+                };
+                let first = slot.first_token.is_none();
+                let draft = std::mem::take(&mut slot.draft);
+                let before = slot.computed;
+                let mut kept = 0;
+                for r in 0..n {
+                    let at = (rows[row].0 + r) * vocab;
+                    let t = crate::sample::processors::argmax(&logits[at..at + vocab]) as u32;
+                    let room = before + 1 + r < slot.max_len;
+                    let more = slot.seq.accept_token(t, room, &mut |_| true).is_some();
+                    if !more || r == draft.len() || t != draft[r] {
+                        break;
+                    }
+                    kept += 1;
+                }
+                slot.computed = before + 1 + kept;
+                let state = slot.state.as_mut().expect("scheduled slots have state");
+                state.truncate(slot.computed);
+                slot.seq.count_draft(draft.len(), kept);
+                slot.draft_len.update(draft.len(), kept);
+                if self.memory.caches_prefixes() {
+                    let history = &slot.seq.history()[..slot.computed];
+                    self.memory
+                        .publish(history, state, &mut slot.hashes, &mut slot.published);
+                }
+                if first {
+                    slot.first_token = Some(Instant::now());
+                }
+                let out = slot.seq.generation();
+                let keep = on_update(StepUpdate {
+                    id: slot.id,
+                    text: &out.text[slot.sent_text..],
+                    logprobs: &out.logprobs[slot.sent_logprobs..],
+                    generated: out.token_ids.len(),
+                });
+                slot.sent_text = out.text.len();
+                slot.sent_logprobs = out.logprobs.len();
+                if !keep {
+                    slot.cancelled = true;
+                }
+                continue;
+            }
             slot.computed += n;
             let prompt_len = slot.seq.request().prompt_ids.len();
             let state = slot.state.as_ref().expect("scheduled slots have state");
@@ -342,12 +460,12 @@ impl<'m> BatchEngine<'m> {
             let room = slot.computed < slot.max_len;
             let first = slot.first_token.is_none();
             match output {
-                StepOutput::Logits(logits) => match picks[row].take() {
+                StepOutput::Logits { logits, rows } => match picks[row].take() {
                     Some(pick) => slot.seq.accept_pick(pick, room, &mut |_| true),
                     None => {
-                        let vocab = logits.len() / schedule.work.len().max(1);
-                        let row = &logits[row * vocab..(row + 1) * vocab];
-                        slot.seq.accept(row, room, &mut |_| true)
+                        let at = (rows[row].0 + rows[row].1 - 1) * vocab;
+                        slot.seq
+                            .accept(&logits[at..at + vocab], room, &mut |_| true)
                     }
                 },
                 StepOutput::Tokens(ids) => slot.seq.accept_token(ids[row], room, &mut |_| true),
@@ -379,12 +497,11 @@ impl<'m> BatchEngine<'m> {
         schedule: &Schedule,
         output: &StepOutput,
     ) -> Vec<Option<Option<u32>>> {
-        let rows = schedule.work.len();
-        let mut picks = vec![None; rows];
-        let StepOutput::Logits(logits) = output else {
+        let mut picks = vec![None; schedule.work.len()];
+        let StepOutput::Logits { logits, rows } = output else {
             return picks;
         };
-        let vocab = logits.len() / rows.max(1);
+        let vocab = self.model.decoder.info().config.vocab_size;
         let mut jobs: Vec<(usize, &mut Sequence<'m>)> = Vec::new();
         let mut next = schedule.work.iter().enumerate().peekable();
         for (i, slot) in self.running.iter_mut().enumerate() {
@@ -395,7 +512,8 @@ impl<'m> BatchEngine<'m> {
                 continue;
             }
             next.next();
-            if slot.computed + n >= slot.seq.history().len() && !slot.finished() {
+            let verifies = !slot.draft.is_empty() && n == 1 + slot.draft.len() && slot.todo() == 1;
+            if !verifies && slot.computed + n >= slot.seq.history().len() && !slot.finished() {
                 jobs.push((row, &mut slot.seq));
             }
         }
@@ -403,7 +521,8 @@ impl<'m> BatchEngine<'m> {
             return picks;
         }
         let out = crate::ops::par_map_mut(&mut jobs, true, |(row, seq)| {
-            seq.pick(&logits[*row * vocab..(*row + 1) * vocab])
+            let at = (rows[*row].0 + rows[*row].1 - 1) * vocab;
+            seq.pick(&logits[at..at + vocab])
         });
         for ((row, _), p) in jobs.iter().zip(out) {
             picks[*row] = Some(p);

@@ -5,7 +5,8 @@
 //! the results are sampled and streamed ([`Sequence`]: one request's sampler, detokenizer and
 //! stop matcher). [`KvMemory`] owns the page pool and the prefix cache. [`generate`] and
 //! [`generate_in`] (a chat [`Session`]) are a batch of one through the same engine. The
-//! request vocabulary ([`GenerateRequest`], [`Generation`], ...) lives in `request.rs`.
+//! request vocabulary ([`GenerateRequest`], [`Generation`], ...) lives in `request.rs`;
+//! speculative drafts (prompt lookup, verified in the batch) in `speculate.rs`.
 
 mod batch;
 mod generate;
@@ -13,6 +14,7 @@ mod memory;
 mod request;
 mod scheduler;
 mod sequence;
+mod speculate;
 mod text_model;
 
 pub use batch::{BatchEngine, EngineConfig, KeptState, StepUpdate};

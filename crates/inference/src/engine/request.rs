@@ -30,6 +30,10 @@ pub struct GenerateRequest {
     /// Keep special tokens (other than the ones that end generation) in the text, for callers
     /// that parse markers such as a tool call's `<tool_call>` or `[TOOL_CALLS]`.
     pub keep_special_tokens: bool,
+    /// Speculative decoding: draft up to this many tokens per step by prompt lookup and verify
+    /// them in the step's forward pass (0: off). Greedy requests without a constraint on
+    /// models whose state can be rewound (attention only) draft; the output is the same.
+    pub draft_tokens: usize,
 }
 
 impl GenerateRequest {
@@ -45,6 +49,7 @@ impl GenerateRequest {
             constraint: None,
             logit_bias: Vec::new(),
             keep_special_tokens: false,
+            draft_tokens: 0,
         }
     }
 }
@@ -99,6 +104,10 @@ pub struct Generation {
     pub error: Option<String>,
     /// Per-token log-probabilities, when requested.
     pub logprobs: Vec<TokenLogprob>,
+    /// Speculative decoding: tokens drafted, and those of them the model kept.
+    pub drafted_tokens: usize,
+    /// See `drafted_tokens`.
+    pub accepted_tokens: usize,
     /// Seconds spent on the prompt (prefill, up to the first token's logits).
     pub prefill_secs: f64,
     /// Seconds spent on the decode steps after the first token.

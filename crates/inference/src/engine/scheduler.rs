@@ -46,11 +46,18 @@ pub(crate) struct Slot<'m> {
     /// when it sampled its first token.
     pub started: Option<Instant>,
     pub first_token: Option<Instant>,
+    /// Tokens drafted to follow the last one this step (verified with it), and how many the
+    /// next draft may take.
+    pub draft: Vec<u32>,
+    pub draft_len: super::speculate::DraftLength,
 }
 
 impl<'m> Slot<'m> {
     pub fn new(id: u64, seq: Sequence<'m>, max_len: usize) -> Self {
+        let draft_len = super::speculate::DraftLength::new(seq.request().draft_tokens);
         Self {
+            draft: Vec::new(),
+            draft_len,
             id,
             seq,
             state: None,
@@ -207,7 +214,7 @@ impl Scheduler {
             return None;
         }
         if todo == 1 && !slot.prefilling() {
-            return Some(1);
+            return Some(1 + slot.draft.len());
         }
         if !slot.prefilling() {
             // A preempted request replays its generated tokens one per step, as it first ran

@@ -33,6 +33,8 @@ impl<'m> Sequence<'m> {
             finish_reason: FinishReason::Length,
             error: None,
             logprobs: Vec::new(),
+            drafted_tokens: 0,
+            accepted_tokens: 0,
             prefill_secs: 0.0,
             decode_secs: 0.0,
         };
@@ -256,6 +258,12 @@ impl<'m> Sequence<'m> {
             }
         }
         None
+    }
+
+    /// Counts a verified draft of `drafted` tokens of which `accepted` were kept.
+    pub(crate) fn count_draft(&mut self, drafted: usize, accepted: usize) {
+        self.out.drafted_tokens += drafted;
+        self.out.accepted_tokens += accepted;
     }
 
     /// The result so far (text, tokens and log-probabilities grow as the sequence runs).

@@ -97,6 +97,18 @@ impl<'a> KvView<'a> {
         }
     }
 
+    /// The view of the first `rows` rows (at most all of them).
+    pub fn prefix(&self, rows: usize) -> KvView<'a> {
+        let rows = rows.min(self.rows);
+        let pages = rows.div_ceil(self.page_rows).max(1).min(self.pages.len());
+        Self {
+            pages: self.pages[..pages].to_vec(),
+            page_rows: self.page_rows,
+            rows,
+            ld: self.ld,
+        }
+    }
+
     /// A view of one contiguous buffer of `rows.len() / ld` rows.
     pub fn contiguous(rows: KvRows<'a>, ld: usize) -> Self {
         let n = rows.len() / ld;
