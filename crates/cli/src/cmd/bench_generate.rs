@@ -41,6 +41,14 @@ pub struct Args {
     /// output constraints; a pattern that never completes keeps every stream running).
     #[arg(long, value_name = "RE")]
     regex: Option<String>,
+    /// The streams' prompt: this file's text as a user message in the chat template (a real
+    /// workload, e.g. a file to rewrite) instead of 16 tokens of the generation test.
+    #[arg(long, value_name = "FILE")]
+    stream_prompt: Option<std::path::PathBuf>,
+    /// Speculative decoding in the streams test: drafts of up to N tokens by prompt lookup
+    /// (see `lattice generate --draft-tokens`).
+    #[arg(long, default_value_t = 0)]
+    draft_tokens: usize,
     /// Print one JSON object instead of a table.
     #[arg(long)]
     json: bool,
@@ -116,13 +124,33 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         }
         None => None,
     };
+    let stream_prompt = match &args.stream_prompt {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| anyhow::anyhow!("reading {}: {e}", path.display()))?;
+            let opts = lattice_inference::chat::RenderOptions {
+                add_generation_prompt: true,
+                ..Default::default()
+            };
+            Some(model.encode_chat(
+                &[lattice_inference::chat::ChatMessage::new("user", &text)],
+                &opts,
+            )?)
+        }
+        None => None,
+    };
+    let (mut drafted, mut accepted) = (0usize, 0usize);
     for _ in 0..if args.streams > 0 { runs } else { 0 } {
         let mut engine = BatchEngine::new(&model, args.streams);
         for s in 0..args.streams {
-            let prompt: Vec<u32> = gen_ids.iter().cycle().skip(s).take(16).copied().collect();
+            let prompt: Vec<u32> = match &stream_prompt {
+                Some(p) => p.clone(),
+                None => gen_ids.iter().cycle().skip(s).take(16).copied().collect(),
+            };
             let mut req = GenerateRequest::new(prompt, gen_ids.len(), SamplingParams::greedy());
             req.ignore_eos = true;
             req.constraint = constraint.clone();
+            req.draft_tokens = args.draft_tokens;
             engine.submit(req)?;
         }
         // Prefill all streams first, then time the decode steps only.
@@ -133,6 +161,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             .iter()
             .map(|(_, g)| g.token_ids.len().saturating_sub(1))
             .sum();
+        drafted += done.iter().map(|(_, g)| g.drafted_tokens).sum::<usize>();
+        accepted += done.iter().map(|(_, g)| g.accepted_tokens).sum::<usize>();
         batch_rates.push(tokens as f64 / t.elapsed().as_secs_f64());
     }
     let batch_med = (!batch_rates.is_empty()).then(|| median(&mut batch_rates));
@@ -154,6 +184,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             "gen_weight_gb_per_s": gb_s,
             "streams": args.streams,
             "batched_gen_tokens_per_s": batch_med,
+            "drafted_tokens": drafted,
+            "accepted_tokens": accepted,
         });
         println!("{v}");
     } else {

@@ -79,6 +79,26 @@ pub struct BatchEngine<'m> {
     next_id: u64,
 }
 
+/// Hands a request's new text and log-probabilities of this step to `on_update` (noting the
+/// time of its `first` token), cancelling it when that says so.
+fn report(slot: &mut Slot<'_>, first: bool, on_update: &mut dyn FnMut(StepUpdate<'_>) -> bool) {
+    if first {
+        slot.first_token = Some(Instant::now());
+    }
+    let out = slot.seq.generation();
+    let keep = on_update(StepUpdate {
+        id: slot.id,
+        text: &out.text[slot.sent_text..],
+        logprobs: &out.logprobs[slot.sent_logprobs..],
+        generated: out.token_ids.len(),
+    });
+    slot.sent_text = out.text.len();
+    slot.sent_logprobs = out.logprobs.len();
+    if !keep {
+        slot.cancelled = true;
+    }
+}
+
 /// What a step's forward pass returned (see `BatchEngine::forward`).
 enum StepOutput {
     /// Logits f32 [rows, vocab]: of each scheduled request's last row, and of every row of a
@@ -414,21 +434,7 @@ impl<'m> BatchEngine<'m> {
                     self.memory
                         .publish(history, state, &mut slot.hashes, &mut slot.published);
                 }
-                if first {
-                    slot.first_token = Some(Instant::now());
-                }
-                let out = slot.seq.generation();
-                let keep = on_update(StepUpdate {
-                    id: slot.id,
-                    text: &out.text[slot.sent_text..],
-                    logprobs: &out.logprobs[slot.sent_logprobs..],
-                    generated: out.token_ids.len(),
-                });
-                slot.sent_text = out.text.len();
-                slot.sent_logprobs = out.logprobs.len();
-                if !keep {
-                    slot.cancelled = true;
-                }
+                report(slot, first, on_update);
                 continue;
             }
             slot.computed += n;
@@ -470,21 +476,7 @@ impl<'m> BatchEngine<'m> {
                 },
                 StepOutput::Tokens(ids) => slot.seq.accept_token(ids[row], room, &mut |_| true),
             };
-            if first {
-                slot.first_token = Some(Instant::now());
-            }
-            let out = slot.seq.generation();
-            let keep = on_update(StepUpdate {
-                id: slot.id,
-                text: &out.text[slot.sent_text..],
-                logprobs: &out.logprobs[slot.sent_logprobs..],
-                generated: out.token_ids.len(),
-            });
-            slot.sent_text = out.text.len();
-            slot.sent_logprobs = out.logprobs.len();
-            if !keep {
-                slot.cancelled = true;
-            }
+            report(slot, first, on_update);
         }
     }
 
