@@ -2,8 +2,8 @@
 //! under a JSON Schema, a regex, a choice list and a GBNF grammar follow them whatever the
 //! weights (every choice of `n`, streamed too), `logit_bias` forces a token, and tools come
 //! back as `tool_calls` (forced calls in the Hermes, Mistral and Llama 3 formats, streamed
-//! deltas, tool results through the template, errors naming the field). The server's other tests
-//! are in serve.rs.
+//! deltas, tool results through the template, errors naming the field), and speculative requests
+//! give the same text. The server's other tests are in serve.rs.
 
 mod support;
 
@@ -306,6 +306,60 @@ fn forced_tool_calls(gen: &str) {
         let e = server
             .post("/v1/chat/completions", &body)
             .error(400, &body.to_string());
+        assert_eq!(e["param"], param, "{e}");
+    }
+}
+
+/// Speculative decoding over HTTP (`speculative` / `draft_tokens`, and the server's default):
+/// the same greedy text as without it, drafts counted in `/metrics`, bad values refused naming
+/// the field.
+#[test]
+fn speculative_requests_give_the_same_text() {
+    let gen = fixture("tiny-qwen3");
+    let server = Server::start(&[
+        "--model",
+        &gen,
+        "--speculative",
+        "ngram",
+        "--draft-tokens",
+        "6",
+    ]);
+    let body = |spec: Value| {
+        let mut b = json!({"model": gen, "prompt": "the the the", "max_tokens": 48,
+            "temperature": 0, "ignore_eos": true});
+        if let Value::Object(m) = spec {
+            b.as_object_mut().unwrap().extend(m);
+        }
+        b
+    };
+    let text = |spec: Value| {
+        let r = server.post("/v1/completions", &body(spec)).ok("completion");
+        r["choices"][0]["text"].as_str().unwrap().to_owned()
+    };
+    let off = text(json!({"speculative": "off"}));
+    assert_eq!(text(json!({})), off, "the server's default drafts");
+    assert_eq!(
+        text(json!({"speculative": "ngram", "draft_tokens": 3})),
+        off
+    );
+    let m = server.get("/metrics").text();
+    let drafted: f64 = m
+        .lines()
+        .find_map(|l| l.strip_prefix("lattice_draft_tokens_total "))
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(drafted > 0.0, "{m}");
+    assert!(m.contains("lattice_accepted_draft_tokens_total"));
+    for (spec, param) in [
+        (json!({"speculative": "suffix"}), "speculative"),
+        (json!({"draft_tokens": 0}), "draft_tokens"),
+        (json!({"draft_tokens": 99}), "draft_tokens"),
+    ] {
+        let b = body(spec);
+        let e = server
+            .post("/v1/completions", &b)
+            .error(400, &b.to_string());
         assert_eq!(e["param"], param, "{e}");
     }
 }

@@ -330,6 +330,7 @@ fn requests_for(
     limit: usize,
     logprobs: Option<usize>,
     constraint: &Option<Constraint>,
+    default_draft: usize,
 ) -> Result<Vec<GenerateRequest>, ApiError> {
     let (params, n) = sampling_params(s)?;
     let context = model.decoder.info().config.max_positions;
@@ -370,6 +371,7 @@ fn requests_for(
     };
     let stop = stop_strings(&s.stop)?;
     let bias = logit_bias(s, vocab)?;
+    let draft_tokens = draft_tokens(s, default_draft)?;
     Ok((0..n)
         .map(|i| {
             let mut p = params.clone();
@@ -380,9 +382,34 @@ fn requests_for(
             r.ignore_eos = s.ignore_eos.unwrap_or(false);
             r.constraint = constraint.clone();
             r.logit_bias = bias.clone();
+            r.draft_tokens = draft_tokens;
             r
         })
         .collect())
+}
+
+/// The `speculative` and `draft_tokens` extensions: tokens per draft (0: off), the server's
+/// `default` unless the request says.
+fn draft_tokens(s: &Sampling, default: usize) -> Result<usize, ApiError> {
+    let n = match s.draft_tokens {
+        Some(n) if !(1..=15).contains(&n) => {
+            return Err(ApiError::invalid_param(
+                "draft_tokens",
+                format!("`draft_tokens` is {n}; it must be between 1 and 15"),
+            ))
+        }
+        Some(n) => Some(n as usize),
+        None => None,
+    };
+    match s.speculative.as_deref() {
+        None => Ok(n.unwrap_or(default)),
+        Some("off") => Ok(0),
+        Some("ngram") => Ok(n.unwrap_or(if default > 0 { default } else { 10 })),
+        Some(other) => Err(ApiError::invalid_param(
+            "speculative",
+            format!("`speculative` is \"{other}\"; supported: \"off\", \"ngram\""),
+        )),
+    }
 }
 
 /// The `stop` field: one string or up to 16.
@@ -552,6 +579,7 @@ pub async fn chat(State(state): State<Arc<AppState>>, body: Body) -> Result<Resp
         state.options.max_tokens,
         logprobs,
         &constraint,
+        state.options.draft_tokens,
     )?;
     let mut reply = Reply::new(
         Api::Chat,
@@ -654,6 +682,7 @@ pub async fn completions(
             state.options.max_tokens,
             logprobs,
             &constraint,
+            state.options.draft_tokens,
         )?;
         for _ in 0..choices.len() {
             echo_text.push(if echo { text.clone() } else { String::new() });

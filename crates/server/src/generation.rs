@@ -273,6 +273,7 @@ fn run(
                 for (id, generation) in finished {
                     in_flight.fetch_sub(1, Ordering::SeqCst);
                     metrics.generation_tokens(generation.token_ids.len());
+                    metrics.drafts(generation.drafted_tokens, generation.accepted_tokens);
                     if let Some(o) = owners.remove(&id) {
                         let event = match &generation.error {
                             // A failed constraint: the text is not a complete output.

@@ -53,6 +53,9 @@ pub struct ServeOptions {
     pub kv_cache_memory: Option<usize>,
     /// Reuse cached prompt prefixes across requests.
     pub prefix_cache: bool,
+    /// Speculative decoding by default: drafts of up to this many tokens (0: off); a request
+    /// overrides it with `speculative` / `draft_tokens`.
+    pub draft_tokens: usize,
 }
 
 impl Default for ServeOptions {
@@ -68,6 +71,7 @@ impl Default for ServeOptions {
             max_batch_tokens: 16_384,
             kv_cache_memory: None,
             prefix_cache: true,
+            draft_tokens: 0,
         }
     }
 }

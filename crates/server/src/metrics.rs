@@ -71,6 +71,8 @@ pub struct Metrics {
     durations: Mutex<BTreeMap<String, Histogram>>,
     prompt_tokens: AtomicU64,
     generation_tokens: AtomicU64,
+    draft_tokens: AtomicU64,
+    accepted_draft_tokens: AtomicU64,
     embedding_tokens: AtomicU64,
     queue_depth: AtomicI64,
     running: AtomicI64,
@@ -87,6 +89,8 @@ impl Default for Metrics {
             durations: Mutex::default(),
             prompt_tokens: AtomicU64::new(0),
             generation_tokens: AtomicU64::new(0),
+            draft_tokens: AtomicU64::new(0),
+            accepted_draft_tokens: AtomicU64::new(0),
             embedding_tokens: AtomicU64::new(0),
             queue_depth: AtomicI64::new(0),
             running: AtomicI64::new(0),
@@ -124,6 +128,14 @@ impl Metrics {
     pub fn generation_tokens(&self, n: usize) {
         self.generation_tokens
             .fetch_add(n as u64, Ordering::Relaxed);
+    }
+
+    /// Speculative decoding: tokens drafted, and those of them kept.
+    pub fn drafts(&self, drafted: usize, accepted: usize) {
+        self.draft_tokens
+            .fetch_add(drafted as u64, Ordering::Relaxed);
+        self.accepted_draft_tokens
+            .fetch_add(accepted as u64, Ordering::Relaxed);
     }
 
     /// Tokens embedded (or scored by the reranker).
@@ -185,6 +197,16 @@ impl Metrics {
                 "lattice_generation_tokens_total",
                 "Tokens generated.",
                 &self.generation_tokens,
+            ),
+            (
+                "lattice_draft_tokens_total",
+                "Speculative decoding: tokens drafted.",
+                &self.draft_tokens,
+            ),
+            (
+                "lattice_accepted_draft_tokens_total",
+                "Speculative decoding: drafted tokens the model kept.",
+                &self.accepted_draft_tokens,
             ),
             (
                 "lattice_embedding_tokens_total",
@@ -343,6 +365,7 @@ mod tests {
         m.request("/v1/embeddings", 200, 0.3);
         m.request("/v1/embeddings", 400, 0.001);
         m.generation_tokens(7);
+        m.drafts(5, 3);
         m.batch_size(3);
         m.scheduler(2, 5);
         let text = m.render();
@@ -355,6 +378,8 @@ mod tests {
             "lattice_request_duration_seconds_bucket{route=\"/v1/embeddings\",le=\"+Inf\"} 3"
         ));
         assert!(text.contains("lattice_generation_tokens_total 7"));
+        assert!(text.contains("lattice_draft_tokens_total 5"));
+        assert!(text.contains("lattice_accepted_draft_tokens_total 3"));
         assert!(text.contains("lattice_batch_size_bucket{le=\"4\"} 1"));
         assert!(text.contains("lattice_batch_size_bucket{le=\"2\"} 0"));
         assert!(text.contains("lattice_queue_depth 2"));

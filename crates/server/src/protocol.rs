@@ -197,6 +197,11 @@ pub struct Sampling {
     pub repetition_penalty: Option<f32>,
     /// Extension: keep generating through end-of-sequence tokens.
     pub ignore_eos: Option<bool>,
+    /// Extension: speculative decoding for this request, `"off"` or `"ngram"` (prompt lookup;
+    /// greedy requests draft, the output is the same); default: the server's.
+    pub speculative: Option<String>,
+    /// Extension: most tokens per draft (1-15) with `speculative`.
+    pub draft_tokens: Option<u32>,
     /// Token id (as a string) → offset in [-100, 100] added to its logit before each choice.
     pub logit_bias: Option<serde_json::Map<String, serde_json::Value>>,
     /// Output format: `{"type": "text"}`, `{"type": "json_object"}` or `{"type":

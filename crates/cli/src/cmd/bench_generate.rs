@@ -45,10 +45,9 @@ pub struct Args {
     /// workload, e.g. a file to rewrite) instead of 16 tokens of the generation test.
     #[arg(long, value_name = "FILE")]
     stream_prompt: Option<std::path::PathBuf>,
-    /// Speculative decoding in the streams test: drafts of up to N tokens by prompt lookup
-    /// (see `lattice generate --draft-tokens`).
-    #[arg(long, default_value_t = 0)]
-    draft_tokens: usize,
+    /// Speculative decoding in the streams test.
+    #[command(flatten)]
+    speculative: super::generate::SpeculativeArgs,
     /// Print one JSON object instead of a table.
     #[arg(long)]
     json: bool,
@@ -150,7 +149,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             let mut req = GenerateRequest::new(prompt, gen_ids.len(), SamplingParams::greedy());
             req.ignore_eos = true;
             req.constraint = constraint.clone();
-            req.draft_tokens = args.draft_tokens;
+            req.draft_tokens = args.speculative.draft_tokens();
             engine.submit(req)?;
         }
         // Prefill all streams first, then time the decode steps only.

@@ -7,7 +7,7 @@ use std::io::{BufRead, Write};
 use lattice_inference::chat::{ChatMessage, RenderOptions};
 use lattice_inference::engine::{generate_in, GenerateRequest, Session};
 
-use super::generate::{report_speed, ConstraintArgs, ModelArgs, SamplingArgs};
+use super::generate::{report_speed, ConstraintArgs, ModelArgs, SamplingArgs, SpeculativeArgs};
 
 /// Arguments of `lattice chat`.
 #[derive(clap::Args)]
@@ -30,6 +30,8 @@ pub struct Args {
     sampling: SamplingArgs,
     #[command(flatten)]
     constraint: ConstraintArgs,
+    #[command(flatten)]
+    speculative: SpeculativeArgs,
 }
 
 /// Runs the subcommand.
@@ -95,6 +97,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             args.sampling.params(),
         );
         req.constraint = constraint.clone();
+        req.draft_tokens = args.speculative.draft_tokens();
         let mut out = stdout.lock();
         let result = generate_in(&model, &req, &mut session, &mut |piece| {
             out.write_all(piece.as_bytes())

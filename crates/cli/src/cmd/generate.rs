@@ -14,6 +14,38 @@ use lattice_inference::model::source::{Placement, WeightMode};
 use lattice_inference::sample::SamplingParams;
 use lattice_inference::state::KvDtype;
 
+/// How drafts are made for speculative decoding.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Speculative {
+    /// No drafts.
+    Off,
+    /// Prompt lookup: the tokens that followed the latest earlier occurrence of the last few
+    /// tokens (prompt and output so far).
+    Ngram,
+}
+
+/// Speculative decoding flags shared by `generate`, `chat`, `serve` and `bench generate`.
+#[derive(clap::Args, Clone, Debug)]
+pub struct SpeculativeArgs {
+    /// Speculative decoding: draft tokens and verify them in one pass per step (greedy
+    /// decoding on attention-only models; the output is the same).
+    #[arg(long, value_enum, default_value_t = Speculative::Off)]
+    pub speculative: Speculative,
+    /// Most tokens per draft (1-15; the length adapts to how many are accepted).
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=15))]
+    pub draft_tokens: u32,
+}
+
+impl SpeculativeArgs {
+    /// The requests' `draft_tokens` (0: off).
+    pub fn draft_tokens(&self) -> usize {
+        match self.speculative {
+            Speculative::Off => 0,
+            Speculative::Ngram => self.draft_tokens as usize,
+        }
+    }
+}
+
 /// Sampling flags shared by `generate` and `chat`.
 #[derive(clap::Args, Clone, Debug)]
 pub struct SamplingArgs {
@@ -211,10 +243,8 @@ pub struct Args {
     ignore_eos: bool,
     #[command(flatten)]
     constraint: ConstraintArgs,
-    /// Speculative decoding: draft up to N tokens per step by prompt lookup and verify them in
-    /// one pass (greedy decoding on attention-only models; the output is the same; 0: off).
-    #[arg(long, default_value_t = 0)]
-    draft_tokens: usize,
+    #[command(flatten)]
+    speculative: SpeculativeArgs,
     /// Print one JSON object `{text, token_ids, prompt_tokens, completion_tokens}` instead of
     /// streaming text.
     #[arg(long)]
@@ -265,7 +295,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     req.stop = args.stop.clone();
     req.ignore_eos = args.ignore_eos;
     req.constraint = args.constraint.compile(&model)?;
-    req.draft_tokens = args.draft_tokens;
+    req.draft_tokens = args.speculative.draft_tokens();
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     let g = if args.json {

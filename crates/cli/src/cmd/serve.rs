@@ -69,6 +69,9 @@ pub struct Args {
     /// Do not reuse cached prompt prefixes across requests (every prompt is computed whole).
     #[arg(long)]
     no_prefix_cache: bool,
+    /// Speculative decoding by default (requests override it with `speculative`).
+    #[command(flatten)]
+    speculative: super::generate::SpeculativeArgs,
     /// Worker threads for the forward passes (default: all cores).
     #[arg(long)]
     threads: Option<usize>,
@@ -152,6 +155,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         max_batch_tokens: args.max_batch_tokens.max(1),
         kv_cache_memory: args.kv_cache_memory,
         prefix_cache: !args.no_prefix_cache,
+        draft_tokens: args.speculative.draft_tokens(),
     };
     lattice_server::serve(models, options)?;
     Ok(())
