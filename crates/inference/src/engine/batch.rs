@@ -302,7 +302,11 @@ impl<'m> BatchEngine<'m> {
         for slot in &mut self.waiting {
             slot.draft.clear();
         }
-        let rewinds = !self.memory.layout().is_recurrent();
+        // Drafts need a state that can be rewound (attention only), and verified logits equal
+        // to decode's: the CPU attends short chunks row by row; a GPU's prefill kernel sums in
+        // another order, so models there do not draft (yet).
+        let rewinds =
+            !self.memory.layout().is_recurrent() && self.model.decoder.info().device.is_cpu();
         for slot in &mut self.running {
             slot.draft.clear();
             let req = slot.seq.request();

@@ -32,7 +32,7 @@ pub struct GenerateRequest {
     pub keep_special_tokens: bool,
     /// Speculative decoding: draft up to this many tokens per step by prompt lookup and verify
     /// them in the step's forward pass (0: off). Greedy requests without a constraint on
-    /// models whose state can be rewound (attention only) draft; the output is the same.
+    /// CPU models whose state can be rewound (attention only) draft; the output is the same.
     pub draft_tokens: usize,
 }
 
