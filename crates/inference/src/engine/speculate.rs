@@ -11,14 +11,19 @@ pub const MAX_DRAFT: usize = crate::attention::ROW_BY_ROW - 1;
 /// Longest suffix of the history that is looked up.
 const MAX_NGRAM: usize = 3;
 
-/// The draft after `history`: for n = 3, 2, 1, the latest earlier occurrence of the last n
-/// tokens and up to `max` tokens that followed it (empty when nothing matches).
+/// Shortest suffix that is looked up (see [`ngram_draft`]).
+const MIN_NGRAM: usize = 2;
+
+/// The draft after `history`: for n = 3, then 2, the latest earlier occurrence of the last n
+/// tokens and up to `max` tokens that followed it (empty when nothing matches; 1-token matches
+/// drafted mostly wrong tokens: Qwen2.5-Coder answering over a passage kept 17 of 45 with them,
+/// 34 of 45 without).
 pub fn ngram_draft(history: &[u32], max: usize) -> Vec<u32> {
     let len = history.len();
     if max == 0 {
         return Vec::new();
     }
-    for n in (1..=MAX_NGRAM.min(len.saturating_sub(1))).rev() {
+    for n in (MIN_NGRAM..=MAX_NGRAM.min(len.saturating_sub(1))).rev() {
         let suffix = &history[len - n..];
         // Latest match first: recent text predicts the next tokens best.
         for start in (0..len - n).rev() {
@@ -102,8 +107,10 @@ mod tests {
         let h = [1, 2, 8, 1, 2, 6, 1, 2];
         assert_eq!(ngram_draft(&h, 1), vec![6]);
         assert!(ngram_draft(&[1, 2, 3], 4).is_empty());
-        assert!(ngram_draft(&[5, 5], 0).is_empty());
-        assert_eq!(ngram_draft(&[5, 5], 3), vec![5]);
+        assert!(ngram_draft(&[5, 5, 5], 0).is_empty());
+        assert_eq!(ngram_draft(&[5, 5, 5], 3), vec![5]);
+        // A single matching token is not enough (such drafts are mostly wrong).
+        assert!(ngram_draft(&[7, 1, 8, 1], 3).is_empty());
     }
 
     #[test]
