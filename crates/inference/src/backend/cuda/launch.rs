@@ -346,6 +346,21 @@ impl CudaDevice {
         unsafe { self.go(&mut b, grid_1d(n), "add_bias") }
     }
 
+    /// The kernel arguments of `input` for m rows of k (norm weight address or 0, epsilon,
+    /// SwiGLU flag), after checking that x holds the rows (2k values each for SwiGLU).
+    fn input_args(&self, input: GemvInput<'_>, x: &Buf, m: usize, k: usize) -> (u64, f32, i32) {
+        let (x_len, args) = match input {
+            GemvInput::Plain => (m * k, (0u64, 0.0f32, 0i32)),
+            GemvInput::Normed(nw, eps) => {
+                assert!(nw.len() >= k);
+                (m * k, (self.ptr(nw), eps, 0))
+            }
+            GemvInput::Swiglu => (2 * m * k, (0, 0.0, 1)),
+        };
+        assert!(x.len() >= x_len);
+        args
+    }
+
     /// The m input rows of a product as two bf16 halves [hi; lo] ([2m, k], see `split_bf16`
     /// in kernels.cu), `input` applied to them first: hi + lo holds 16 significant bits.
     fn split_bf16(
@@ -355,24 +370,13 @@ impl CudaDevice {
         k: usize,
         input: GemvInput<'_>,
     ) -> Result<CudaSlice<u16>> {
-        let (x_len, sw) = match input {
-            GemvInput::Swiglu => (2 * m * k, 1i32),
-            _ => (m * k, 0),
-        };
-        assert!(x.len() >= x_len);
-        let (pn, eps) = match input {
-            GemvInput::Normed(nw, eps) => {
-                assert!(nw.len() >= k);
-                (self.ptr(nw), eps)
-            }
-            _ => (0u64, 0.0f32),
-        };
+        let (pn, eps, sw) = self.input_args(input, x, m, k);
         let mut hl = self.alloc::<u16>(2 * m * k)?;
         let (px, ph) = (self.ptr(x), self.mptr(&mut hl));
         let ki = k as i32;
         let mut b = self.args(&self.kernels().split_bf16);
         b.arg(&px).arg(&ph).arg(&ki).arg(&pn).arg(&eps).arg(&sw);
-        // SAFETY: block r reads row r of x (k or 2k values; x_len asserted) and k of the norm
+        // SAFETY: block r reads row r of x (k or 2k values; checked by input_args) and k of the norm
         // weight, and writes hl[r k ..] and hl[m k + r k ..] (hl holds 2mk).
         unsafe { self.go(&mut b, per_row(m, row_threads(k).min(256)), "split_bf16") }?;
         Ok(hl)
@@ -951,12 +955,7 @@ impl CudaDevice {
         input: GemvInput<'_>,
     ) -> Result<()> {
         assert!(self.gemv_fits(m, n, k) && y.len() >= m * n);
-        let x_len = if matches!(input, GemvInput::Swiglu) {
-            2 * m * k
-        } else {
-            m * k
-        };
-        assert!(x.len() >= x_len);
+        let (pn, eps, sw) = self.input_args(input, x, m, k);
         let (f, pw) = match w {
             MatrixData::F32(b) => {
                 assert!(b.len() >= n * k);
@@ -969,14 +968,6 @@ impl CudaDevice {
         };
         let (px, py) = (self.ptr(x), self.mptr(y));
         let (mi, ni, ki, acc) = (m as i32, n as i32, k as i32, i32::from(accumulate));
-        let (pn, eps, sw) = match input {
-            GemvInput::Plain => (0u64, 0.0f32, 0i32),
-            GemvInput::Normed(nw, eps) => {
-                assert!(nw.len() >= k);
-                (self.ptr(nw), eps, 0)
-            }
-            GemvInput::Swiglu => (0, 0.0, 1),
-        };
         let mut b = self.args(f);
         b.arg(&px)
             .arg(&pw)
@@ -993,7 +984,7 @@ impl CudaDevice {
             block_dim: (256, 1, 1),
             shared_mem_bytes: (m * k * 4) as u32,
         };
-        // SAFETY: x holds m*k values (asserted by matmul), W n*k (16-byte aligned rows: k is a
+        // SAFETY: x holds the rows input_args checked, W n*k (16-byte aligned rows: k is a
         // multiple of 8 and device allocations are 256-byte aligned), y m*n; warp `col < n`
         // writes y[j * n + col] for j < m.
         unsafe { self.go(&mut b, cfg, "gemv") }
