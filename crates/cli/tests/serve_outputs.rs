@@ -355,6 +355,15 @@ fn speculative_requests_give_the_same_text() {
         (json!({"speculative": "suffix"}), "speculative"),
         (json!({"draft_tokens": 0}), "draft_tokens"),
         (json!({"draft_tokens": 99}), "draft_tokens"),
+        (
+            json!({"speculative": "off", "draft_tokens": 3}),
+            "draft_tokens",
+        ),
+        // Sampled requests do not draft: asking for it is refused, not ignored.
+        (
+            json!({"speculative": "ngram", "temperature": 0.8}),
+            "speculative",
+        ),
     ] {
         let b = body(spec);
         let e = server

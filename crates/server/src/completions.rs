@@ -372,7 +372,7 @@ fn requests_for(
     let stop = stop_strings(&s.stop)?;
     let bias = logit_bias(s, vocab)?;
     let draft_tokens = draft_tokens(s, default_draft)?;
-    Ok((0..n)
+    (0..n)
         .map(|i| {
             let mut p = params.clone();
             p.seed = params.seed.map(|x| x.wrapping_add(i as u64));
@@ -385,7 +385,16 @@ fn requests_for(
             r.draft_tokens = draft_tokens;
             r
         })
-        .collect())
+        .map(|r| {
+            // Asked for by the request itself: refused where it would not act (the server's
+            // default applies where it can).
+            let asked = s.speculative.as_deref() == Some("ngram") || s.draft_tokens.is_some();
+            match model.draft_refusal_for(&r) {
+                Some(why) if asked => Err(ApiError::invalid_param("speculative", why)),
+                _ => Ok(r),
+            }
+        })
+        .collect()
 }
 
 /// The `speculative` and `draft_tokens` extensions: tokens per draft (0: off), the server's
@@ -403,6 +412,10 @@ fn draft_tokens(s: &Sampling, default: usize) -> Result<usize, ApiError> {
     };
     match s.speculative.as_deref() {
         None => Ok(n.unwrap_or(default)),
+        Some("off") if n.is_some() => Err(ApiError::invalid_param(
+            "draft_tokens",
+            "`draft_tokens` needs `speculative` \"ngram\" (it is \"off\")",
+        )),
         Some("off") => Ok(0),
         Some("ngram") => Ok(n.unwrap_or(if default > 0 { default } else { 10 })),
         Some(other) => Err(ApiError::invalid_param(

@@ -150,6 +150,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             req.ignore_eos = true;
             req.constraint = constraint.clone();
             req.draft_tokens = args.speculative.draft_tokens();
+            args.speculative.check(&model, &req)?;
             engine.submit(req)?;
         }
         // Prefill all streams first, then time the decode steps only.

@@ -39,6 +39,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     args.sampling.params().validate()?;
     let model = args.model.load()?;
     let constraint = args.constraint.compile(&model)?;
+    let mut probe = GenerateRequest::new(Vec::new(), 1, args.sampling.params());
+    probe.constraint = constraint.clone();
+    args.speculative.check(&model, &probe)?;
     if model.chat_template.is_none() {
         anyhow::bail!(
             "`{}` has no chat template; use `lattice generate --prompt` instead",

@@ -37,6 +37,21 @@ pub struct SpeculativeArgs {
 }
 
 impl SpeculativeArgs {
+    /// Refuses `--speculative` where it would not act (the model or the request cannot draft).
+    pub fn check(
+        &self,
+        model: &lattice_inference::engine::TextModel,
+        req: &GenerateRequest,
+    ) -> anyhow::Result<()> {
+        if self.speculative == Speculative::Off {
+            return Ok(());
+        }
+        match model.draft_refusal_for(req) {
+            Some(why) => anyhow::bail!("--speculative ngram: {why}"),
+            None => Ok(()),
+        }
+    }
+
     /// The requests' `draft_tokens` (0: off).
     pub fn draft_tokens(&self) -> usize {
         match self.speculative {
@@ -296,6 +311,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     req.ignore_eos = args.ignore_eos;
     req.constraint = args.constraint.compile(&model)?;
     req.draft_tokens = args.speculative.draft_tokens();
+    args.speculative.check(&model, &req)?;
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     let g = if args.json {

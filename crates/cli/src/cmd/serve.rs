@@ -69,7 +69,8 @@ pub struct Args {
     /// Do not reuse cached prompt prefixes across requests (every prompt is computed whole).
     #[arg(long)]
     no_prefix_cache: bool,
-    /// Speculative decoding by default (requests override it with `speculative`).
+    /// Speculative decoding by default, for the requests that can draft (greedy ones; a
+    /// request overrides it with `speculative` / `draft_tokens`, refused where it cannot act).
     #[command(flatten)]
     speculative: super::generate::SpeculativeArgs,
     /// Worker threads for the forward passes (default: all cores).
@@ -115,6 +116,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             device: args.device.clone(),
         };
         let text_model = loader.load()?;
+        if args.speculative.draft_tokens() > 0 {
+            if let Some(why) = text_model.draft_refusal() {
+                anyhow::bail!("--speculative ngram: {why}");
+            }
+        }
         let arg = model.to_string_lossy();
         models.generation = Some((names(&arg, args.served_model_name.as_deref()), text_model));
     } else if let Some(t) = args.threads {

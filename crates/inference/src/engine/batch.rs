@@ -77,6 +77,8 @@ pub struct BatchEngine<'m> {
     running: Vec<Slot<'m>>,
     kept: HashMap<u64, KeptState>,
     next_id: u64,
+    /// Whether the model can draft for speculative decoding ([`TextModel::draft_refusal`]).
+    drafts: bool,
 }
 
 /// Hands a request's new text and log-probabilities of this step to `on_update` (noting the
@@ -148,6 +150,7 @@ impl<'m> BatchEngine<'m> {
             running: Vec::new(),
             kept: HashMap::new(),
             next_id: 0,
+            drafts: model.draft_refusal().is_none(),
         }
     }
 
@@ -302,11 +305,7 @@ impl<'m> BatchEngine<'m> {
         for slot in &mut self.waiting {
             slot.draft.clear();
         }
-        // Drafts need a state that can be rewound (attention only), and verified logits equal
-        // to decode's: the CPU attends short chunks row by row; a GPU's prefill kernel sums in
-        // another order, so models there do not draft (yet).
-        let rewinds =
-            !self.memory.layout().is_recurrent() && self.model.decoder.info().device.is_cpu();
+        let rewinds = self.drafts;
         for slot in &mut self.running {
             slot.draft.clear();
             let req = slot.seq.request();

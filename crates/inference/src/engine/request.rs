@@ -37,6 +37,19 @@ pub struct GenerateRequest {
 }
 
 impl GenerateRequest {
+    /// Whether each next token is the plain argmax of the logits: greedy, no penalties, no
+    /// log-probabilities, no `logit_bias` and no constraint.
+    pub fn picks_argmax(&self) -> bool {
+        let p = &self.sampling;
+        self.constraint.is_none()
+            && self.logit_bias.is_empty()
+            && p.is_greedy()
+            && p.repetition_penalty == 1.0
+            && p.presence_penalty == 0.0
+            && p.frequency_penalty == 0.0
+            && self.logprobs.is_none()
+    }
+
     /// A request with default sampling and no stop strings.
     pub fn new(prompt_ids: Vec<u32>, max_tokens: usize, sampling: SamplingParams) -> Self {
         Self {

@@ -169,14 +169,7 @@ impl<'m> Sequence<'m> {
     /// log-probabilities), so the model may pick it where the logits are
     /// ([`Sequence::accept_token`]).
     pub fn picks_argmax(&self) -> bool {
-        let p = &self.req.sampling;
-        self.matcher.is_none()
-            && self.req.logit_bias.is_empty()
-            && p.is_greedy()
-            && p.repetition_penalty == 1.0
-            && p.presence_penalty == 0.0
-            && p.frequency_penalty == 0.0
-            && self.req.logprobs.is_none()
+        self.req.picks_argmax()
     }
 
     /// [`Sequence::accept`] of a token the model already picked (see
