@@ -166,29 +166,17 @@ fn bad_input_gives_clear_errors() {
         &lattice(&["generate", "--model", d, "--prompt", "hi", "--top-p", "1.5"]),
         &["top_p"],
     );
-    // Speculative decoding where it would not act is refused, naming why.
-    let spec = ["--prompt", "hi", "--speculative", "ngram"];
-    assert_fails_with(
-        &lattice(
-            &[
-                &["generate", "--model", d, "--temperature", "0.8"][..],
-                &spec,
-            ]
-            .concat(),
+    // Speculative decoding's bad values are refused, naming the flag.
+    for (bad, names) in [
+        (&["--speculative", "tree"][..], &["--speculative", "suffix"]),
+        (
+            &["--speculative", "ngram", "--draft-tokens", "99"],
+            &["--draft-tokens", "99"],
         ),
-        &["--speculative", "greedy"],
-    );
-    let hybrid = fixture("tiny-qwen35");
-    assert_fails_with(
-        &lattice(
-            &[
-                &["generate", "--model", hybrid.to_str().unwrap()][..],
-                &spec,
-            ]
-            .concat(),
-        ),
-        &["--speculative", "recurrent state"],
-    );
+    ] {
+        let args = [&["generate", "--model", d, "--prompt", "hi"][..], bad].concat();
+        assert_fails_with(&lattice(&args), names);
+    }
     assert_fails_with(
         &lattice(&[
             "generate",

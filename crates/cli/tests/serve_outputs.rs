@@ -311,8 +311,8 @@ fn forced_tool_calls(gen: &str) {
 }
 
 /// Speculative decoding over HTTP (`speculative` / `draft_tokens`, and the server's default):
-/// the same greedy text as without it, drafts counted in `/metrics`, bad values refused naming
-/// the field.
+/// the same greedy text as without it (prompt lookup and suffix drafts), sampled requests
+/// drafting too, drafts counted in `/metrics`, bad values refused naming the field.
 #[test]
 fn speculative_requests_give_the_same_text() {
     let gen = fixture("tiny-qwen3");
@@ -342,6 +342,11 @@ fn speculative_requests_give_the_same_text() {
         text(json!({"speculative": "ngram", "draft_tokens": 3})),
         off
     );
+    assert_eq!(text(json!({"speculative": "suffix"})), off);
+    // Sampled requests draft too (the rejection rule keeps the distribution).
+    let sampled = body(json!({"speculative": "ngram", "temperature": 0.8, "seed": 7}));
+    let r = server.post("/v1/completions", &sampled).ok("sampled");
+    assert_eq!(r["usage"]["completion_tokens"], 48, "{r}");
     let m = server.get("/metrics").text();
     let drafted: f64 = m
         .lines()
@@ -352,17 +357,12 @@ fn speculative_requests_give_the_same_text() {
     assert!(drafted > 0.0, "{m}");
     assert!(m.contains("lattice_accepted_draft_tokens_total"));
     for (spec, param) in [
-        (json!({"speculative": "suffix"}), "speculative"),
+        (json!({"speculative": "tree"}), "speculative"),
         (json!({"draft_tokens": 0}), "draft_tokens"),
         (json!({"draft_tokens": 99}), "draft_tokens"),
         (
             json!({"speculative": "off", "draft_tokens": 3}),
             "draft_tokens",
-        ),
-        // Sampled requests do not draft: asking for it is refused, not ignored.
-        (
-            json!({"speculative": "ngram", "temperature": 0.8}),
-            "speculative",
         ),
     ] {
         let b = body(spec);

@@ -12,7 +12,7 @@ use axum::extract::State;
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use lattice_inference::chat::{ChatMessage, RenderOptions};
-use lattice_inference::engine::{GenerateRequest, Generation, TextModel, TokenLogprob};
+use lattice_inference::engine::{Drafter, GenerateRequest, Generation, TextModel, TokenLogprob};
 use lattice_inference::grammar::{Constraint, Spec};
 use lattice_inference::sample::SamplingParams;
 use serde_json::{json, Value};
@@ -330,7 +330,7 @@ fn requests_for(
     limit: usize,
     logprobs: Option<usize>,
     constraint: &Option<Constraint>,
-    default_draft: usize,
+    default_draft: (usize, Drafter),
 ) -> Result<Vec<GenerateRequest>, ApiError> {
     let (params, n) = sampling_params(s)?;
     let context = model.decoder.info().config.max_positions;
@@ -371,7 +371,7 @@ fn requests_for(
     };
     let stop = stop_strings(&s.stop)?;
     let bias = logit_bias(s, vocab)?;
-    let draft_tokens = draft_tokens(s, default_draft)?;
+    let (draft_tokens, drafter) = speculation(s, default_draft)?;
     (0..n)
         .map(|i| {
             let mut p = params.clone();
@@ -383,13 +383,16 @@ fn requests_for(
             r.constraint = constraint.clone();
             r.logit_bias = bias.clone();
             r.draft_tokens = draft_tokens;
+            r.drafter = drafter;
             r
         })
         .map(|r| {
             // Asked for by the request itself: refused where it would not act (the server's
-            // default applies where it can).
-            let asked = s.speculative.as_deref() == Some("ngram") || s.draft_tokens.is_some();
-            match model.draft_refusal_for(&r) {
+            // default is refused at start).
+            let asked = r.draft_tokens > 0
+                && (s.speculative.as_deref().is_some_and(|x| x != "off")
+                    || s.draft_tokens.is_some());
+            match model.draft_refusal() {
                 Some(why) if asked => Err(ApiError::invalid_param("speculative", why)),
                 _ => Ok(r),
             }
@@ -397,9 +400,9 @@ fn requests_for(
         .collect()
 }
 
-/// The `speculative` and `draft_tokens` extensions: tokens per draft (0: off), the server's
-/// `default` unless the request says.
-fn draft_tokens(s: &Sampling, default: usize) -> Result<usize, ApiError> {
+/// The `speculative` and `draft_tokens` extensions: tokens per draft (0: off) and the
+/// drafter, the server's `default` unless the request says.
+fn speculation(s: &Sampling, default: (usize, Drafter)) -> Result<(usize, Drafter), ApiError> {
     let n = match s.draft_tokens {
         Some(n) if !(1..=15).contains(&n) => {
             return Err(ApiError::invalid_param(
@@ -410,19 +413,26 @@ fn draft_tokens(s: &Sampling, default: usize) -> Result<usize, ApiError> {
         Some(n) => Some(n as usize),
         None => None,
     };
-    match s.speculative.as_deref() {
-        None => Ok(n.unwrap_or(default)),
-        Some("off") if n.is_some() => Err(ApiError::invalid_param(
-            "draft_tokens",
-            "`draft_tokens` needs `speculative` \"ngram\" (it is \"off\")",
-        )),
-        Some("off") => Ok(0),
-        Some("ngram") => Ok(n.unwrap_or(if default > 0 { default } else { 10 })),
-        Some(other) => Err(ApiError::invalid_param(
-            "speculative",
-            format!("`speculative` is \"{other}\"; supported: \"off\", \"ngram\""),
-        )),
-    }
+    let drafter = match s.speculative.as_deref() {
+        None => return Ok((n.unwrap_or(default.0), default.1)),
+        Some("off") if n.is_some() => {
+            return Err(ApiError::invalid_param(
+                "draft_tokens",
+                "`draft_tokens` needs `speculative` \"ngram\" or \"suffix\" (it is \"off\")",
+            ))
+        }
+        Some("off") => return Ok((0, default.1)),
+        Some("ngram") => Drafter::Ngram,
+        Some("suffix") => Drafter::Suffix,
+        Some(other) => {
+            return Err(ApiError::invalid_param(
+                "speculative",
+                format!("`speculative` is \"{other}\"; supported: \"off\", \"ngram\", \"suffix\""),
+            ))
+        }
+    };
+    let len = n.unwrap_or(if default.0 > 0 { default.0 } else { 10 });
+    Ok((len, drafter))
 }
 
 /// The `stop` field: one string or up to 16.
@@ -592,7 +602,7 @@ pub async fn chat(State(state): State<Arc<AppState>>, body: Body) -> Result<Resp
         state.options.max_tokens,
         logprobs,
         &constraint,
-        state.options.draft_tokens,
+        (state.options.draft_tokens, state.options.drafter),
     )?;
     let mut reply = Reply::new(
         Api::Chat,
@@ -695,7 +705,7 @@ pub async fn completions(
             state.options.max_tokens,
             logprobs,
             &constraint,
-            state.options.draft_tokens,
+            (state.options.draft_tokens, state.options.drafter),
         )?;
         for _ in 0..choices.len() {
             echo_text.push(if echo { text.clone() } else { String::new() });

@@ -56,6 +56,8 @@ pub struct ServeOptions {
     /// Speculative decoding by default: drafts of up to this many tokens (0: off); a request
     /// overrides it with `speculative` / `draft_tokens`.
     pub draft_tokens: usize,
+    /// Where the default drafts come from.
+    pub drafter: lattice_inference::engine::Drafter,
 }
 
 impl Default for ServeOptions {
@@ -72,6 +74,7 @@ impl Default for ServeOptions {
             kv_cache_memory: None,
             prefix_cache: true,
             draft_tokens: 0,
+            drafter: lattice_inference::engine::Drafter::Ngram,
         }
     }
 }

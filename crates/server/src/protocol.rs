@@ -197,8 +197,9 @@ pub struct Sampling {
     pub repetition_penalty: Option<f32>,
     /// Extension: keep generating through end-of-sequence tokens.
     pub ignore_eos: Option<bool>,
-    /// Extension: speculative decoding for this request, `"off"` or `"ngram"` (prompt lookup;
-    /// greedy requests draft, the output is the same); default: the server's.
+    /// Extension: speculative decoding for this request, `"off"`, `"ngram"` (prompt lookup) or
+    /// `"suffix"` (suffix match over the request and earlier outputs); the output is the same
+    /// (greedy) or has the same distribution (sampling). Default: the server's.
     pub speculative: Option<String>,
     /// Extension: most tokens per draft (1-15) with `speculative`.
     pub draft_tokens: Option<u32>,

@@ -45,6 +45,10 @@ pub struct Args {
     /// workload, e.g. a file to rewrite) instead of 16 tokens of the generation test.
     #[arg(long, value_name = "FILE")]
     stream_prompt: Option<std::path::PathBuf>,
+    /// The streams sample at this temperature (seeded, one seed per stream) instead of
+    /// decoding greedily.
+    #[arg(long, default_value_t = 0.0, value_name = "T")]
+    stream_temperature: f32,
     /// Speculative decoding in the streams test.
     #[command(flatten)]
     speculative: super::generate::SpeculativeArgs,
@@ -146,11 +150,16 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 Some(p) => p.clone(),
                 None => gen_ids.iter().cycle().skip(s).take(16).copied().collect(),
             };
-            let mut req = GenerateRequest::new(prompt, gen_ids.len(), SamplingParams::greedy());
+            let sampling = SamplingParams {
+                temperature: args.stream_temperature,
+                seed: Some(s as u64),
+                ..SamplingParams::default()
+            };
+            let mut req = GenerateRequest::new(prompt, gen_ids.len(), sampling);
             req.ignore_eos = true;
             req.constraint = constraint.clone();
-            req.draft_tokens = args.speculative.draft_tokens();
-            args.speculative.check(&model, &req)?;
+            args.speculative.apply(&mut req);
+            args.speculative.check(&model)?;
             engine.submit(req)?;
         }
         // Prefill all streams first, then time the decode steps only.
@@ -183,6 +192,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             "gen_tokens_per_s": tg_med,
             "gen_weight_gb_per_s": gb_s,
             "streams": args.streams,
+            "stream_temperature": args.stream_temperature,
             "batched_gen_tokens_per_s": batch_med,
             "drafted_tokens": drafted,
             "accepted_tokens": accepted,

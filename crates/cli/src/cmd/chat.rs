@@ -39,9 +39,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     args.sampling.params().validate()?;
     let model = args.model.load()?;
     let constraint = args.constraint.compile(&model)?;
-    let mut probe = GenerateRequest::new(Vec::new(), 1, args.sampling.params());
-    probe.constraint = constraint.clone();
-    args.speculative.check(&model, &probe)?;
+    args.speculative.check(&model)?;
     if model.chat_template.is_none() {
         anyhow::bail!(
             "`{}` has no chat template; use `lattice generate --prompt` instead",
@@ -100,7 +98,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             args.sampling.params(),
         );
         req.constraint = constraint.clone();
-        req.draft_tokens = args.speculative.draft_tokens();
+        args.speculative.apply(&mut req);
         let mut out = stdout.lock();
         let result = generate_in(&model, &req, &mut session, &mut |piece| {
             out.write_all(piece.as_bytes())

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 use lattice_inference::backend::Device;
 use lattice_inference::chat::{ChatMessage, RenderOptions};
-use lattice_inference::engine::{generate, GenerateRequest, Generation, TextModel};
+use lattice_inference::engine::{generate, Drafter, GenerateRequest, Generation, TextModel};
 use lattice_inference::grammar::{Constraint, Spec};
 use lattice_inference::model::source::{Placement, WeightMode};
 use lattice_inference::sample::SamplingParams;
@@ -22,13 +22,16 @@ pub enum Speculative {
     /// Prompt lookup: the tokens that followed the latest earlier occurrence of the last few
     /// tokens (prompt and output so far).
     Ngram,
+    /// Suffix match: the longest match of the last tokens in the prompt, the output so far and
+    /// earlier requests' outputs, the continuation chosen by frequency.
+    Suffix,
 }
 
 /// Speculative decoding flags shared by `generate`, `chat`, `serve` and `bench generate`.
 #[derive(clap::Args, Clone, Debug)]
 pub struct SpeculativeArgs {
-    /// Speculative decoding: draft tokens and verify them in one pass per step (greedy
-    /// decoding on attention-only models; the output is the same).
+    /// Speculative decoding: draft tokens and verify them in one pass per step (greedy output
+    /// is the same, sampled output has the same distribution; CPU only for now).
     #[arg(long, value_enum, default_value_t = Speculative::Off)]
     pub speculative: Speculative,
     /// Most tokens per draft (1-15; the length adapts to how many are accepted).
@@ -37,17 +40,13 @@ pub struct SpeculativeArgs {
 }
 
 impl SpeculativeArgs {
-    /// Refuses `--speculative` where it would not act (the model or the request cannot draft).
-    pub fn check(
-        &self,
-        model: &lattice_inference::engine::TextModel,
-        req: &GenerateRequest,
-    ) -> anyhow::Result<()> {
+    /// Refuses `--speculative` where it would not act (the model cannot draft).
+    pub fn check(&self, model: &TextModel) -> anyhow::Result<()> {
         if self.speculative == Speculative::Off {
             return Ok(());
         }
-        match model.draft_refusal_for(req) {
-            Some(why) => anyhow::bail!("--speculative ngram: {why}"),
+        match model.draft_refusal() {
+            Some(why) => anyhow::bail!("--speculative: {why}"),
             None => Ok(()),
         }
     }
@@ -56,8 +55,22 @@ impl SpeculativeArgs {
     pub fn draft_tokens(&self) -> usize {
         match self.speculative {
             Speculative::Off => 0,
-            Speculative::Ngram => self.draft_tokens as usize,
+            Speculative::Ngram | Speculative::Suffix => self.draft_tokens as usize,
         }
+    }
+
+    /// Where the drafts come from.
+    pub fn drafter(&self) -> Drafter {
+        match self.speculative {
+            Speculative::Suffix => Drafter::Suffix,
+            Speculative::Off | Speculative::Ngram => Drafter::Ngram,
+        }
+    }
+
+    /// Sets `req`'s speculative decoding.
+    pub fn apply(&self, req: &mut GenerateRequest) {
+        req.draft_tokens = self.draft_tokens();
+        req.drafter = self.drafter();
     }
 }
 
@@ -310,8 +323,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     req.stop = args.stop.clone();
     req.ignore_eos = args.ignore_eos;
     req.constraint = args.constraint.compile(&model)?;
-    req.draft_tokens = args.speculative.draft_tokens();
-    args.speculative.check(&model, &req)?;
+    args.speculative.apply(&mut req);
+    args.speculative.check(&model)?;
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     let g = if args.json {

@@ -69,8 +69,8 @@ pub struct Args {
     /// Do not reuse cached prompt prefixes across requests (every prompt is computed whole).
     #[arg(long)]
     no_prefix_cache: bool,
-    /// Speculative decoding by default, for the requests that can draft (greedy ones; a
-    /// request overrides it with `speculative` / `draft_tokens`, refused where it cannot act).
+    /// Speculative decoding by default (a request overrides it with `speculative` /
+    /// `draft_tokens`).
     #[command(flatten)]
     speculative: super::generate::SpeculativeArgs,
     /// Worker threads for the forward passes (default: all cores).
@@ -118,7 +118,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         let text_model = loader.load()?;
         if args.speculative.draft_tokens() > 0 {
             if let Some(why) = text_model.draft_refusal() {
-                anyhow::bail!("--speculative ngram: {why}");
+                anyhow::bail!("--speculative: {why}");
             }
         }
         let arg = model.to_string_lossy();
@@ -162,6 +162,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         kv_cache_memory: args.kv_cache_memory,
         prefix_cache: !args.no_prefix_cache,
         draft_tokens: args.speculative.draft_tokens(),
+        drafter: args.speculative.drafter(),
     };
     lattice_server::serve(models, options)?;
     Ok(())

@@ -22,8 +22,10 @@ use crate::ops::{put_columns, softplus, take_columns};
 /// Tokens per chunk of the parallel form.
 pub const CHUNK: usize = 64;
 
-/// Fewer new tokens than this run the delta rule token by token, more in chunks.
-pub const MIN_CHUNKED: usize = 8;
+/// Fewer new tokens than this run the delta rule token by token, more in chunks. Up to
+/// [`crate::attention::ROW_BY_ROW`] tokens go token by token, as decode does, so a pass that
+/// verifies a speculative draft (or replays a few tokens) computes decode's numbers.
+pub const MIN_CHUNKED: usize = crate::attention::ROW_BY_ROW + 1;
 
 /// Head layout of a Gated DeltaNet layer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -10,6 +10,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::time::Instant;
 
+use crate::attention::ROW_BY_ROW;
 use crate::model::batch::{ForwardBatch, RowOutputs};
 use crate::state::SeqState;
 use crate::{Error, Result};
@@ -18,7 +19,8 @@ use super::memory::{KvMemory, MemoryConfig, MemoryStats};
 use super::request::{FinishReason, GenerateRequest, Generation, TokenLogprob};
 use super::scheduler::{Schedule, Scheduler, Slot};
 use super::sequence::Sequence;
-use super::speculate;
+use super::speculate::{self, Drafter, StepCost};
+use super::suffix::{suffix_draft, SuffixCache};
 use super::TextModel;
 
 /// Prompt tokens per step: bounds the activations of very long prompts.
@@ -79,6 +81,11 @@ pub struct BatchEngine<'m> {
     next_id: u64,
     /// Whether the model can draft for speculative decoding ([`TextModel::draft_refusal`]).
     drafts: bool,
+    /// Outputs of finished requests that drafted by suffix match, for later requests' drafts.
+    suffix_cache: SuffixCache,
+    /// The forward pass's cost by rows, which bounds the drafts when the batch is
+    /// compute-bound.
+    step_cost: StepCost,
 }
 
 /// Hands a request's new text and log-probabilities of this step to `on_update` (noting the
@@ -99,6 +106,12 @@ fn report(slot: &mut Slot<'_>, first: bool, on_update: &mut dyn FnMut(StepUpdate
     if !keep {
         slot.cancelled = true;
     }
+}
+
+/// Whether `slot`, running `n` tokens this step, verifies its draft: its own tokens to run,
+/// then the draft.
+fn verifies(slot: &Slot<'_>, n: usize) -> bool {
+    !slot.draft.is_empty() && n == slot.todo() + slot.draft.len()
 }
 
 /// What a step's forward pass returned (see `BatchEngine::forward`).
@@ -151,6 +164,8 @@ impl<'m> BatchEngine<'m> {
             kept: HashMap::new(),
             next_id: 0,
             drafts: model.draft_refusal().is_none(),
+            suffix_cache: SuffixCache::new(speculate::SUFFIX_CACHE_TOKENS),
+            step_cost: StepCost::default(),
         }
     }
 
@@ -291,30 +306,49 @@ impl<'m> BatchEngine<'m> {
             self.scheduler
                 .schedule(&mut self.waiting, &mut self.running, &mut self.memory)?;
         if !schedule.work.is_empty() {
+            let start = Instant::now();
             let output = self.forward(&schedule)?;
+            let rows = schedule.work.iter().map(|&(_, n)| n).sum();
+            self.step_cost.record(rows, start.elapsed().as_secs_f64());
             self.update_from_output(&schedule, &output, on_update);
         }
         Ok(self.reap())
     }
 
     /// Drafts for this step (speculative decoding, see `speculate.rs`): every running request
-    /// that asked for them, decodes greedily without a constraint and can rewind its state
-    /// drafts up to its current draft length by prompt lookup, within its token and context
-    /// limits. Waiting requests hold no draft.
+    /// past its prompt that asked for them drafts up to its current draft length (by prompt
+    /// lookup or suffix match) and no more than pays at this step's size ([`StepCost`]),
+    /// within its token and context limits, so that its tokens to run and the draft stay
+    /// within [`ROW_BY_ROW`] rows; the draft is cut to what its output constraint allows, and
+    /// a recurrent state keeps its state before the pass (the rollback of a rejected draft).
+    /// Waiting requests hold no draft.
     fn plan_drafts(&mut self) {
         for slot in &mut self.waiting {
             slot.draft.clear();
         }
-        let rewinds = self.drafts;
+        if !self.drafts {
+            return;
+        }
+        // The step's rows without drafts: prompt chunks, and every other request's tokens.
+        let chunk = self.scheduler.token_budget;
+        let rows: usize = self
+            .running
+            .iter()
+            .map(|s| {
+                let prefilling = s.computed < s.seq.request().prompt_ids.len();
+                s.todo().min(if prefilling { chunk } else { ROW_BY_ROW })
+            })
+            .sum();
+        let threshold = self.step_cost.threshold(rows);
         for slot in &mut self.running {
             slot.draft.clear();
             let req = slot.seq.request();
+            let todo = slot.todo();
             if req.draft_tokens == 0
-                || !rewinds
                 || slot.state.is_none()
-                || slot.todo() != 1
+                || todo == 0
+                || todo >= ROW_BY_ROW
                 || slot.computed < req.prompt_ids.len()
-                || !slot.seq.picks_argmax()
                 || slot.finished()
                 || slot.cancelled
             {
@@ -322,16 +356,32 @@ impl<'m> BatchEngine<'m> {
             }
             let generated = slot.seq.generation().token_ids.len();
             let cap = (req.max_tokens.saturating_sub(generated + 1))
-                .min(slot.max_len.saturating_sub(slot.computed + 1));
-            let len = slot.draft_len.next().min(cap);
-            slot.draft = speculate::ngram_draft(slot.seq.history(), len);
+                .min(slot.max_len.saturating_sub(slot.computed + todo))
+                .min(ROW_BY_ROW - todo);
+            let len = slot
+                .draft_len
+                .next()
+                .min(cap)
+                .min(slot.draft_len.paying(threshold));
+            let mut draft = match req.drafter {
+                Drafter::Ngram => speculate::ngram_draft(slot.seq.history(), len),
+                Drafter::Suffix => {
+                    let history = slot.seq.history();
+                    slot.suffix.extend(&history[slot.suffix.len()..]);
+                    suffix_draft(&slot.suffix, Some(&self.suffix_cache), len)
+                }
+            };
+            slot.seq.trim_draft(&mut draft);
+            let state = slot.state.as_mut().expect("checked above");
+            if !draft.is_empty() && state.keep_previous().is_ok() {
+                slot.draft = draft;
+            }
         }
     }
 
     /// Whether scheduled request `i` running `n` tokens verifies its draft this step.
     fn verifies(&self, i: usize, n: usize) -> bool {
-        let slot = &self.running[i];
-        !slot.draft.is_empty() && n == 1 + slot.draft.len() && slot.todo() == 1
+        verifies(&self.running[i], n)
     }
 
     /// One forward pass over the scheduled tokens of every request in `schedule`: the tokens
@@ -350,18 +400,21 @@ impl<'m> BatchEngine<'m> {
         let mut flags = Vec::new();
         let mut rows = Vec::with_capacity(schedule.work.len());
         for &(i, n) in &schedule.work {
-            let verifies = self.verifies(i, n);
             let slot = &self.running[i];
-            if verifies {
-                ids.push(slot.seq.history()[slot.computed]);
-                ids.extend_from_slice(&slot.draft);
+            // A draft follows the request's own tokens; the logits of its last own row and of
+            // every draft row are kept.
+            let draft: &[u32] = if self.verifies(i, n) {
+                &slot.draft
             } else {
-                ids.extend_from_slice(&slot.seq.history()[slot.computed..slot.computed + n]);
-            }
+                &[]
+            };
+            let own = n - draft.len();
+            ids.extend_from_slice(&slot.seq.history()[slot.computed..slot.computed + own]);
+            ids.extend_from_slice(draft);
             lens.push(n);
-            let out = if verifies { n } else { 1 };
+            let out = 1 + draft.len();
             rows.push((rows.last().map_or(0, |&(a, b)| a + b), out));
-            flags.extend((0..n).map(|r| verifies || r == n - 1));
+            flags.extend((0..n).map(|r| r + out >= n));
         }
         let mut next = schedule.work.iter().map(|&(i, _)| i).peekable();
         let mut states: Vec<&mut SeqState> = Vec::with_capacity(lens.len());
@@ -408,28 +461,55 @@ impl<'m> BatchEngine<'m> {
         for (row, &(i, n)) in schedule.work.iter().enumerate() {
             let slot = &mut self.running[i];
             if verifying[row] {
-                // The draft: keep the longest prefix the model picks itself (greedy), then the
-                // model's own token after it; forget the keys and values of the rest.
+                // The draft: keep its tokens while the model picks them itself (greedy) or
+                // keeps them by the rejection rule (sampling), then the model's own token
+                // after them; forget the keys and values of the rest.
                 let StepOutput::Logits { logits, rows } = output else {
                     unreachable!("a step with drafts returns logits");
                 };
                 let first = slot.first_token.is_none();
                 let draft = std::mem::take(&mut slot.draft);
                 let before = slot.computed;
+                let own = n - draft.len();
+                let argmax = slot.seq.picks_argmax();
                 let mut kept = 0;
-                for r in 0..n {
+                for r in 0..=draft.len() {
                     let at = (rows[row].0 + r) * vocab;
-                    let t = crate::sample::processors::argmax(&logits[at..at + vocab]) as u32;
-                    let room = before + 1 + r < slot.max_len;
-                    let more = slot.seq.accept_token(t, room, &mut |_| true).is_some();
-                    if !more || r == draft.len() || t != draft[r] {
+                    let row_logits = &logits[at..at + vocab];
+                    let room = before + own + r < slot.max_len;
+                    let proposed = draft.get(r).copied();
+                    let (more, hit) = if argmax {
+                        let t = crate::sample::processors::argmax(row_logits) as u32;
+                        let more = slot.seq.accept_token(t, room, &mut |_| true).is_some();
+                        (more, proposed == Some(t))
+                    } else {
+                        let (pick, hit) = match proposed {
+                            Some(d) => slot
+                                .seq
+                                .pick_draft(row_logits, d)
+                                .map_or((None, false), |(t, h)| (Some(t), h)),
+                            None => (slot.seq.pick(row_logits), false),
+                        };
+                        (
+                            slot.seq.accept_pick(pick, room, &mut |_| true).is_some(),
+                            hit,
+                        )
+                    };
+                    kept += usize::from(hit);
+                    if !more || !hit {
                         break;
                     }
-                    kept += 1;
                 }
-                slot.computed = before + 1 + kept;
+                slot.computed = before + own + kept;
                 let state = slot.state.as_mut().expect("scheduled slots have state");
-                state.truncate(slot.computed);
+                if state.can_truncate_to(slot.computed) {
+                    state.truncate(slot.computed);
+                } else {
+                    // A recurrent state goes back to where the pass started (it kept that
+                    // state); the request's kept tokens run again in its next step.
+                    state.truncate(before);
+                    slot.computed = before;
+                }
                 slot.seq.count_draft(draft.len(), kept);
                 slot.draft_len.update(draft.len(), kept);
                 if self.memory.caches_prefixes() {
@@ -507,8 +587,10 @@ impl<'m> BatchEngine<'m> {
                 continue;
             }
             next.next();
-            let verifies = !slot.draft.is_empty() && n == 1 + slot.draft.len() && slot.todo() == 1;
-            if !verifies && slot.computed + n >= slot.seq.history().len() && !slot.finished() {
+            if !verifies(slot, n)
+                && slot.computed + n >= slot.seq.history().len()
+                && !slot.finished()
+            {
                 jobs.push((row, &mut slot.seq));
             }
         }
@@ -553,6 +635,11 @@ impl<'m> BatchEngine<'m> {
                         },
                     );
                 }
+            }
+            let req = slot.seq.request();
+            if req.draft_tokens > 0 && req.drafter == Drafter::Suffix {
+                self.suffix_cache
+                    .insert(&slot.seq.history()[req.prompt_ids.len()..]);
             }
             let mut out = slot.seq.into_generation();
             if slot.cancelled && !ended {

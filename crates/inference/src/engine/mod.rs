@@ -6,7 +6,8 @@
 //! stop matcher). [`KvMemory`] owns the page pool and the prefix cache. [`generate`] and
 //! [`generate_in`] (a chat [`Session`]) are a batch of one through the same engine. The
 //! request vocabulary ([`GenerateRequest`], [`Generation`], ...) lives in `request.rs`;
-//! speculative drafts (prompt lookup, verified in the batch) in `speculate.rs`.
+//! speculative drafts (prompt lookup in `speculate.rs`, suffix matches in `suffix.rs`,
+//! verified in the batch).
 
 mod batch;
 mod generate;
@@ -15,6 +16,7 @@ mod request;
 mod scheduler;
 mod sequence;
 mod speculate;
+mod suffix;
 mod text_model;
 
 pub use batch::{BatchEngine, EngineConfig, KeptState, StepUpdate};
@@ -22,4 +24,6 @@ pub use generate::{generate, generate_in, Session};
 pub use memory::{available_memory, default_budget, KvMemory, MemoryConfig, MemoryStats};
 pub use request::{FinishReason, GenerateRequest, Generation, TokenLogprob};
 pub use sequence::Sequence;
+pub use speculate::Drafter;
+pub use suffix::{suffix_draft, SuffixCache, SuffixIndex};
 pub use text_model::TextModel;

@@ -30,10 +30,13 @@ pub struct GenerateRequest {
     /// Keep special tokens (other than the ones that end generation) in the text, for callers
     /// that parse markers such as a tool call's `<tool_call>` or `[TOOL_CALLS]`.
     pub keep_special_tokens: bool,
-    /// Speculative decoding: draft up to this many tokens per step by prompt lookup and verify
-    /// them in the step's forward pass (0: off). Greedy requests without a constraint on
-    /// CPU models whose state can be rewound (attention only) draft; the output is the same.
+    /// Speculative decoding: draft up to this many tokens per step and verify them in the
+    /// step's forward pass (0: off). The output is the same (greedy) or has the same
+    /// distribution (sampling); models on a GPU do not draft yet
+    /// ([`TextModel::draft_refusal`](super::TextModel::draft_refusal)).
     pub draft_tokens: usize,
+    /// Where drafts come from when `draft_tokens > 0`.
+    pub drafter: super::speculate::Drafter,
 }
 
 impl GenerateRequest {
@@ -63,6 +66,7 @@ impl GenerateRequest {
             logit_bias: Vec::new(),
             keep_special_tokens: false,
             draft_tokens: 0,
+            drafter: super::speculate::Drafter::Ngram,
         }
     }
 }

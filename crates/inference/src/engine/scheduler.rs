@@ -2,7 +2,7 @@
 //! step's token budget, the running-sequence limit and the memory budget (vLLM's `schedule()`).
 //! Every kind of work is a token count over a request's [`Slot`]: a prompt chunk, a prompt
 //! prefix found in the prefix cache (skipped: its tokens count as computed), the one token of a
-//! decode step, the tokens of a preempted request being recomputed (later: draft tokens).
+//! decode step and its speculative draft, the tokens of a preempted request being recomputed.
 //!
 //! Admission takes waiting requests while they fit (a state, the pages of their first chunk);
 //! a running request that cannot get pages for its tokens first evicts unused cached pages,
@@ -13,6 +13,7 @@
 use std::collections::VecDeque;
 use std::time::Instant;
 
+use crate::attention::ROW_BY_ROW;
 use crate::state::SeqState;
 use crate::{Error, Result};
 
@@ -50,6 +51,8 @@ pub(crate) struct Slot<'m> {
     /// next draft may take.
     pub draft: Vec<u32>,
     pub draft_len: super::speculate::DraftLength,
+    /// The history indexed for suffix drafts (filled as they are made).
+    pub suffix: super::suffix::SuffixIndex,
 }
 
 impl<'m> Slot<'m> {
@@ -58,6 +61,7 @@ impl<'m> Slot<'m> {
         Self {
             draft: Vec::new(),
             draft_len,
+            suffix: super::suffix::SuffixIndex::new(),
             id,
             seq,
             state: None,
@@ -213,15 +217,15 @@ impl Scheduler {
         if todo == 0 {
             return None;
         }
-        if todo == 1 && !slot.prefilling() {
-            return Some(1 + slot.draft.len());
-        }
         if !slot.prefilling() {
-            // A preempted request replays its generated tokens one per step, as it first ran
-            // them: a prompt-style pass over them rounds differently (the tiled causal kernel
-            // and, for recurrent layers, the chunked delta rule against the decode kernels), and
-            // the replay must rebuild the same state so the output does not change.
-            return Some(1);
+            // Past the prompt: the decode token and its draft, or a few tokens to run again
+            // (kept draft tokens of a recurrent model whose pass was undone; a preempted
+            // request's generated tokens). At most `ROW_BY_ROW` at once: such rows compute
+            // what decode steps compute, bit for bit (attention row by row, the delta rule
+            // token by token), where a prompt-style pass rounds differently, so the output
+            // does not change.
+            let n = todo.min(ROW_BY_ROW);
+            return Some(if n == todo { n + slot.draft.len() } else { n });
         }
         let mut n = todo.min(*budget);
         if memory.layout().is_recurrent() {

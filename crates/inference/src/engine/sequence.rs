@@ -98,6 +98,17 @@ impl<'m> Sequence<'m> {
     /// [`Sequence::accept_pick`] in order. `None` when the sequence has ended or its constraint
     /// failed.
     pub fn pick(&mut self, logits: &[f32]) -> Option<u32> {
+        self.choose(logits, None).map(|(t, _)| t)
+    }
+
+    /// [`Sequence::pick`] at a position where a speculative draft proposed `draft`: the
+    /// token and whether it is the draft's ([`Sampler::sample_draft`]: the output keeps the
+    /// distribution of plain sampling; greedy keeps the argmax).
+    pub fn pick_draft(&mut self, logits: &[f32], draft: u32) -> Option<(u32, bool)> {
+        self.choose(logits, Some(draft))
+    }
+
+    fn choose(&mut self, logits: &[f32], draft: Option<u32>) -> Option<(u32, bool)> {
         if self.done {
             return None;
         }
@@ -132,11 +143,17 @@ impl<'m> Sequence<'m> {
         } else {
             None
         };
-        let picked = self.sampler.sample(
-            shaped.as_deref().unwrap_or(logits),
-            &self.history,
-            self.req.prompt_ids.len(),
-        );
+        let shaped = shaped.as_deref().unwrap_or(logits);
+        let prompt_len = self.req.prompt_ids.len();
+        let (picked, drafted) = match draft {
+            Some(d) => self
+                .sampler
+                .sample_draft(shaped, &self.history, prompt_len, d),
+            None => (
+                self.sampler.sample(shaped, &self.history, prompt_len),
+                false,
+            ),
+        };
         if let Some(n) = self.req.logprobs {
             self.out.logprobs.push(TokenLogprob {
                 token: picked.token,
@@ -144,7 +161,7 @@ impl<'m> Sequence<'m> {
                 top: top_logprobs(logits, n),
             });
         }
-        Some(picked.token)
+        Some((picked.token, drafted))
     }
 
     /// The rest of [`Sequence::accept`] for a [`Sequence::pick`]: records the token, streams
@@ -251,6 +268,14 @@ impl<'m> Sequence<'m> {
             }
         }
         None
+    }
+
+    /// Cuts a speculative draft to the tokens the output constraint allows from here.
+    pub(crate) fn trim_draft(&mut self, draft: &mut Vec<u32>) {
+        if let Some(m) = &mut self.matcher {
+            let n = m.valid_prefix(draft);
+            draft.truncate(n);
+        }
     }
 
     /// Counts a verified draft of `drafted` tokens of which `accepted` were kept.

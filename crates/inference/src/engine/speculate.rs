@@ -1,8 +1,24 @@
-//! Speculative decoding without a draft model: prompt-lookup drafts (the tokens that followed
-//! the latest earlier occurrence of the sequence's last few tokens, in its prompt and output
-//! so far) and the adaptive draft length of a sequence. The batch engine verifies a draft in
-//! the same forward pass as the other sequences' steps (one row per drafted token) and keeps
-//! the longest prefix the model itself would have chosen (greedy), so outputs are unchanged.
+//! Speculative decoding without a draft model: where drafts come from ([`Drafter`]: prompt
+//! lookup here, the tokens that followed the latest earlier occurrence of the sequence's last
+//! few tokens; suffix matches in `suffix.rs`) and the adaptive draft length of a sequence. The
+//! batch engine verifies a draft in the same forward pass as the other sequences' steps (one
+//! row per drafted token) and keeps the longest prefix the model itself would have chosen
+//! (greedy: outputs are unchanged) or that the rejection rule keeps (sampling: the output
+//! distribution is unchanged).
+
+/// Where a request's drafts come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Drafter {
+    /// Prompt lookup ([`ngram_draft`]).
+    #[default]
+    Ngram,
+    /// The longest suffix match in the request's history and the outputs of earlier requests,
+    /// the continuation chosen by frequency ([`super::suffix::suffix_draft`]).
+    Suffix,
+}
+
+/// Tokens of earlier outputs an engine keeps for suffix drafts (about 16 bytes each).
+pub const SUFFIX_CACHE_TOKENS: usize = 1 << 18;
 
 /// Most tokens per draft: a draft and the token before it must attend row by row in the
 /// verifying pass (see [`crate::attention::ROW_BY_ROW`]) for its logits to equal decode's.
@@ -41,12 +57,17 @@ pub fn ngram_draft(history: &[u32], max: usize) -> Vec<u32> {
 
 /// A sequence's draft length: starts at `max`, halves after a draft with nothing accepted and
 /// grows back by one per fully accepted draft, so text that does not repeat stops paying for
-/// rejected rows (a length of 0 drafts again after `RETRY` steps).
+/// rejected rows (a length of 0 drafts again after `RETRY` steps). It also estimates the
+/// chance that a drafted token is kept once the ones before it were (for [`StepCost`]).
 #[derive(Debug, Clone, Copy)]
 pub struct DraftLength {
     max: usize,
     now: usize,
     idle: usize,
+    /// Drafted tokens the model looked at (each kept one, and the first rejected one).
+    tried: usize,
+    /// Of those, kept.
+    kept: usize,
 }
 
 /// Steps without drafting before a sequence whose drafts failed tries a 1-token draft again.
@@ -60,7 +81,31 @@ impl DraftLength {
             max,
             now: max,
             idle: 0,
+            tried: 0,
+            kept: 0,
         }
+    }
+
+    /// The estimated chance that a drafted token is kept when the ones before it were
+    /// (kept / tried, starting from one of each in two).
+    pub fn acceptance(&self) -> f64 {
+        (self.kept + 1) as f64 / (self.tried + 2) as f64
+    }
+
+    /// The longest draft whose last token still pays at `threshold` ([`StepCost::threshold`]):
+    /// the largest `d` with acceptance^d ≥ threshold (every length when the threshold is 0).
+    pub fn paying(&self, threshold: f64) -> usize {
+        let a = self.acceptance();
+        if threshold <= 0.0 {
+            return MAX_DRAFT;
+        }
+        let mut d = 0;
+        let mut p = a;
+        while d < MAX_DRAFT && p >= threshold {
+            d += 1;
+            p *= a;
+        }
+        d
     }
 
     /// Tokens to draft this step.
@@ -83,12 +128,76 @@ impl DraftLength {
         if drafted == 0 {
             return;
         }
+        self.kept += accepted;
+        self.tried += (accepted + 1).min(drafted);
         if accepted == 0 {
             self.now /= 2;
         } else if accepted == drafted {
             self.now = (self.now + 1).min(self.max);
         } else {
             self.now = accepted.max(1).min(self.max);
+        }
+    }
+}
+
+/// What a step's forward pass costs, fitted online as `secs = base + per_row * rows` over recent
+/// steps (least squares, older steps weighing less), so the engine drafts only what pays: on
+/// a few CPU cores a decode step streams the weights (`base`) and extra rows cost little
+/// until the batch becomes compute-bound, when each row costs nearly what a decode token does.
+#[derive(Debug, Clone, Default)]
+pub struct StepCost {
+    /// Decayed sums: weight, x, y, x², xy (x = rows, y = seconds).
+    w: f64,
+    x: f64,
+    y: f64,
+    xx: f64,
+    xy: f64,
+}
+
+/// How much each recorded step's weight decays per later step.
+const DECAY: f64 = 0.99;
+
+impl StepCost {
+    /// Records a forward pass of `rows` rows that took `secs`.
+    pub fn record(&mut self, rows: usize, secs: f64) {
+        let x = rows as f64;
+        for s in [
+            &mut self.w,
+            &mut self.x,
+            &mut self.y,
+            &mut self.xx,
+            &mut self.xy,
+        ] {
+            *s *= DECAY;
+        }
+        self.w += 1.0;
+        self.x += x;
+        self.y += secs;
+        self.xx += x * x;
+        self.xy += x * secs;
+    }
+
+    /// `(base, per_row)` seconds, once steps of different sizes were seen.
+    pub fn fit(&self) -> Option<(f64, f64)> {
+        let var = self.xx * self.w - self.x * self.x;
+        if self.w < 4.0 || var <= 1e-9 * self.xx * self.w {
+            return None;
+        }
+        let per_row = (self.xy * self.w - self.x * self.y) / var;
+        let base = (self.y - per_row * self.x) / self.w;
+        (per_row >= 0.0 && base >= 0.0).then_some((base, per_row))
+    }
+
+    /// The least chance of being kept a drafted token needs to pay in a step that runs `rows`
+    /// rows without drafts: its row's cost over the step's cost per token it yields,
+    /// `per_row * rows / (base + per_row * rows)` (0 until the fit exists: draft freely).
+    pub fn threshold(&self, rows: usize) -> f64 {
+        match self.fit() {
+            Some((base, per_row)) if rows > 0 => {
+                let r = rows as f64;
+                per_row * r / (base + per_row * r)
+            }
+            _ => 0.0,
         }
     }
 }
@@ -131,5 +240,27 @@ mod tests {
         }
         assert_eq!(d.next(), 1);
         assert_eq!(DraftLength::new(0).next(), 0);
+    }
+
+    #[test]
+    fn the_cost_model_fits_steps_and_drafts_what_pays() {
+        let mut c = StepCost::default();
+        assert_eq!(c.threshold(8), 0.0, "no fit yet: draft freely");
+        // 30 ms to stream the weights, 2 ms per row.
+        for rows in [1, 8, 512, 3, 16, 1, 100, 8] {
+            c.record(rows, 0.030 + 0.002 * rows as f64);
+        }
+        let (base, per_row) = c.fit().unwrap();
+        assert!((base - 0.030).abs() < 1e-9 && (per_row - 0.002).abs() < 1e-12);
+        // One stream: a row costs 2 ms of a 32 ms step; 64 streams: 128 of 158 ms.
+        assert!((c.threshold(1) - 0.0625).abs() < 1e-9);
+        assert!((c.threshold(64) - 0.128 / 0.158).abs() < 1e-9);
+        let mut d = DraftLength::new(10);
+        d.update(10, 7); // 7 kept of 8 looked at
+        assert!((d.acceptance() - 0.8).abs() < 1e-12);
+        // 0.8^d >= 0.0625 up to d = 12; >= 0.81 for no d.
+        assert_eq!(d.paying(c.threshold(1)), 12);
+        assert_eq!(d.paying(c.threshold(64)), 0);
+        assert_eq!(d.paying(0.0), MAX_DRAFT);
     }
 }

@@ -166,31 +166,12 @@ impl TextModel {
         vocab.compile(spec)
     }
 
-    /// Why this model cannot draft for speculative decoding, if it cannot: drafts need a state
-    /// that can be rewound (attention only) and verified logits equal to decode's (the CPU
-    /// attends short chunks row by row; a GPU's prefill kernel sums in another order).
+    /// Why this model cannot draft for speculative decoding, if it cannot: verified logits
+    /// must equal decode's (the CPU runs short chunks row by row; a GPU's prefill kernels sum
+    /// in another order).
     pub fn draft_refusal(&self) -> Option<String> {
-        if self.memory_layout().is_recurrent() {
-            return Some(format!(
-                "speculative decoding: {} keeps a recurrent state that cannot be rewound",
-                self.decoder.info().config.model_type
-            ));
-        }
         let device = &self.decoder.info().device;
         (!device.is_cpu()).then(|| format!("speculative decoding does not run on {device} yet"))
-    }
-
-    /// [`TextModel::draft_refusal`], and why `req` cannot draft on it: only requests whose
-    /// tokens are plain argmaxes (greedy; no penalties, log-probabilities, `logit_bias` or
-    /// output constraint) do.
-    pub fn draft_refusal_for(&self, req: &super::GenerateRequest) -> Option<String> {
-        self.draft_refusal().or_else(|| {
-            (!req.picks_argmax()).then(|| {
-                "speculative decoding covers greedy requests only (temperature 0; no penalties, \
-                 logprobs, logit_bias or output constraint)"
-                    .to_owned()
-            })
-        })
     }
 
     /// The per-sequence memory the decoder needs (layer kinds, row width, its context).

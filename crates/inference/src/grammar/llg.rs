@@ -171,4 +171,10 @@ impl LlgMatcher {
     pub fn is_done(&self) -> bool {
         self.inner.is_stopped()
     }
+
+    /// How many of `tokens`, in order from here, the constraint allows (the matcher does not
+    /// move; 0 when llguidance cannot tell).
+    pub fn valid_prefix(&mut self, tokens: &[u32]) -> usize {
+        self.inner.validate_tokens(tokens).unwrap_or(0)
+    }
 }

@@ -240,6 +240,18 @@ impl Matcher {
             MatcherInner::Llg(m) => m.is_done(),
         }
     }
+
+    /// How many of `tokens`, in order from here, the constraint allows (the matcher does not
+    /// move): a speculative draft is cut to that prefix before it is verified.
+    pub fn valid_prefix(&mut self, tokens: &[u32]) -> usize {
+        match &mut self.inner {
+            MatcherInner::Dfa(m) => {
+                let mut m = m.clone();
+                tokens.iter().take_while(|&&t| m.accept(t).is_ok()).count()
+            }
+            MatcherInner::Llg(m) => m.valid_prefix(tokens),
+        }
+    }
 }
 
 /// Sets `logits[i]` to -inf wherever bit `i` of `allowed` (bit `i % 32` of word `i / 32`) is

@@ -183,13 +183,62 @@ impl Sampler {
     /// prompt (its first `prompt_len` ids) and the generated ids so far, for the penalties. See
     /// the module doc for the steps.
     pub fn sample(&mut self, logits: &[f32], history: &[u32], prompt_len: usize) -> Sampled {
-        let norm = LogNorm::new(logits);
-        let finish = |token: u32| Sampled {
-            token,
-            logprob: logits
-                .get(token as usize)
-                .map_or(f32::NEG_INFINITY, |&x| norm.logprob(x)),
+        let (choice, norm) = self.distribution(logits, history, prompt_len);
+        let token = match choice {
+            Choice::Token(t) => t,
+            Choice::Weights => {
+                let u = self.rng.next_f64();
+                processors::draw(&self.cand, &self.weights, u)
+            }
         };
+        finish(logits, &norm, token)
+    }
+
+    /// Speculative decoding's choice at a position where a draft proposed `draft`: keeps it
+    /// with the probability p(`draft`) the sampler gives it, else draws from the rest of the
+    /// distribution (`draft` removed, renormalized); returns the token and whether it is the
+    /// draft's. A draft proposes one token with certainty (prompt lookup has no distribution
+    /// of its own), so this is the rejection rule of speculative sampling (Leviathan et al.,
+    /// Chen et al.) with q a point mass: every token comes out with exactly its probability
+    /// p(x). Greedy parameters pick the argmax, accepted when it is the draft.
+    pub fn sample_draft(
+        &mut self,
+        logits: &[f32],
+        history: &[u32],
+        prompt_len: usize,
+        draft: u32,
+    ) -> (Sampled, bool) {
+        let (choice, norm) = self.distribution(logits, history, prompt_len);
+        let token = match choice {
+            Choice::Token(t) => t,
+            Choice::Weights => {
+                let at = self.cand.iter().position(|&id| id == draft);
+                let total = processors::sum_lanes(&self.weights);
+                let p = at.map_or(0.0, |j| self.weights[j] as f64 / total);
+                if self.rng.next_f64() < p {
+                    draft
+                } else {
+                    if let Some(j) = at {
+                        self.weights[j] = 0.0;
+                    }
+                    let u = self.rng.next_f64();
+                    processors::draw(&self.cand, &self.weights, u)
+                }
+            }
+        };
+        (finish(logits, &norm, token), token == draft)
+    }
+
+    /// Steps 1 and 3-8 of the module doc: the token itself when the choice is greedy (or
+    /// nothing is drawable), else the candidates and their weights in `cand` / `weights`;
+    /// with the raw logits' normalizer.
+    fn distribution(
+        &mut self,
+        logits: &[f32],
+        history: &[u32],
+        prompt_len: usize,
+    ) -> (Choice, LogNorm) {
+        let norm = LogNorm::new(logits);
         processors::sanitize_into(logits, norm.inf_mode(), &mut self.work);
         processors::apply_penalties(
             &mut self.work,
@@ -201,7 +250,7 @@ impl Sampler {
         );
         let t = self.params.temperature;
         if self.params.top_k == 1 || t.is_nan() || t <= 0.0 {
-            return finish(processors::argmax(&self.work) as u32);
+            return (Choice::Token(processors::argmax(&self.work) as u32), norm);
         }
         let work = &self.work;
         self.cand.clear();
@@ -212,7 +261,7 @@ impl Sampler {
                 .map(|(i, _)| i as u32),
         );
         if self.cand.is_empty() {
-            return finish(processors::argmax(work) as u32);
+            return (Choice::Token(processors::argmax(work) as u32), norm);
         }
         processors::top_k(work, &mut self.cand, self.params.top_k);
         let max = if self.cand.len() == work.len() {
@@ -232,8 +281,25 @@ impl Sampler {
         if m > 0.0 && m <= 1.0 {
             processors::min_p(&mut self.cand, &mut self.weights, m);
         }
-        let u = self.rng.next_f64();
-        finish(processors::draw(&self.cand, &self.weights, u))
+        (Choice::Weights, norm)
+    }
+}
+
+/// What [`Sampler::distribution`] left to do.
+enum Choice {
+    /// The choice is made.
+    Token(u32),
+    /// Draw from the sampler's candidates.
+    Weights,
+}
+
+/// `token` with its log-softmax under the raw `logits` (see [`Sampled::logprob`]).
+fn finish(logits: &[f32], norm: &LogNorm, token: u32) -> Sampled {
+    Sampled {
+        token,
+        logprob: logits
+            .get(token as usize)
+            .map_or(f32::NEG_INFINITY, |&x| norm.logprob(x)),
     }
 }
 

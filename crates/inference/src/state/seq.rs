@@ -123,6 +123,14 @@ impl RecurrentSnapshot {
     }
 }
 
+/// The recurrent state before the last commit (see [`SeqState::keep_previous`]).
+#[derive(Debug)]
+struct Previous {
+    len: usize,
+    layers: Vec<Option<(Vec<f32>, Vec<f32>)>>,
+    _charge: Charge,
+}
+
 /// Everything a decoder remembers of one sequence.
 ///
 /// Attention layers keep the keys and values of every token in pages of a [`PagePool`]: row
@@ -149,6 +157,10 @@ pub struct SeqState {
     /// Rows appended by the pass in flight.
     appended: usize,
     max_len: usize,
+    /// Armed by [`SeqState::keep_previous`]: the next commit keeps the recurrent state it
+    /// replaces (charged here), in `previous`.
+    keep: Option<Charge>,
+    previous: Option<Previous>,
 }
 
 impl Clone for SeqState {
@@ -168,6 +180,8 @@ impl Clone for SeqState {
             len: self.len,
             appended: self.appended,
             max_len: self.max_len,
+            keep: None,
+            previous: None,
         }
     }
 }
@@ -253,6 +267,8 @@ impl SeqState {
             len: 0,
             appended: 0,
             max_len: max_len.min(layout.max_positions),
+            keep: None,
+            previous: None,
         })
     }
 
@@ -402,6 +418,8 @@ impl SeqState {
             len: self.len,
             appended: 0,
             max_len: self.max_len,
+            keep: None,
+            previous: None,
         };
         forked.truncate(len);
         for r in forked.recurrent.iter_mut().flatten() {
@@ -411,10 +429,26 @@ impl SeqState {
     }
 
     /// Whether the state can be cut back to its first `len` tokens ([`SeqState::truncate`]):
-    /// always for attention-only states, only to the current length when a recurrent layer
-    /// exists (its state cannot be rewound; restore a snapshot instead).
+    /// always for attention-only states; when a recurrent layer exists, only to the current
+    /// length or to the length before the last commit when [`SeqState::keep_previous`] kept
+    /// that state (a recurrent state cannot be rewound otherwise; restore a snapshot instead).
     pub fn can_truncate_to(&self, len: usize) -> bool {
-        len >= self.len || !self.is_recurrent()
+        len >= self.len
+            || !self.is_recurrent()
+            || self.previous.as_ref().is_some_and(|p| p.len == len)
+    }
+
+    /// Makes the next [`SeqState::commit`] keep the recurrent state it replaces, so the pass
+    /// can be undone by [`SeqState::truncate`] to the length before it (speculative decoding:
+    /// the pass that verifies a draft). Costs no copy (the replaced state is kept, not
+    /// freed) but holds a second recurrent state, charged to the pool until the commit after
+    /// next; [`Error::OutOfMemory`] when it does not fit. Nothing to do for attention-only
+    /// states (they truncate anywhere).
+    pub fn keep_previous(&mut self) -> Result<()> {
+        if let (None, Some(c)) = (&self.keep, &self.recurrent_charge) {
+            self.keep = Some(self.pool.charge(c.bytes())?);
+        }
+        Ok(())
     }
 
     /// Back to an empty sequence (its pages go back to the pool unless shared).
@@ -422,6 +456,7 @@ impl SeqState {
         self.len = 0;
         self.appended = 0;
         self.pages.clear();
+        self.previous = None;
         for r in self.recurrent.iter_mut().flatten() {
             r.conv.fill(0.0);
             r.state.fill(0.0);
@@ -570,14 +605,31 @@ impl SeqState {
     /// Makes the `n` tokens appended to every layer part of the sequence.
     pub fn commit(&mut self, n: usize) {
         debug_assert!(!self.has_attention() || self.appended == n);
+        let keep = self.keep.take();
+        let before = self.len;
         self.len += n;
         self.appended = 0;
-        for r in self.recurrent.iter_mut().flatten() {
-            if let Some((conv, state)) = r.pending.take() {
-                r.conv = conv;
-                r.state = state;
-            }
-        }
+        let layers = self
+            .recurrent
+            .iter_mut()
+            .map(|r| {
+                let r = r.as_mut()?;
+                let (conv, state) = match r.pending.take() {
+                    Some(new) => (
+                        std::mem::replace(&mut r.conv, new.0),
+                        std::mem::replace(&mut r.state, new.1),
+                    ),
+                    None if keep.is_some() => (r.conv.clone(), r.state.clone()),
+                    None => return None,
+                };
+                keep.is_some().then_some((conv, state))
+            })
+            .collect();
+        self.previous = keep.map(|charge| Previous {
+            len: before,
+            layers,
+            _charge: charge,
+        });
     }
 
     /// Forgets every token from position `len` on (e.g. to reuse a shared prompt prefix).
@@ -586,6 +638,16 @@ impl SeqState {
     pub fn truncate(&mut self, len: usize) {
         assert!(self.can_truncate_to(len), "cannot rewind a recurrent state");
         if len < self.len {
+            if self.is_recurrent() {
+                let previous = self.previous.take().expect("checked by can_truncate_to");
+                for (r, kept) in self.recurrent.iter_mut().zip(previous.layers) {
+                    if let (Some(r), Some((conv, state))) = (r, kept) {
+                        r.conv = conv;
+                        r.state = state;
+                        r.pending = None;
+                    }
+                }
+            }
             self.len = len;
             self.appended = 0;
             self.pages.truncate(len.div_ceil(self.page_rows()));
