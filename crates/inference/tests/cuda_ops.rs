@@ -13,7 +13,8 @@ use lattice_inference::backend::cpu::bf16::round_to_bf16;
 use lattice_inference::backend::cuda::compile_kernels;
 use lattice_inference::backend::Device;
 use lattice_inference::io::store::Weight;
-use lattice_inference::ops::{swiglu, Linear, RmsNorm, Rope, RopeConfig, RopeScaling};
+use lattice_inference::ops::{swiglu, Linear, QuantMatrix, RmsNorm, Rope, RopeConfig, RopeScaling};
+use lattice_inference::quant::{quantize_row, QuantType};
 use lattice_inference::state::{KvDtype, LayerKind, SeqState};
 use lattice_inference::tensor::Tensor;
 
@@ -412,4 +413,77 @@ fn fused_products_and_qkv_preparation_match_the_cpu() {
             }
         }
     }
+}
+
+/// A Q8_0 matrix of random values, as a GGUF file holds it.
+fn q8_matrix(rng: &mut Rng, n: usize, k: usize) -> QuantMatrix {
+    let w = rng.vec(n * k, 0.05);
+    let rb = QuantType::Q8_0.row_bytes(k).unwrap();
+    let mut bytes = vec![0u8; n * rb];
+    for (src, dst) in w.chunks_exact(k).zip(bytes.chunks_exact_mut(rb)) {
+        quantize_row(QuantType::Q8_0, src, dst).unwrap();
+    }
+    QuantMatrix::new(QuantType::Q8_0, n, k, &bytes).unwrap()
+}
+
+/// GGUF Q8_0 products (the matrix-vector kernel up to 64 rows, the tiled one beyond) against
+/// the CPU's integer products of the same blocks: both quantize the activations per block of
+/// 32 the same way, so plain products differ only in the order of the f32 block terms; with a
+/// fused RMSNorm or SwiGLU an activation one ulp apart can round to the next code, hence the
+/// looser tolerance there. Other block types are refused, naming theirs.
+#[test]
+fn q8_0_products_match_the_cpu() {
+    let Some(dev) = gpu("q8_0_products_match_the_cpu") else {
+        return;
+    };
+    let mut rng = Rng(0x0a8b_0c0d_1e2f_3a4b);
+    for &(m, n, k) in &[
+        (1, 67, 64),
+        (2, 1000, 160),
+        (4, 3072, 1024),
+        (5, 1000, 2048),
+        (33, 896, 4864),
+        (64, 1024, 3072),
+        (130, 151, 896),
+    ] {
+        let q = q8_matrix(&mut rng, n, k);
+        let bias = Some(rng.vec(n, 0.1));
+        let lc = Linear::from_quant(vec![q.clone()], bias.clone()).unwrap();
+        let lg = Linear::from_quant_on(&dev, vec![q], bias).unwrap();
+        let tag = format!("q8_0 {m}x{n}x{k}");
+        let (xc, xg) = pair(&dev, m, k, rng.vec(m * k, 1.0));
+        check(&tag, &lg.apply(&xg).unwrap(), &lc.apply(&xc).unwrap(), 1e-6);
+        let (rc, rg) = pair(&dev, m, n, rng.vec(m * n, 1.0));
+        check(
+            &format!("{tag} +residual"),
+            &lg.apply_residual(&xg, rg).unwrap(),
+            &lc.apply_residual(&xc, rc).unwrap(),
+            1e-6,
+        );
+        let norm = RmsNorm::new(Weight::from_vec(rng.vec(k, 1.0), vec![k]), 1e-6);
+        check(
+            &format!("{tag} normed"),
+            &lg.apply_normed(&xg, &norm).unwrap(),
+            &lc.apply_normed(&xc, &norm).unwrap(),
+            1e-4,
+        );
+        let (gc, gg) = pair(&dev, m, 2 * k, rng.vec(m * 2 * k, 3.0));
+        let (rc, rg) = pair(&dev, m, n, rng.vec(m * n, 1.0));
+        check(
+            &format!("{tag} swiglu"),
+            &lg.apply_swiglu_residual(&gg, rg).unwrap(),
+            &lc.apply_swiglu_residual(&gc, rc).unwrap(),
+            1e-4,
+        );
+    }
+    let w = rng.vec(8 * 64, 1.0);
+    let mut bytes = vec![0u8; 8 * QuantType::Q4_0.row_bytes(64).unwrap()];
+    for (src, dst) in w.chunks_exact(64).zip(bytes.chunks_exact_mut(36)) {
+        quantize_row(QuantType::Q4_0, src, dst).unwrap();
+    }
+    let q4 = QuantMatrix::new(QuantType::Q4_0, 8, 64, &bytes).unwrap();
+    let e = Linear::from_quant_on(&dev, vec![q4], None)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("Q4_0") && e.contains("not implemented"), "{e}");
 }

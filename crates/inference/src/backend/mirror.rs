@@ -23,8 +23,18 @@ impl Mirror {
         dev: &super::cuda::CudaDevice,
         host: &[f32],
     ) -> crate::Result<&super::cuda::Buf> {
+        self.cuda_with(dev, || host.to_vec())
+    }
+
+    /// [`Mirror::cuda`] of values made by `host` (called only for the first upload).
+    #[cfg(feature = "cuda")]
+    pub fn cuda_with(
+        &self,
+        dev: &super::cuda::CudaDevice,
+        host: impl FnOnce() -> Vec<f32>,
+    ) -> crate::Result<&super::cuda::Buf> {
         if self.cuda.get().is_none() {
-            let buf = dev.upload(host)?;
+            let buf = dev.upload(&host())?;
             // A racing thread may have set it first; its copy holds the same values.
             let _ = self.cuda.set((dev.ordinal(), buf.into()));
         }

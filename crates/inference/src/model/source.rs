@@ -115,8 +115,8 @@ pub enum TensorSource {
 pub enum EmbeddingTable {
     /// f32 rows (and their copy on a GPU, made on first use there).
     F32(Weight, Mirror),
-    /// Quantized rows, dequantized on lookup.
-    Quant(QuantMatrix),
+    /// Quantized rows, dequantized on lookup (on a GPU: the whole table, on first use there).
+    Quant(QuantMatrix, Mirror),
 }
 
 impl EmbeddingTable {
@@ -124,7 +124,7 @@ impl EmbeddingTable {
     pub fn n_rows(&self) -> usize {
         match self {
             EmbeddingTable::F32(w, _) => w.shape()[0],
-            EmbeddingTable::Quant(q) => q.n_rows(),
+            EmbeddingTable::Quant(q, _) => q.n_rows(),
         }
     }
 
@@ -142,7 +142,7 @@ impl EmbeddingTable {
                 let d = out.len();
                 out.copy_from_slice(&w.as_slice()[id * d..(id + 1) * d]);
             }
-            EmbeddingTable::Quant(q) => q.dequantize_row_into(id, out),
+            EmbeddingTable::Quant(q, _) => q.dequantize_row_into(id, out),
         }
         Ok(())
     }
@@ -163,6 +163,12 @@ impl EmbeddingTable {
                 let y = d.embed_f32(table, rows, ids, dim)?;
                 Ok(Tensor::cuda(d, ids.len(), dim, y))
             }
+            #[cfg(feature = "cuda")]
+            (EmbeddingTable::Quant(q, m), Device::Cuda(d)) => {
+                let table = m.cuda_with(d, || q.dequantize())?;
+                let y = d.embed_f32(table, rows, ids, dim)?;
+                Ok(Tensor::cuda(d, ids.len(), dim, y))
+            }
             _ => {
                 let mut x = vec![0.0f32; ids.len() * dim];
                 for (&id, row) in ids.iter().zip(x.chunks_exact_mut(dim.max(1))) {
@@ -177,7 +183,7 @@ impl EmbeddingTable {
     pub fn dim(&self) -> usize {
         match self {
             EmbeddingTable::F32(w, _) => w.shape()[1],
-            EmbeddingTable::Quant(q) => q.k(),
+            EmbeddingTable::Quant(q, _) => q.k(),
         }
     }
 
@@ -186,7 +192,7 @@ impl EmbeddingTable {
     pub fn to_linear(&self, place: impl Into<Placement>) -> Result<Linear> {
         let place = place.into();
         let (mode, dev) = (place.mode, &place.device);
-        if mode == WeightMode::Q8 || matches!(self, EmbeddingTable::Quant(_)) {
+        if mode == WeightMode::Q8 || matches!(self, EmbeddingTable::Quant(..)) {
             place.check_quant("the output head")?;
         }
         match self {
@@ -200,7 +206,7 @@ impl EmbeddingTable {
                             quantize_row(QuantType::Q8_0, s, d)?;
                         }
                         let q = QuantMatrix::new(QuantType::Q8_0, rows, cols, &bytes)?;
-                        Linear::from_quant(vec![q], None)
+                        Linear::from_quant_on(dev, vec![q], None)
                     }
                     _ if mode == WeightMode::Bf16 => {
                         Linear::from_bf16_on(dev, w.as_slice(), rows, cols, None)
@@ -208,7 +214,7 @@ impl EmbeddingTable {
                     _ => Linear::from_f32_on(dev, w.as_slice(), rows, cols, None),
                 }
             }
-            EmbeddingTable::Quant(q) => Linear::from_quant(vec![q.clone()], None),
+            EmbeddingTable::Quant(q, _) => Linear::from_quant_on(dev, vec![q.clone()], None),
         }
     }
 }
@@ -420,9 +426,10 @@ impl TensorSource {
         match self {
             Self::Gguf(g) if mode != WeightMode::F32 => {
                 let t = g.raw_with_shape(&Self::gguf_full(g, prefix, "weight")?, &[rows, dim])?;
-                Ok(EmbeddingTable::Quant(QuantMatrix::new(
-                    t.qtype, rows, dim, t.bytes,
-                )?))
+                Ok(EmbeddingTable::Quant(
+                    QuantMatrix::new(t.qtype, rows, dim, t.bytes)?,
+                    Mirror::new(),
+                ))
             }
             _ => Ok(EmbeddingTable::F32(
                 self.f32(prefix, "weight", &[rows, dim])?,
@@ -496,7 +503,7 @@ impl TensorSource {
                 match mode {
                     WeightMode::Quantized | WeightMode::Q8 | WeightMode::Bf16 => {
                         place.check_quant(prefixes[0])?;
-                        Linear::from_quant(parts, bias_values)
+                        Linear::from_quant_on(dev, parts, bias_values)
                     }
                     WeightMode::F32 => {
                         let rows: Vec<f32> =
@@ -526,7 +533,7 @@ impl TensorSource {
                             quantize_row(QuantType::Q8_0, src, dst)?;
                         }
                         let q = QuantMatrix::new(QuantType::Q8_0, out_dim, in_dim, &bytes)?;
-                        Linear::from_quant(vec![q], bias_values)
+                        Linear::from_quant_on(dev, vec![q], bias_values)
                     }
                     _ if mode == WeightMode::Bf16 => {
                         Linear::from_bf16_on(dev, &rows, out_dim, in_dim, bias_values)

@@ -191,13 +191,24 @@ impl Linear {
         } else {
             MatrixData::F32(d.upload(w)?)
         };
-        Ok(Self {
+        Ok(Self::on_device(m, out_dim, in_dim, bias))
+    }
+
+    /// A layer over the device matrix `m` [out_dim, in_dim].
+    #[cfg(feature = "cuda")]
+    fn on_device(
+        m: crate::backend::cuda::MatrixData,
+        out_dim: usize,
+        in_dim: usize,
+        bias: Option<Vec<f32>>,
+    ) -> Self {
+        Self {
             weight: LinearWeight::Cuda(m),
             bias,
             in_dim,
             out_dim,
             bias_dev: Mirror::new(),
-        })
+        }
     }
 
     /// A layer from quantized matrices with the same input width, stacked along the output
@@ -221,6 +232,48 @@ impl Linear {
         })
     }
 
+    /// [`Linear::from_quant`] with the matrices placed on `device`: on a GPU, Q8_0 matrices
+    /// and float tensors (F32, F16 as f32; BF16 as bf16); other block types are refused,
+    /// naming theirs.
+    pub fn from_quant_on(
+        device: &Device,
+        parts: Vec<QuantMatrix>,
+        bias: Option<Vec<f32>>,
+    ) -> Result<Self> {
+        match device {
+            Device::Cpu => Self::from_quant(parts, bias),
+            #[cfg(feature = "cuda")]
+            Device::Cuda(d) => {
+                use crate::quant::QuantType;
+                let in_dim = parts.first().map_or(0, QuantMatrix::k);
+                let out_dim: usize = parts.iter().map(QuantMatrix::n_rows).sum();
+                let floats = |t| matches!(t, QuantType::F32 | QuantType::F16 | QuantType::BF16);
+                if parts.iter().all(|p| floats(p.qtype()) && p.k() == in_dim) {
+                    // Float GGUF tensors: bf16 ones stay bf16 (exact), the others f32.
+                    let w: Vec<f32> = parts.iter().flat_map(QuantMatrix::dequantize).collect();
+                    let bf16 = parts.iter().all(|p| p.qtype() == QuantType::BF16);
+                    return Self::on_gpu(d, &w, out_dim, in_dim, bias, bf16);
+                }
+                let mut gguf = Vec::new();
+                for p in &parts {
+                    match (p.qtype(), p.to_gguf()) {
+                        (QuantType::Q8_0, Some(b)) if p.k() == in_dim => gguf.extend_from_slice(&b),
+                        (t, _) => {
+                            return Err(Error::Device(format!(
+                                "{t:?} matrices are not implemented on {device} yet (Q8_0 is; \
+                                 dequantize with --f32, or requantize with --q8 from a \
+                                 safetensors checkpoint)"
+                            )))
+                        }
+                    }
+                }
+                check_parts(out_dim * in_dim, out_dim * in_dim, bias.as_deref(), out_dim)?;
+                let m = crate::backend::cuda::q8_matrix(d, &gguf, out_dim, in_dim)?;
+                Ok(Self::on_device(m, out_dim, in_dim, bias))
+            }
+        }
+    }
+
     /// Bytes of weight data one product reads (f32, or the quantized blocks as stored in GGUF).
     pub fn weight_bytes(&self) -> usize {
         match &self.weight {
@@ -234,6 +287,10 @@ impl Linear {
             #[cfg(feature = "cuda")]
             LinearWeight::Cuda(crate::backend::cuda::MatrixData::Bf16(_)) => {
                 self.in_dim * self.out_dim * 2
+            }
+            #[cfg(feature = "cuda")]
+            LinearWeight::Cuda(crate::backend::cuda::MatrixData::Q8 { .. }) => {
+                self.in_dim * self.out_dim / 32 * 34
             }
         }
     }

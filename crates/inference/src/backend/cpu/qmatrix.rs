@@ -118,6 +118,26 @@ impl QuantMatrix {
         out
     }
 
+    /// The matrix in its GGUF encoding (rows of blocks, as in the file; the repacking undone),
+    /// for another device's layout. `None` for float types (held as f32).
+    pub fn to_gguf(&self) -> Option<Vec<u8>> {
+        let Storage::Packed(p) = &self.data else {
+            return None;
+        };
+        let (bl, bb) = (self.t.block_len(), self.t.block_bytes());
+        let nb = self.k / bl;
+        let rec = repack::record_bytes(self.t);
+        let mut out = vec![0u8; self.n * nb * bb];
+        for (row, raw) in out.chunks_exact_mut(nb * bb).enumerate() {
+            let (g, r) = (row / GROUP_ROWS, row % GROUP_ROWS);
+            for (b, blk) in raw.chunks_exact_mut(bb).enumerate() {
+                let o = (g * nb + b) * rec;
+                repack::unrepack_block(self.t, &p[o..o + rec], r, blk);
+            }
+        }
+        Some(out)
+    }
+
     /// Row `row` as f32 into `out` (`k` long), e.g. an embedding lookup.
     ///
     /// Panics if `row >= n_rows` or `out.len() != k` (a caller bug, not input).

@@ -165,21 +165,24 @@ __device__ __forceinline__ float split_input(const float* xr, int i, int k, int 
     return g / (1.0f + expf(-g)) * u;
 }
 
+// The RMSNorm factor 1 / sqrt(mean(v²) + eps) of input row xr (split_input's values), summed
+// over the block in block_sum's order; every thread of the block must call it.
+__device__ float row_rms_scale(const float* xr, int k, int swiglu, float eps) {
+    float ss = 0.0f;
+    for (int i = threadIdx.x; i < k; i += blockDim.x) {
+        const float v = split_input(xr, i, k, swiglu);
+        ss += v * v;
+    }
+    ss = block_sum(ss);
+    return 1.0f / sqrtf(ss / (float)k + eps);
+}
+
 extern "C" __global__ void split_bf16(const float* x, bf16_t* hl, int k, const float* norm_w,
                                       float eps, int swiglu) {
     DEP_ENTER();
     const int r = blockIdx.x;
     const float* xr = x + (size_t)r * (swiglu ? 2 * k : k);
-    float scale = 1.0f;
-    if (norm_w != nullptr) {
-        float ss = 0.0f;
-        for (int i = threadIdx.x; i < k; i += blockDim.x) {
-            const float v = split_input(xr, i, k, swiglu);
-            ss += v * v;
-        }
-        ss = block_sum(ss);
-        scale = 1.0f / sqrtf(ss / (float)k + eps);
-    }
+    const float scale = norm_w != nullptr ? row_rms_scale(xr, k, swiglu, eps) : 1.0f;
     bf16_t* hi = hl + (size_t)r * k;
     bf16_t* lo = hi + (size_t)gridDim.x * k;
     for (int i = threadIdx.x; i < k; i += blockDim.x) {

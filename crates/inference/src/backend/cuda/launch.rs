@@ -16,6 +16,14 @@ pub enum MatrixData {
     F32(CudaSlice<f32>),
     /// bf16 bit patterns.
     Bf16(CudaSlice<u16>),
+    /// GGUF Q8_0 blocks split in two arrays: int8 codes [n, k] and f16 scales [n, k / 32]
+    /// (see quant.cu).
+    Q8 {
+        /// The codes.
+        q: CudaSlice<i8>,
+        /// The f16 scale of every block of 32 codes.
+        d: CudaSlice<u16>,
+    },
 }
 
 /// The query tiles of one attention launch (see `attn_paged` in kernels.cu): device addresses
@@ -102,7 +110,7 @@ fn grid_1d(n: usize) -> LaunchConfig {
     }
 }
 
-fn per_row(rows: usize, threads: u32) -> LaunchConfig {
+pub(super) fn per_row(rows: usize, threads: u32) -> LaunchConfig {
     LaunchConfig {
         grid_dim: (rows as u32, 1, 1),
         block_dim: (threads, 1, 1),
@@ -111,14 +119,14 @@ fn per_row(rows: usize, threads: u32) -> LaunchConfig {
 }
 
 /// The arguments of one kernel launch: the addresses of their values, which it borrows.
-struct Args<'a> {
+pub(super) struct Args<'a> {
     f: &'a CudaFunction,
     ptrs: Vec<*mut std::ffi::c_void>,
 }
 
 impl<'a> Args<'a> {
     /// Appends one argument (a device address or a scalar, as the kernel declares it).
-    fn arg<T: Copy>(&mut self, v: &'a T) -> &mut Self {
+    pub(super) fn arg<T: Copy>(&mut self, v: &'a T) -> &mut Self {
         self.ptrs.push(v as *const T as *mut std::ffi::c_void);
         self
     }
@@ -135,7 +143,7 @@ impl CudaDevice {
     /// # Safety
     /// As `LaunchArgs::launch`: the arguments must match the kernel and every buffer it
     /// touches must be live and large enough.
-    unsafe fn go(&self, b: &mut Args<'_>, cfg: LaunchConfig, what: &str) -> Result<()> {
+    pub(super) unsafe fn go(&self, b: &mut Args<'_>, cfg: LaunchConfig, what: &str) -> Result<()> {
         if self.replaying() {
             return Ok(());
         }
@@ -176,14 +184,14 @@ impl CudaDevice {
     }
 
     /// The argument list of a launch of `f`.
-    fn args<'a>(&self, f: &'a CudaFunction) -> Args<'a> {
+    pub(super) fn args<'a>(&self, f: &'a CudaFunction) -> Args<'a> {
         Args {
             f,
             ptrs: Vec::with_capacity(16),
         }
     }
 
-    fn mptr<T>(&self, b: &mut CudaSlice<T>) -> u64 {
+    pub(super) fn mptr<T>(&self, b: &mut CudaSlice<T>) -> u64 {
         let (p, _sync) = b.device_ptr_mut(self.stream());
         p
     }
@@ -348,7 +356,13 @@ impl CudaDevice {
 
     /// The kernel arguments of `input` for m rows of k (norm weight address or 0, epsilon,
     /// SwiGLU flag), after checking that x holds the rows (2k values each for SwiGLU).
-    fn input_args(&self, input: GemvInput<'_>, x: &Buf, m: usize, k: usize) -> (u64, f32, i32) {
+    pub(super) fn input_args(
+        &self,
+        input: GemvInput<'_>,
+        x: &Buf,
+        m: usize,
+        k: usize,
+    ) -> (u64, f32, i32) {
         let (x_len, args) = match input {
             GemvInput::Plain => (m * k, (0u64, 0.0f32, 0i32)),
             GemvInput::Normed(nw, eps) => {
@@ -832,6 +846,9 @@ impl CudaDevice {
         if m == 0 || n == 0 {
             return Ok(());
         }
+        if let MatrixData::Q8 { q, d } = w {
+            return self.matmul_q8(x, m, (q, d), n, k, y, accumulate, input);
+        }
         if self.gemv_fits(m, n, k) {
             return self.gemv(x, m, w, n, k, y, accumulate, input);
         }
@@ -852,6 +869,7 @@ impl CudaDevice {
         let t = blas::cublasOperation_t::CUBLAS_OP_T;
         let nt = blas::cublasOperation_t::CUBLAS_OP_N;
         match w {
+            MatrixData::Q8 { .. } => unreachable!("Q8_0 products returned above"),
             MatrixData::F32(wb) => {
                 assert!(wb.len() >= n * k);
                 let (pw, px) = (self.ptr(wb), self.ptr(x));
@@ -926,7 +944,7 @@ impl CudaDevice {
     /// Whether [`CudaDevice::matmul_in`] applies an input mode inside a product of m rows of k
     /// into n outputs with weights `w`.
     pub fn fuses(&self, m: usize, n: usize, k: usize, w: &MatrixData) -> bool {
-        self.gemv_fits(m, n, k) || matches!(w, MatrixData::Bf16(_))
+        self.gemv_fits(m, n, k) || matches!(w, MatrixData::Bf16(_) | MatrixData::Q8 { .. })
     }
 
     /// Whether a product of m rows of k takes the matrix-vector kernel.
@@ -964,6 +982,9 @@ impl CudaDevice {
             MatrixData::Bf16(b) => {
                 assert!(b.len() >= n * k);
                 (&self.kernels().gemv_bf16, self.ptr(b))
+            }
+            MatrixData::Q8 { q, d } => {
+                return self.matmul_q8(x, m, (q, d), n, k, y, accumulate, input);
             }
         };
         let (px, py) = (self.ptr(x), self.mptr(y));

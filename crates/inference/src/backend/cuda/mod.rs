@@ -12,6 +12,7 @@
 mod graph;
 pub(crate) mod launch;
 mod paged;
+mod quant;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -24,9 +25,10 @@ use crate::{Error, Result};
 
 pub use launch::{AttnTiles, GemvInput, MatrixData};
 pub use paged::{attend_packed, attend_paged, attend_qkv_paged, QkvPrep};
+pub use quant::q8_matrix;
 
-/// The kernel source (compiled at run time).
-pub const KERNELS: &str = include_str!("kernels.cu");
+/// The kernel source (compiled at run time): the kernels, then the quantized products.
+pub const KERNELS: &str = concat!(include_str!("kernels.cu"), include_str!("quant.cu"));
 
 /// f32 device memory: an allocation of its own, or, while a recorded step is replayed (no
 /// kernel runs, so no value is ever read or written), a buffer lent by the device's replay
@@ -98,6 +100,7 @@ pub fn supports(op: Op) -> bool {
         op,
         Op::LinearF32
             | Op::LinearBf16
+            | Op::LinearQuant
             | Op::RmsNorm
             | Op::LayerNorm
             | Op::Rope
@@ -128,6 +131,9 @@ pub(crate) struct Kernels {
     pub embed_f32: CudaFunction,
     pub gemv_bf16: CudaFunction,
     pub gemv_f32: CudaFunction,
+    pub q8_quantize: CudaFunction,
+    pub gemv_q8: CudaFunction,
+    pub gemm_q8: CudaFunction,
     pub argmax_part: CudaFunction,
     pub argmax_merge: CudaFunction,
     pub kv_write_f32: CudaFunction,
@@ -305,6 +311,9 @@ impl CudaDevice {
             embed_f32: f("embed_f32")?,
             gemv_bf16: f("gemv_bf16")?,
             gemv_f32: f("gemv_f32")?,
+            q8_quantize: f("q8_quantize")?,
+            gemv_q8: f("gemv_q8")?,
+            gemm_q8: f("gemm_q8")?,
             argmax_part: f("argmax_part")?,
             argmax_merge: f("argmax_merge")?,
             kv_write_f32: f("kv_write_f32")?,
@@ -344,6 +353,7 @@ impl CudaDevice {
         for (k, bytes) in attn.chain([
             (&kernels.gemv_bf16, launch::GEMV_SMEM_BYTES),
             (&kernels.gemv_f32, launch::GEMV_SMEM_BYTES),
+            (&kernels.gemv_q8, launch::GEMV_SMEM_BYTES),
         ]) {
             if bytes > smem_optin {
                 continue; // launches needing it are refused (CudaDevice::max_smem)
