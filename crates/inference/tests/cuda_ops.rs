@@ -426,7 +426,7 @@ fn q8_matrix(rng: &mut Rng, n: usize, k: usize) -> QuantMatrix {
     QuantMatrix::new(QuantType::Q8_0, n, k, &bytes).unwrap()
 }
 
-/// GGUF Q8_0 products (the matrix-vector kernel up to 64 rows, the tiled one beyond) against
+/// GGUF Q8_0 products (the matrix-vector kernel up to 8 rows, the tiled one beyond) against
 /// the CPU's integer products of the same blocks: both quantize the activations per block of
 /// 32 the same way, so plain products differ only in the order of the f32 block terms; with a
 /// fused RMSNorm or SwiGLU an activation one ulp apart can round to the next code, hence the

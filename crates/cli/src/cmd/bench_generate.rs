@@ -142,7 +142,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         }
         None => None,
     };
-    let (mut drafted, mut accepted) = (0usize, 0usize);
+    let (mut drafted, mut accepted, mut drafts) = (0usize, 0usize, 0usize);
     for _ in 0..if args.streams > 0 { runs } else { 0 } {
         let mut engine = BatchEngine::new(&model, args.streams);
         for s in 0..args.streams {
@@ -171,6 +171,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             .map(|(_, g)| g.token_ids.len().saturating_sub(1))
             .sum();
         drafted += done.iter().map(|(_, g)| g.drafted_tokens).sum::<usize>();
+        drafts += done.iter().map(|(_, g)| g.drafts).sum::<usize>();
         accepted += done.iter().map(|(_, g)| g.accepted_tokens).sum::<usize>();
         batch_rates.push(tokens as f64 / t.elapsed().as_secs_f64());
     }
@@ -195,6 +196,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             "stream_temperature": args.stream_temperature,
             "batched_gen_tokens_per_s": batch_med,
             "drafted_tokens": drafted,
+            "drafts": drafts,
             "accepted_tokens": accepted,
         });
         println!("{v}");

@@ -347,6 +347,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             "completion_tokens": g.token_ids.len(),
             "finish_reason": g.finish_reason.as_str(),
             "drafted_tokens": g.drafted_tokens,
+            "drafts": g.drafts,
             "accepted_tokens": g.accepted_tokens,
             "decode_tokens_per_s": g.token_ids.len().saturating_sub(1) as f64 / g.decode_secs.max(1e-9),
         });

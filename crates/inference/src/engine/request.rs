@@ -125,6 +125,8 @@ pub struct Generation {
     pub drafted_tokens: usize,
     /// See `drafted_tokens`.
     pub accepted_tokens: usize,
+    /// Drafts verified (`drafted_tokens / drafts` is the mean draft length).
+    pub drafts: usize,
     /// Seconds spent on the prompt (prefill, up to the first token's logits).
     pub prefill_secs: f64,
     /// Seconds spent on the decode steps after the first token.

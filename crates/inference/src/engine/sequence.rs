@@ -34,6 +34,7 @@ impl<'m> Sequence<'m> {
             error: None,
             logprobs: Vec::new(),
             drafted_tokens: 0,
+            drafts: 0,
             accepted_tokens: 0,
             prefill_secs: 0.0,
             decode_secs: 0.0,
@@ -281,6 +282,7 @@ impl<'m> Sequence<'m> {
     /// Counts a verified draft of `drafted` tokens of which `accepted` were kept.
     pub(crate) fn count_draft(&mut self, drafted: usize, accepted: usize) {
         self.out.drafted_tokens += drafted;
+        self.out.drafts += 1;
         self.out.accepted_tokens += accepted;
     }
 
