@@ -398,3 +398,99 @@ fn constrained_outputs_of_real_models_are_valid() {
         assert!(t.len() == 8 && t.as_bytes()[3] == b'-', "{model}: {t:?}");
     }
 }
+
+/// `--lora` (repeatable, with `--lora-scale`) and `--lora-merge`: the CLI's greedy output
+/// equals the library's with the same adapters (held to peft by crates/inference/tests/lora.rs),
+/// unmerged and merged alike, and differs from the base model's; bad flags name the problem.
+#[test]
+fn lora_adapters_from_the_cli() {
+    use lattice_inference::engine::{generate, GenerateRequest, TextModel};
+    use lattice_inference::lora::{Adapter, LoraPlan};
+    use lattice_inference::model::source::{Placement, WeightMode};
+    use lattice_inference::sample::SamplingParams;
+    let base = "tiny-qwen3";
+    let dir = fixture(base);
+    let adapter = |n: &str| fixture("lora").join(base).join(n);
+    let (attn, mlp) = (adapter("attn"), adapter("mlp"));
+    let prompt = "The capital of France is";
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "generate",
+            "--model",
+            dir.to_str().unwrap(),
+            "--prompt",
+            prompt,
+            "--temperature",
+            "0",
+            "--max-tokens",
+            "40",
+            "--ignore-eos",
+            "--json",
+        ];
+        args.extend_from_slice(extra);
+        let o = lattice(&args);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let v: serde_json::Value =
+            serde_json::from_str(String::from_utf8(o.stdout).unwrap().trim()).unwrap();
+        ids(&v["token_ids"])
+    };
+    let library = |adapters: &[(&std::path::Path, f32)]| {
+        let list = adapters
+            .iter()
+            .map(|&(p, s)| (Adapter::load(p).unwrap(), s))
+            .collect();
+        let mut place = Placement::new(WeightMode::F32, Default::default());
+        place.lora = Some(std::sync::Arc::new(LoraPlan::new(list, false)));
+        let m = TextModel::load_on(&dir, &place).unwrap();
+        let mut req = GenerateRequest::new(
+            m.encode_prompt(prompt, true).unwrap(),
+            40,
+            SamplingParams::greedy(),
+        );
+        req.ignore_eos = true;
+        let g = generate(&m, &req, &mut |_| true).unwrap();
+        g.token_ids
+            .iter()
+            .map(|&t| u64::from(t))
+            .collect::<Vec<_>>()
+    };
+    let (a, m) = (attn.to_str().unwrap(), mlp.to_str().unwrap());
+    let one = run(&["--lora", a]);
+    assert_eq!(one, library(&[(&attn, 1.0)]));
+    assert_eq!(
+        run(&["--lora", a, "--lora-merge"]),
+        one,
+        "merged vs unmerged"
+    );
+    assert_ne!(one, run(&[]), "the adapter changes the output");
+    let mix = run(&[
+        "--lora",
+        a,
+        "--lora-scale",
+        "0.7",
+        "--lora",
+        m,
+        "--lora-scale",
+        "0.5",
+    ]);
+    assert_eq!(mix, library(&[(&attn, 0.7), (&mlp, 0.5)]));
+    let d = dir.to_str().unwrap();
+    let fails = |extra: &[&str], names: &[&str]| {
+        let args = [&["generate", "--model", d, "--prompt", "hi"][..], extra].concat();
+        assert_fails_with(&lattice(&args), names);
+    };
+    fails(
+        &["--lora", "/nonexistent/adapter"],
+        &["LoRA adapter", "/nonexistent/adapter"],
+    );
+    fails(
+        &["--lora", a, "--lora-scale", "1", "--lora-scale", "2"],
+        &["--lora-scale", "2 times"],
+    );
+    // An adapter made for another model.
+    let other = fixture("lora").join("tiny-qwen35").join("attn");
+    fails(
+        &["--lora", other.to_str().unwrap()],
+        &["cannot load model", "lora_"],
+    );
+}

@@ -23,6 +23,7 @@ pub mod engine;
 pub mod error;
 pub mod grammar;
 pub mod io;
+pub mod lora;
 pub mod model;
 pub mod ops;
 pub mod quant;

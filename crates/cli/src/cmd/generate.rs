@@ -205,9 +205,48 @@ pub struct ModelArgs {
     /// Where the model runs: `cpu`, `cuda` or `cuda:N` (needs a build with `--features cuda`).
     #[arg(long, default_value = "cpu")]
     pub device: String,
+    /// A PEFT LoRA adapter folder (adapter_config.json + adapter_model.safetensors) applied to
+    /// the model; repeat it for a mixture (the adapters' deltas add).
+    #[arg(long, value_name = "DIR")]
+    pub lora: Vec<PathBuf>,
+    /// The scale of each `--lora` adapter, in the same order (default 1).
+    #[arg(long, value_name = "S", allow_negative_numbers = true)]
+    pub lora_scale: Vec<f32>,
+    /// Merge the adapters into the weights at load (no cost per token; f32, bf16 or Q8 weights
+    /// made from a safetensors checkpoint, or a GGUF file with --f32).
+    #[arg(long, requires = "lora")]
+    pub lora_merge: bool,
 }
 
 impl ModelArgs {
+    /// The `--lora` adapters with their `--lora-scale`s (`None` without adapters).
+    fn lora_plan(
+        &self,
+    ) -> anyhow::Result<Option<std::sync::Arc<lattice_inference::lora::LoraPlan>>> {
+        if self.lora.is_empty() {
+            return Ok(None);
+        }
+        if self.lora_scale.len() > self.lora.len() {
+            anyhow::bail!(
+                "--lora-scale is given {} times for {} --lora adapter(s)",
+                self.lora_scale.len(),
+                self.lora.len()
+            );
+        }
+        if let Some(s) = self.lora_scale.iter().find(|s| !s.is_finite()) {
+            anyhow::bail!("--lora-scale must be a finite number, got {s}");
+        }
+        let mut adapters = Vec::with_capacity(self.lora.len());
+        for (i, dir) in self.lora.iter().enumerate() {
+            let a = lattice_inference::lora::Adapter::load(dir)
+                .with_context(|| format!("cannot load the LoRA adapter `{}`", dir.display()))?;
+            adapters.push((a, self.lora_scale.get(i).copied().unwrap_or(1.0)));
+        }
+        Ok(Some(std::sync::Arc::new(
+            lattice_inference::lora::LoraPlan::new(adapters, self.lora_merge),
+        )))
+    }
+
     /// Sets up the thread pool and loads the model, reporting the load time on stderr.
     pub fn load(&self) -> anyhow::Result<TextModel> {
         if let Some(t) = self.threads {
@@ -228,7 +267,9 @@ impl ModelArgs {
         let device = Device::open(&self.device)?;
         let path = super::resolve_model(&self.model)?;
         let t0 = std::time::Instant::now();
-        let mut model = TextModel::load_on(&path, &Placement::new(mode, device.clone()))
+        let mut place = Placement::new(mode, device.clone());
+        place.lora = self.lora_plan()?;
+        let mut model = TextModel::load_on(&path, &place)
             .with_context(|| format!("cannot load model `{}`", self.model.display()))?;
         if self.kv_f16 {
             model.kv_dtype = KvDtype::F16;

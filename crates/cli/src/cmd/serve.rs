@@ -114,6 +114,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             kv_f16: args.kv_f16,
             threads: args.threads,
             device: args.device.clone(),
+            lora: Vec::new(),
+            lora_scale: Vec::new(),
+            lora_merge: false,
         };
         let text_model = loader.load()?;
         if args.speculative.draft_tokens() > 0 {

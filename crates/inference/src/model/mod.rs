@@ -152,7 +152,17 @@ pub fn load_decoder_from(
         .iter()
         .find(|f| f.arch == config.arch)
         .expect("every architecture has a registry row");
-    (family.load)(config, source, &Placement::new(mode, place.device))
+    let lora = place.lora.clone();
+    let placed = Placement {
+        mode,
+        device: place.device,
+        lora: lora.clone(),
+    };
+    let decoder = (family.load)(config, source, &placed)?;
+    if let Some(plan) = lora {
+        plan.check_all_used()?;
+    }
+    Ok(decoder)
 }
 
 /// A batch of sequences packed back to back.

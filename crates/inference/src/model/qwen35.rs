@@ -115,11 +115,11 @@ impl Qwen35Model {
                 );
                 let bias = cfg.qkv_bias;
                 Mixer::Full(Box::new(GatedAttention {
-                    q_proj: src.linear(&[&q], &[2 * q_dim], h, bias, mode, &[])?,
-                    kv_proj: src.linear(&[&k, &v], &[kv_dim, kv_dim], h, bias, mode, &[])?,
+                    q_proj: src.linear(&[&q], &[2 * q_dim], h, bias, place, &[])?,
+                    kv_proj: src.linear(&[&k, &v], &[kv_dim, kv_dim], h, bias, place, &[])?,
                     q_norm: offset_norm(src, &format!("{a}.q_norm"), hd, eps)?,
                     k_norm: offset_norm(src, &format!("{a}.k_norm"), hd, eps)?,
-                    o_proj: src.linear(&[&o], &[h], q_dim, cfg.o_bias, mode, &[])?,
+                    o_proj: src.linear(&[&o], &[h], q_dim, cfg.o_bias, place, &[])?,
                 }))
             } else {
                 let a = format!("{p}.linear_attn");
@@ -133,7 +133,7 @@ impl Qwen35Model {
                     .map(|n| format!("{a}.{n}"));
                 let refs: Vec<&str> = names.iter().map(String::as_str).collect();
                 Mixer::Linear(Box::new(Gdn {
-                    in_proj: src.linear(&refs, &[conv_dim, vd, nv, nv], h, false, mode, &[])?,
+                    in_proj: src.linear(&refs, &[conv_dim, vd, nv, nv], h, false, place, &[])?,
                     conv: src.conv_kernel(&format!("{a}.conv1d"), conv_dim, gdn.conv_kernel)?,
                     a_log_exp: src.a_log_exp(&a, nv)?,
                     dt_bias: src.f32(&a, "dt_bias", &[nv])?.as_slice().to_vec(),
@@ -146,7 +146,7 @@ impl Qwen35Model {
                         &[h],
                         vd,
                         false,
-                        mode,
+                        place,
                         &[],
                     )?,
                 }))
@@ -161,7 +161,7 @@ impl Qwen35Model {
                     &[inter, inter],
                     h,
                     false,
-                    mode,
+                    place,
                     &[],
                 )?,
                 down: src.linear(
@@ -169,16 +169,16 @@ impl Qwen35Model {
                     &[h],
                     inter,
                     false,
-                    mode,
+                    place,
                     &[],
                 )?,
             });
         }
         let norm = offset_norm(src, "model.norm", h, eps)?;
         let lm_head = if cfg.tie_word_embeddings && !src.contains("lm_head", "weight") {
-            embed.to_linear(mode)?
+            embed.to_linear(place)?
         } else {
-            src.linear(&["lm_head"], &[cfg.vocab_size], h, false, mode, &[])?
+            src.linear(&["lm_head"], &[cfg.vocab_size], h, false, place, &[])?
         };
         let rope = Rope::new(&cfg.rope, hd)?;
         let weight_bytes = layers

@@ -56,12 +56,18 @@ pub struct Placement {
     pub mode: WeightMode,
     /// Where weights, activations and KV pages live.
     pub device: Device,
+    /// LoRA adapters applied to the projections (merged or beside them).
+    pub lora: Option<std::sync::Arc<crate::lora::LoraPlan>>,
 }
 
 impl Placement {
     /// `mode` on `device`.
     pub fn new(mode: WeightMode, device: Device) -> Self {
-        Self { mode, device }
+        Self {
+            mode,
+            device,
+            lora: None,
+        }
     }
 
     /// Refuses quantized blocks on a device that cannot multiply with them.
@@ -216,6 +222,13 @@ impl EmbeddingTable {
             }
             EmbeddingTable::Quant(q, _) => Linear::from_quant_on(dev, vec![q.clone()], None),
         }
+    }
+}
+
+/// Adds each part's LoRA deltas into its rows of `w` [out_dim, in_dim].
+fn merge_lora(w: &mut [f32], in_dim: usize, parts: &[(usize, usize, Vec<crate::lora::LowRank>)]) {
+    for (col, n, f) in parts {
+        crate::lora::merge_into(&mut w[col * in_dim..(col + n) * in_dim], in_dim, f);
     }
 }
 
@@ -471,7 +484,9 @@ impl TensorSource {
             }
         }
         let out_dim: usize = out_dims.iter().sum();
-        match self {
+        let lora = self.lora_factors(prefixes, out_dims, in_dim, &place)?;
+        let merge = place.lora.as_ref().is_some_and(|p| p.merges()) && !lora.is_empty();
+        let linear = match self {
             Self::Gguf(g) => {
                 // Consecutive parts of one block type are concatenated into one matrix (rows
                 // of GGUF blocks are independent), so their input is quantized once and the
@@ -502,12 +517,22 @@ impl TensorSource {
                     .collect::<Result<Vec<_>>>()?;
                 match mode {
                     WeightMode::Quantized | WeightMode::Q8 | WeightMode::Bf16 => {
+                        if merge {
+                            return Err(Error::InvalidInput(format!(
+                                "{}: a LoRA adapter merges into f32 weights only; load the GGUF \
+                                 with --f32, or apply it unmerged",
+                                prefixes[0]
+                            )));
+                        }
                         place.check_quant(prefixes[0])?;
                         Linear::from_quant_on(dev, parts, bias_values)
                     }
                     WeightMode::F32 => {
-                        let rows: Vec<f32> =
+                        let mut rows: Vec<f32> =
                             parts.iter().flat_map(QuantMatrix::dequantize).collect();
+                        if merge {
+                            merge_lora(&mut rows, in_dim, &lora);
+                        }
                         Linear::from_f32_on(dev, &rows, out_dim, in_dim, bias_values)
                     }
                 }
@@ -521,6 +546,9 @@ impl TensorSource {
                 for (p, &n) in prefixes.iter().zip(out_dims) {
                     let name = Self::st_name(model_prefix, p, "weight");
                     rows.extend_from_slice(store.get(&name, &[n, in_dim])?.as_slice());
+                }
+                if merge {
+                    merge_lora(&mut rows, in_dim, &lora);
                 }
                 match QuantType::Q8_0.row_bytes(in_dim) {
                     Some(row_bytes) if mode == WeightMode::Q8 => {
@@ -542,7 +570,50 @@ impl TensorSource {
                     _ => Linear::from_f32_on(dev, &rows, out_dim, in_dim, bias_values),
                 }
             }
+        }?;
+        if merge || lora.is_empty() {
+            return Ok(linear);
         }
+        if !dev.is_cpu() {
+            return Err(Error::Device(format!(
+                "{}: unmerged LoRA adapters run on the CPU only for now (merge them into the \
+                 weights with --lora-merge)",
+                prefixes[0]
+            )));
+        }
+        linear.with_lora(lora)
+    }
+
+    /// The factors of `place`'s adapters for the projections `prefixes` stacked in one layer:
+    /// `(first output column, outputs, factors)` of each part some adapter targets.
+    fn lora_factors(
+        &self,
+        prefixes: &[&str],
+        out_dims: &[usize],
+        in_dim: usize,
+        place: &Placement,
+    ) -> Result<Vec<(usize, usize, Vec<crate::lora::LowRank>)>> {
+        let Some(plan) = &place.lora else {
+            return Ok(Vec::new());
+        };
+        let mut parts = Vec::new();
+        let mut col = 0;
+        for (p, &n) in prefixes.iter().zip(out_dims) {
+            // The checkpoint's own module name (e.g. Qwen3.5's `model.language_model.`).
+            let alias = match self {
+                Self::Safetensors { model_prefix, .. } => {
+                    let full = Self::st_name(model_prefix, p, "");
+                    Some(full.trim_end_matches('.').to_owned())
+                }
+                Self::Gguf(_) => None,
+            };
+            let f = plan.factors(p, alias.as_deref(), in_dim, n)?;
+            if !f.is_empty() {
+                parts.push((col, n, f));
+            }
+            col += n;
+        }
+        Ok(parts)
     }
 
     /// Whether this is a GGUF Llama file, whose Q/K rows llama.cpp's converter interleaved.

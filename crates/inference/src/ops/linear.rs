@@ -41,6 +41,8 @@ pub struct Linear {
     out_dim: usize,
     #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
     bias_dev: Mirror,
+    /// Unmerged LoRA adapters: `(first output column, A [rank, in], B·s [outputs, rank])`.
+    lora: Vec<(usize, Linear, Linear)>,
 }
 
 impl Linear {
@@ -78,6 +80,7 @@ impl Linear {
             in_dim,
             out_dim,
             bias_dev: Mirror::new(),
+            lora: Vec::new(),
         })
     }
 
@@ -118,6 +121,7 @@ impl Linear {
             in_dim,
             out_dim,
             bias_dev: Mirror::new(),
+            lora: Vec::new(),
         })
     }
 
@@ -136,6 +140,7 @@ impl Linear {
             in_dim,
             out_dim,
             bias_dev: Mirror::new(),
+            lora: Vec::new(),
         })
     }
 
@@ -208,6 +213,7 @@ impl Linear {
             in_dim,
             out_dim,
             bias_dev: Mirror::new(),
+            lora: Vec::new(),
         }
     }
 
@@ -229,6 +235,7 @@ impl Linear {
             in_dim,
             out_dim,
             bias_dev: Mirror::new(),
+            lora: Vec::new(),
         })
     }
 
@@ -274,6 +281,28 @@ impl Linear {
         }
     }
 
+    /// This layer with unmerged LoRA adapters: for each `(first column, outputs, factors)`, the
+    /// factors' deltas `B (A x)` are added to those output columns after the product (CPU).
+    pub fn with_lora(
+        mut self,
+        parts: Vec<(usize, usize, Vec<crate::lora::LowRank>)>,
+    ) -> Result<Self> {
+        for (col, n, factors) in parts {
+            if col + n > self.out_dim {
+                return Err(Error::Shape {
+                    op: "Linear::with_lora",
+                    reason: format!("columns {col}..{} of {}", col + n, self.out_dim),
+                });
+            }
+            for f in factors {
+                let a = Self::from_f32(&f.a, f.rank, self.in_dim, None)?;
+                let b = Self::from_f32(&f.b, n, f.rank, None)?;
+                self.lora.push((col, a, b));
+            }
+        }
+        Ok(self)
+    }
+
     /// Bytes of weight data one product reads (f32, or the quantized blocks as stored in GGUF).
     pub fn weight_bytes(&self) -> usize {
         match &self.weight {
@@ -311,6 +340,31 @@ impl Linear {
     }
 
     fn run(&self, x: &[f32], y: &mut [f32], accumulate: bool, gelu: bool) {
+        if self.lora.is_empty() {
+            return self.run_base(x, y, accumulate, gelu);
+        }
+        // y = base + Σ B (A x) per adapted part, then the activation.
+        self.run_base(x, y, accumulate, false);
+        let m = self.rows(x);
+        for (col, a, b) in &self.lora {
+            let d = b.forward(&a.forward(x));
+            let w = b.out_dim;
+            for (row, dr) in y
+                .chunks_exact_mut(self.out_dim)
+                .zip(d.chunks_exact(w))
+                .take(m)
+            {
+                for (o, &v) in row[*col..col + w].iter_mut().zip(dr) {
+                    *o += v;
+                }
+            }
+        }
+        if gelu {
+            cpu::gelu_erf(y);
+        }
+    }
+
+    fn run_base(&self, x: &[f32], y: &mut [f32], accumulate: bool, gelu: bool) {
         let m = self.rows(x);
         debug_assert_eq!(y.len(), m * self.out_dim);
         if m == 0 {

@@ -1,0 +1,165 @@
+//! LoRA adapters (PEFT) against transformers + peft: tiny random adapters made by
+//! scripts/gen_lora_fixtures.py on the Llama, Qwen3 and Qwen3.5 fixtures (attention-only r 4;
+//! MLP-only r 8 with rsLoRA), applied beside the weights and merged into them: last-position
+//! logits within 1e-4 (relative) of peft's and 40 greedy tokens equal; a mixture equals peft's
+//! weighted combination of the same adapters; bad adapters are refused naming what is wrong.
+
+mod common;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use common::{fixture, greedy, read_json, rel_err, u32s};
+use lattice_inference::backend::Device;
+use lattice_inference::engine::TextModel;
+use lattice_inference::lora::{Adapter, LoraPlan};
+use lattice_inference::model::decoder::Outputs;
+use lattice_inference::model::source::{Placement, WeightMode};
+
+fn adapter_dir(base: &str, name: &str) -> PathBuf {
+    fixture("lora").join(base).join(name)
+}
+
+fn load(base: &str, adapters: &[(&str, f32)], merge: bool) -> lattice_inference::Result<TextModel> {
+    let list = adapters
+        .iter()
+        .map(|&(n, s)| Ok((Adapter::load(&adapter_dir(base, n))?, s)))
+        .collect::<lattice_inference::Result<Vec<_>>>()?;
+    let mut place = Placement::new(WeightMode::F32, Device::Cpu);
+    place.lora = Some(Arc::new(LoraPlan::new(list, merge)));
+    TextModel::load_on(&fixture(base), &place)
+}
+
+fn last_logits(m: &TextModel, ids: &[u32]) -> Vec<f32> {
+    let mut cache = m.decoder.new_cache(ids.len() + 1);
+    m.decoder
+        .forward(ids, &[ids.len()], &mut [&mut cache], Outputs::LastLogits)
+        .unwrap()
+}
+
+#[test]
+fn adapters_match_peft_unmerged_and_merged() {
+    for base in ["tiny-llama", "tiny-qwen3", "tiny-qwen35"] {
+        let r = read_json(&fixture("lora").join(base).join("reference.json"));
+        let ids = u32s(&r["prompt_ids"]);
+        let steps = r["steps"].as_u64().unwrap() as usize;
+        let plain = TextModel::load(&fixture(base), WeightMode::F32).unwrap();
+        let plain_logits = last_logits(&plain, &ids);
+        for name in ["attn", "mlp"] {
+            let want = &r["adapters"][name];
+            for merge in [false, true] {
+                let m = load(base, &[(name, 1.0)], merge).unwrap();
+                let (key, gkey) = if merge {
+                    ("merged_logits", "merged_greedy")
+                } else {
+                    ("logits", "greedy")
+                };
+                let want_logits: Vec<f32> = common::f32s(&want[key]);
+                let got = last_logits(&m, &ids);
+                let e = rel_err(&got, &want_logits);
+                let moved = rel_err(&plain_logits, &want_logits);
+                eprintln!("{base}/{name} merge={merge}: rel err {e:.2e} (the adapter moves the logits by {moved:.2e})");
+                assert!(
+                    e < 1e-4,
+                    "{base}/{name} merge={merge}: logits rel err {e:e}"
+                );
+                assert!(
+                    moved > 1e-2,
+                    "{base}/{name}: the adapter barely changes the logits"
+                );
+                let (_, tokens) = greedy(m.decoder.as_ref(), &ids, steps);
+                assert_eq!(
+                    tokens,
+                    u32s(&want[gkey]),
+                    "{base}/{name} merge={merge}: greedy"
+                );
+            }
+        }
+        // A mixture: the scaled deltas of both adapters add (peft's "cat" combination).
+        let mix: Vec<(String, f32)> = r["mixture"]["adapters"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| {
+                (
+                    a[0].as_str().unwrap().to_owned(),
+                    a[1].as_f64().unwrap() as f32,
+                )
+            })
+            .collect();
+        let mix_ref: Vec<(&str, f32)> = mix.iter().map(|(n, s)| (n.as_str(), *s)).collect();
+        for merge in [false, true] {
+            let m = load(base, &mix_ref, merge).unwrap();
+            let e = rel_err(
+                &last_logits(&m, &ids),
+                &common::f32s(&r["mixture"]["logits"]),
+            );
+            eprintln!("{base} mixture merge={merge}: rel err {e:.2e}");
+            assert!(e < 1e-4, "{base} mixture merge={merge}: rel err {e:e}");
+            let (_, tokens) = greedy(m.decoder.as_ref(), &ids, steps);
+            assert_eq!(
+                tokens,
+                u32s(&r["mixture"]["greedy"]),
+                "{base} mixture greedy"
+            );
+        }
+    }
+}
+
+#[test]
+fn bad_adapters_are_refused_naming_what_is_wrong() {
+    // An adapter for another model: its tensors have other shapes or name missing modules.
+    let e = load_err(|| load("tiny-qwen3", &[], false).map(|_| ()));
+    assert!(e.is_empty(), "no adapter loads fine: {e}");
+    let list = vec![(
+        Adapter::load(&adapter_dir("tiny-qwen35", "attn")).unwrap(),
+        1.0,
+    )];
+    let mut place = Placement::new(WeightMode::F32, Device::Cpu);
+    place.lora = Some(Arc::new(LoraPlan::new(list, false)));
+    let e = TextModel::load_on(&fixture("tiny-llama"), &place)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("lora_A") || e.contains("lora_B"), "{e}");
+    // Options this engine does not apply, and pickled weights.
+    let dir = std::env::temp_dir().join(format!("lattice-lora-bad-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let src = adapter_dir("tiny-qwen3", "attn");
+    let cfg: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(src.join("adapter_config.json")).unwrap())
+            .unwrap();
+    for (field, value, want) in [
+        ("use_dora", serde_json::json!(true), "use_dora"),
+        (
+            "modules_to_save",
+            serde_json::json!(["lm_head"]),
+            "modules_to_save",
+        ),
+        ("peft_type", serde_json::json!("IA3"), "peft_type"),
+        ("r", serde_json::json!(0), "`r`"),
+    ] {
+        let mut c = cfg.clone();
+        c[field] = value;
+        std::fs::write(dir.join("adapter_config.json"), c.to_string()).unwrap();
+        std::fs::copy(
+            src.join("adapter_model.safetensors"),
+            dir.join("adapter_model.safetensors"),
+        )
+        .unwrap();
+        let e = Adapter::load(&dir).unwrap_err().to_string();
+        assert!(
+            e.contains(want) && e.contains("adapter_config.json"),
+            "{field}: {e}"
+        );
+    }
+    std::fs::write(dir.join("adapter_config.json"), cfg.to_string()).unwrap();
+    std::fs::remove_file(dir.join("adapter_model.safetensors")).unwrap();
+    std::fs::write(dir.join("adapter_model.bin"), b"pickle").unwrap();
+    let e = Adapter::load(&dir).unwrap_err().to_string();
+    assert!(e.contains("pickle") && e.contains("safetensors"), "{e}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+fn load_err(f: impl FnOnce() -> lattice_inference::Result<()>) -> String {
+    f().err().map(|e| e.to_string()).unwrap_or_default()
+}
