@@ -41,8 +41,10 @@ pub struct Linear {
     out_dim: usize,
     #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
     bias_dev: Mirror,
-    /// Unmerged LoRA adapters: `(first output column, A [rank, in], B·s [outputs, rank])`.
-    lora: Vec<(usize, Linear, Linear)>,
+    /// Unmerged LoRA adapters: every part's A stacked [Σ rank, in_dim], and the B's (scaled)
+    /// in one [out_dim, Σ rank] matrix, each in its part's rows and its A's columns (zeros
+    /// elsewhere): two small products per layer, whatever the parts and adapters.
+    lora: Option<Box<(Linear, Linear)>>,
 }
 
 impl Linear {
@@ -80,7 +82,7 @@ impl Linear {
             in_dim,
             out_dim,
             bias_dev: Mirror::new(),
-            lora: Vec::new(),
+            lora: None,
         })
     }
 
@@ -121,7 +123,7 @@ impl Linear {
             in_dim,
             out_dim,
             bias_dev: Mirror::new(),
-            lora: Vec::new(),
+            lora: None,
         })
     }
 
@@ -140,7 +142,7 @@ impl Linear {
             in_dim,
             out_dim,
             bias_dev: Mirror::new(),
-            lora: Vec::new(),
+            lora: None,
         })
     }
 
@@ -213,7 +215,7 @@ impl Linear {
             in_dim,
             out_dim,
             bias_dev: Mirror::new(),
-            lora: Vec::new(),
+            lora: None,
         }
     }
 
@@ -235,7 +237,7 @@ impl Linear {
             in_dim,
             out_dim,
             bias_dev: Mirror::new(),
-            lora: Vec::new(),
+            lora: None,
         })
     }
 
@@ -287,6 +289,13 @@ impl Linear {
         mut self,
         parts: Vec<(usize, usize, Vec<crate::lora::LowRank>)>,
     ) -> Result<Self> {
+        let rank: usize = parts.iter().flat_map(|p| &p.2).map(|f| f.rank).sum();
+        if rank == 0 {
+            return Ok(self);
+        }
+        let mut a = Vec::with_capacity(rank * self.in_dim);
+        let mut b = vec![0.0f32; self.out_dim * rank];
+        let mut r0 = 0;
         for (col, n, factors) in parts {
             if col + n > self.out_dim {
                 return Err(Error::Shape {
@@ -295,11 +304,17 @@ impl Linear {
                 });
             }
             for f in factors {
-                let a = Self::from_f32(&f.a, f.rank, self.in_dim, None)?;
-                let b = Self::from_f32(&f.b, n, f.rank, None)?;
-                self.lora.push((col, a, b));
+                a.extend_from_slice(&f.a);
+                for (i, row) in f.b.chunks_exact(f.rank).enumerate() {
+                    let at = (col + i) * rank + r0;
+                    b[at..at + f.rank].copy_from_slice(row);
+                }
+                r0 += f.rank;
             }
         }
+        let a = Self::from_f32(&a, rank, self.in_dim, None)?;
+        let b = Self::from_f32(&b, self.out_dim, rank, None)?;
+        self.lora = Some(Box::new((a, b)));
         Ok(self)
     }
 
@@ -340,25 +355,13 @@ impl Linear {
     }
 
     fn run(&self, x: &[f32], y: &mut [f32], accumulate: bool, gelu: bool) {
-        if self.lora.is_empty() {
+        let Some(lora) = &self.lora else {
             return self.run_base(x, y, accumulate, gelu);
-        }
-        // y = base + Σ B (A x) per adapted part, then the activation.
+        };
+        // y = base + B (A x), then the activation.
         self.run_base(x, y, accumulate, false);
-        let m = self.rows(x);
-        for (col, a, b) in &self.lora {
-            let d = b.forward(&a.forward(x));
-            let w = b.out_dim;
-            for (row, dr) in y
-                .chunks_exact_mut(self.out_dim)
-                .zip(d.chunks_exact(w))
-                .take(m)
-            {
-                for (o, &v) in row[*col..col + w].iter_mut().zip(dr) {
-                    *o += v;
-                }
-            }
-        }
+        let (a, b) = &**lora;
+        b.run_base(&a.forward(x), y, true, false);
         if gelu {
             cpu::gelu_erf(y);
         }
