@@ -372,3 +372,101 @@ fn speculative_requests_give_the_same_text() {
         assert_eq!(e["param"], param, "{e}");
     }
 }
+
+/// LoRA adapters over HTTP (`--lora NAME=DIR`, vLLM's convention): a request whose `model` is
+/// an adapter's name runs with it, the base model's name without; requests for different
+/// adapters sent at once share the batch, each text equal to `lattice generate` with that one
+/// adapter; `/v1/models` lists the adapters with their parent; bad `--lora` values are refused.
+#[test]
+fn lora_adapters_are_served_by_name() {
+    let gen = fixture("tiny-qwen3");
+    let dir = |n: &str| {
+        format!(
+            "{}/../inference/tests/fixtures/lora/tiny-qwen3/{n}",
+            env!("CARGO_MANIFEST_DIR")
+        )
+    };
+    let (attn, mlp) = (dir("attn"), dir("mlp"));
+    let server = Server::start(&[
+        "--model",
+        &gen,
+        "--lora",
+        &format!("a={attn}"),
+        "--lora",
+        &format!("m={mlp}"),
+    ]);
+    let prompt = "The capital of France is";
+    let body = |model: &str| {
+        json!({"model": model, "prompt": prompt, "max_tokens": 24, "temperature": 0,
+            "ignore_eos": true})
+    };
+    let cli = |lora: Option<&str>| {
+        let mut args = vec![
+            "generate",
+            "--model",
+            &gen,
+            "--prompt",
+            prompt,
+            "--temperature",
+            "0",
+            "--max-tokens",
+            "24",
+            "--ignore-eos",
+            "--json",
+        ];
+        if let Some(l) = lora {
+            args.extend(["--lora", l]);
+        }
+        let o = support::lattice(&args);
+        assert!(o.status.success(), "{}", support::stderr(&o));
+        let v: Value = serde_json::from_str(String::from_utf8(o.stdout).unwrap().trim()).unwrap();
+        v["text"].as_str().unwrap().to_owned()
+    };
+    let want = [
+        ("a", cli(Some(&attn))),
+        ("m", cli(Some(&mlp))),
+        (gen.as_str(), cli(None)),
+    ];
+    assert_ne!(want[0].1, want[2].1, "the adapter changes the text");
+    std::thread::scope(|s| {
+        let handles: Vec<_> = want
+            .iter()
+            .map(|(model, text)| {
+                let server = &server;
+                let b = body(model);
+                s.spawn(move || {
+                    let r = server.post("/v1/completions", &b).ok("completion");
+                    assert_eq!(r["choices"][0]["text"].as_str().unwrap(), text, "{model}");
+                    assert_eq!(r["model"], *model);
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join().unwrap();
+        }
+    });
+    let models = server.get("/v1/models").json();
+    let ids: Vec<&str> = models["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_str().unwrap())
+        .collect();
+    assert!(ids.contains(&"a") && ids.contains(&"m"), "{models}");
+    let a = models["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["id"] == "a")
+        .unwrap();
+    assert_eq!(a["parent"], models["data"][0]["id"]);
+    for bad in ["nameonly", "=dir", "x=/nonexistent/adapter"] {
+        let o = support::lattice(&["serve", "--model", &gen, "--lora", bad, "--port", "0"]);
+        assert!(!o.status.success());
+        let e = support::stderr(&o);
+        assert!(
+            e.contains("--lora") || e.contains("LoRA adapter"),
+            "{bad}: {e}"
+        );
+    }
+}

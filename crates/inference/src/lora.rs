@@ -146,14 +146,39 @@ pub struct LowRank {
     pub b: Vec<f32>,
     /// The rank.
     pub rank: usize,
+    /// The adapter's index in its plan.
+    pub adapter: usize,
+}
+
+thread_local! {
+    /// The adapter of every row of the forward pass running on this thread (see
+    /// [`with_row_adapters`]).
+    static ROWS: std::cell::RefCell<Option<Vec<u32>>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Runs `f` (a decoder's forward pass, on the thread it runs on) with `rows` as the adapter of
+/// every packed row: 0 for none, `k + 1` for adapter `k` of a selectable plan. Projections with
+/// selectable adapters read it ([`row_adapters`]); a pass without a table runs the base model.
+pub(crate) fn with_row_adapters<R>(rows: Option<&[u32]>, f: impl FnOnce() -> R) -> R {
+    let prev = ROWS.with(|r| r.replace(rows.map(<[u32]>::to_vec)));
+    let out = f();
+    ROWS.with(|r| *r.borrow_mut() = prev);
+    out
+}
+
+/// The row table of the pass in flight on this thread, if any.
+pub(crate) fn row_adapters<R>(f: impl FnOnce(Option<&[u32]>) -> R) -> R {
+    ROWS.with(|r| f(r.borrow().as_deref()))
 }
 
 /// The adapters a model is loaded with, each with a scale (a mixture adds their deltas), merged
-/// into the weights at load or applied beside them.
+/// into the weights at load or applied beside them; or, [`LoraPlan::selectable`], held beside
+/// the weights for requests to pick one each (rows of one batch may use different adapters).
 #[derive(Debug)]
 pub struct LoraPlan {
     adapters: Vec<(Adapter, f32)>,
     merge: bool,
+    selectable: bool,
     /// Tensor names the model's layers took (to refuse adapters for modules the model lacks).
     used: Mutex<HashSet<String>>,
 }
@@ -164,8 +189,26 @@ impl LoraPlan {
         Self {
             adapters,
             merge,
+            selectable: false,
             used: Mutex::new(HashSet::new()),
         }
+    }
+
+    /// A plan whose adapters apply only to the rows of the requests that pick them
+    /// ([`GenerateRequest::adapter`](crate::engine::GenerateRequest::adapter): its index here);
+    /// other rows run the base model.
+    pub fn selectable(adapters: Vec<Adapter>) -> Self {
+        Self {
+            adapters: adapters.into_iter().map(|a| (a, 1.0)).collect(),
+            merge: false,
+            selectable: true,
+            used: Mutex::new(HashSet::new()),
+        }
+    }
+
+    /// Whether requests pick the adapters ([`LoraPlan::selectable`]).
+    pub fn is_selectable(&self) -> bool {
+        self.selectable
     }
 
     /// Whether the deltas are merged into the weights at load.
@@ -190,7 +233,7 @@ impl LoraPlan {
         out_dim: usize,
     ) -> Result<Vec<LowRank>> {
         let mut out = Vec::new();
-        for (adapter, scale) in &self.adapters {
+        for (k, (adapter, scale)) in self.adapters.iter().enumerate() {
             let names = std::iter::once(module).chain(alias);
             let Some(base) = names
                 .map(|m| format!("{PEFT_PREFIX}{m}"))
@@ -210,6 +253,7 @@ impl LoraPlan {
                 a: a.as_slice().to_vec(),
                 b: b.as_slice().iter().map(|&v| v * s).collect(),
                 rank: r,
+                adapter: k,
             });
             let mut used = self
                 .used

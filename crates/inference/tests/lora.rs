@@ -163,3 +163,60 @@ fn bad_adapters_are_refused_naming_what_is_wrong() {
 fn load_err(f: impl FnOnce() -> lattice_inference::Result<()>) -> String {
     f().err().map(|e| e.to_string()).unwrap_or_default()
 }
+
+/// A selectable plan: requests of one batch pick different adapters (or none), and each
+/// output equals that request run alone on a model loaded with just its adapter (or none);
+/// unknown adapter indices are refused.
+#[test]
+fn requests_pick_their_adapters_within_one_batch() {
+    use lattice_inference::engine::{generate, BatchEngine, GenerateRequest};
+    use lattice_inference::sample::SamplingParams;
+    for base in ["tiny-qwen3", "tiny-qwen35"] {
+        let names = ["attn", "mlp"];
+        let adapters = names
+            .iter()
+            .map(|n| Adapter::load(&adapter_dir(base, n)).unwrap())
+            .collect();
+        let mut place = Placement::new(WeightMode::F32, Device::Cpu);
+        place.lora = Some(Arc::new(LoraPlan::selectable(adapters)));
+        let multi = TextModel::load_on(&fixture(base), &place).unwrap();
+        let r = read_json(&fixture(base).join("reference.json"));
+        let prompts: Vec<Vec<u32>> = r["prompts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| u32s(&p["ids"]))
+            .collect();
+        let picks = [None, Some(0), Some(1), Some(0), None, Some(1)];
+        let req = |k: usize, pick: Option<usize>| {
+            let mut q = GenerateRequest::new(
+                prompts[k % prompts.len()].clone(),
+                24,
+                SamplingParams::greedy(),
+            );
+            q.ignore_eos = true;
+            q.adapter = pick;
+            q
+        };
+        let mut engine = BatchEngine::new(&multi, 8);
+        for (k, &pick) in picks.iter().enumerate() {
+            engine.submit(req(k, pick)).unwrap();
+        }
+        let done = engine.run_all().unwrap();
+        let plain = TextModel::load(&fixture(base), WeightMode::F32).unwrap();
+        let single: Vec<TextModel> = names
+            .iter()
+            .map(|n| load(base, &[(n, 1.0)], false).unwrap())
+            .collect();
+        for ((k, &pick), (_, got)) in picks.iter().enumerate().zip(&done) {
+            let m = pick.map_or(&plain, |i| &single[i]);
+            let want = generate(m, &req(k, None), &mut |_| true).unwrap();
+            assert_eq!(
+                got.token_ids, want.token_ids,
+                "{base}: request {k} ({pick:?})"
+            );
+        }
+        let e = engine.submit(req(0, Some(2))).unwrap_err().to_string();
+        assert!(e.contains("adapter 2") && e.contains("2 selectable"), "{e}");
+    }
+}

@@ -196,6 +196,12 @@ fn model_list(state: &AppState) -> Vec<(Value, Vec<String>)> {
     let mut out = Vec::new();
     if let Some(g) = &state.generation {
         out.push(entry(&g.name, &g.aliases, "generate"));
+        // LoRA adapters served over it, as vLLM lists them.
+        for a in &state.options.adapters {
+            let (mut v, names) = entry(a, &[], "generate");
+            v["parent"] = json!(g.name);
+            out.push((v, names));
+        }
     }
     if let Some(e) = &state.embedding {
         out.push(entry(&e.name, &e.aliases, "embed"));

@@ -331,6 +331,7 @@ fn requests_for(
     logprobs: Option<usize>,
     constraint: &Option<Constraint>,
     default_draft: (usize, Drafter),
+    adapter: Option<usize>,
 ) -> Result<Vec<GenerateRequest>, ApiError> {
     let (params, n) = sampling_params(s)?;
     let context = model.decoder.info().config.max_positions;
@@ -384,6 +385,7 @@ fn requests_for(
             r.logit_bias = bias.clone();
             r.draft_tokens = draft_tokens;
             r.drafter = drafter;
+            r.adapter = adapter;
             r
         })
         .map(|r| {
@@ -490,8 +492,16 @@ async fn blocking<T: Send + 'static>(
         .map_err(|e| ApiError::internal(format!("request preparation failed: {e}")))?
 }
 
-fn generator<'a>(state: &'a AppState, model: Option<&str>) -> Result<&'a Generator, ApiError> {
-    crate::app::engine(&state.generation, model, "generation", "--model")
+/// The generation engine a request's `model` names, and the LoRA adapter when it names one of
+/// the served adapters.
+fn generator<'a>(
+    state: &'a AppState,
+    model: Option<&str>,
+) -> Result<(&'a Generator, Option<usize>), ApiError> {
+    let adapter = model.and_then(|m| state.options.adapters.iter().position(|a| a == m));
+    let model = if adapter.is_some() { None } else { model };
+    let g = crate::app::engine(&state.generation, model, "generation", "--model")?;
+    Ok((g, adapter))
 }
 
 /// `POST /v1/chat/completions`.
@@ -500,7 +510,7 @@ pub async fn chat(State(state): State<Arc<AppState>>, body: Body) -> Result<Resp
     let value = read_body(body, state.options.max_body_bytes).await?;
     let req: ChatRequest = from_value(&value)?;
     let sampling: Sampling = from_value(&value)?;
-    let gen = generator(&state, req.model.as_deref())?;
+    let (gen, adapter) = generator(&state, req.model.as_deref())?;
     if req.messages.is_empty() {
         return Err(ApiError::invalid_param("messages", "`messages` is empty"));
     }
@@ -603,6 +613,7 @@ pub async fn chat(State(state): State<Arc<AppState>>, body: Body) -> Result<Resp
         logprobs,
         &constraint,
         (state.options.draft_tokens, state.options.drafter),
+        adapter,
     )?;
     let mut reply = Reply::new(
         Api::Chat,
@@ -614,6 +625,9 @@ pub async fn chat(State(state): State<Arc<AppState>>, body: Body) -> Result<Resp
         &sampling,
         arrived,
     );
+    if let Some(k) = adapter {
+        reply.model_name = state.options.adapters[k].clone();
+    }
     reply.tools = parse_tools;
     let mut requests = requests;
     if parse_tools.is_some() {
@@ -634,7 +648,7 @@ pub async fn completions(
     let value = read_body(body, state.options.max_body_bytes).await?;
     let req: CompletionRequest = from_value(&value)?;
     let sampling: Sampling = from_value(&value)?;
-    let gen = generator(&state, req.model.as_deref())?;
+    let (gen, adapter) = generator(&state, req.model.as_deref())?;
     if req.suffix.as_deref().is_some_and(|s| !s.is_empty()) {
         return Err(ApiError::invalid_param(
             "suffix",
@@ -706,13 +720,14 @@ pub async fn completions(
             logprobs,
             &constraint,
             (state.options.draft_tokens, state.options.drafter),
+            adapter,
         )?;
         for _ in 0..choices.len() {
             echo_text.push(if echo { text.clone() } else { String::new() });
         }
         requests.extend(choices);
     }
-    let reply = Reply::new(
+    let mut reply = Reply::new(
         Api::Completion,
         &state,
         model,
@@ -722,6 +737,9 @@ pub async fn completions(
         &sampling,
         arrived,
     );
+    if let Some(k) = adapter {
+        reply.model_name = state.options.adapters[k].clone();
+    }
     start(&state, gen, reply, requests, &sampling).await
 }
 

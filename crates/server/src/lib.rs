@@ -58,6 +58,9 @@ pub struct ServeOptions {
     pub draft_tokens: usize,
     /// Where the default drafts come from.
     pub drafter: lattice_inference::engine::Drafter,
+    /// Names of the generation model's selectable LoRA adapters, in the order of its plan: a
+    /// request whose `model` is one of them runs with that adapter (vLLM's convention).
+    pub adapters: Vec<String>,
 }
 
 impl Default for ServeOptions {
@@ -75,6 +78,7 @@ impl Default for ServeOptions {
             prefix_cache: true,
             draft_tokens: 0,
             drafter: lattice_inference::engine::Drafter::Ngram,
+            adapters: Vec::new(),
         }
     }
 }

@@ -216,6 +216,10 @@ pub struct ModelArgs {
     /// made from a safetensors checkpoint, or a GGUF file with --f32).
     #[arg(long, requires = "lora")]
     pub lora_merge: bool,
+    /// The adapters are picked per request (`lattice serve --lora NAME=DIR`), not applied to
+    /// every row.
+    #[arg(skip)]
+    pub lora_selectable: bool,
 }
 
 impl ModelArgs {
@@ -242,9 +246,14 @@ impl ModelArgs {
                 .with_context(|| format!("cannot load the LoRA adapter `{}`", dir.display()))?;
             adapters.push((a, self.lora_scale.get(i).copied().unwrap_or(1.0)));
         }
-        Ok(Some(std::sync::Arc::new(
-            lattice_inference::lora::LoraPlan::new(adapters, self.lora_merge),
-        )))
+        let plan = if self.lora_selectable {
+            lattice_inference::lora::LoraPlan::selectable(
+                adapters.into_iter().map(|(a, _)| a).collect(),
+            )
+        } else {
+            lattice_inference::lora::LoraPlan::new(adapters, self.lora_merge)
+        };
+        Ok(Some(std::sync::Arc::new(plan)))
     }
 
     /// Sets up the thread pool and loads the model, reporting the load time on stderr.

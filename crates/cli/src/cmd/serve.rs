@@ -73,6 +73,11 @@ pub struct Args {
     /// `draft_tokens`).
     #[command(flatten)]
     speculative: super::generate::SpeculativeArgs,
+    /// A LoRA adapter (PEFT folder) served over the generation model as `NAME=DIR`; repeatable.
+    /// A request whose `model` is NAME runs with it (vLLM's convention); requests for different
+    /// adapters and the base model share a batch.
+    #[arg(long, value_name = "NAME=DIR")]
+    lora: Vec<String>,
     /// Worker threads for the forward passes (default: all cores).
     #[arg(long)]
     threads: Option<usize>,
@@ -92,6 +97,26 @@ fn names(arg: &str, preferred: Option<&str>) -> Vec<String> {
     v
 }
 
+/// The `--lora NAME=DIR` values as names and folders (names unique and non-empty).
+fn adapters(specs: &[String]) -> anyhow::Result<(Vec<String>, Vec<std::path::PathBuf>)> {
+    let mut names: Vec<String> = Vec::new();
+    let mut dirs = Vec::new();
+    for spec in specs {
+        let Some((name, dir)) = spec
+            .split_once('=')
+            .filter(|(n, d)| !n.is_empty() && !d.is_empty())
+        else {
+            anyhow::bail!("--lora `{spec}`: expected NAME=DIR (a name for requests' `model`, a PEFT adapter folder)");
+        };
+        if names.iter().any(|n| n == name) {
+            anyhow::bail!("--lora: the name `{name}` is given twice");
+        }
+        names.push(name.to_owned());
+        dirs.push(dir.into());
+    }
+    Ok((names, dirs))
+}
+
 /// Runs the subcommand.
 pub fn run(args: Args) -> anyhow::Result<()> {
     if args.model.is_none() && args.embedding_model.is_none() && args.rerank_model.is_none() {
@@ -105,6 +130,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         );
     }
     let mut models = Models::default();
+    let (adapter_names, adapter_dirs) = adapters(&args.lora)?;
+    if !adapter_names.is_empty() && args.model.is_none() {
+        anyhow::bail!("--lora needs a generation model (--model)");
+    }
     if let Some(model) = &args.model {
         let loader = super::generate::ModelArgs {
             model: model.clone(),
@@ -114,9 +143,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             kv_f16: args.kv_f16,
             threads: args.threads,
             device: args.device.clone(),
-            lora: Vec::new(),
+            lora: adapter_dirs,
             lora_scale: Vec::new(),
             lora_merge: false,
+            lora_selectable: true,
         };
         let text_model = loader.load()?;
         if args.speculative.draft_tokens() > 0 {
@@ -166,6 +196,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         prefix_cache: !args.no_prefix_cache,
         draft_tokens: args.speculative.draft_tokens(),
         drafter: args.speculative.drafter(),
+        adapters: adapter_names,
     };
     lattice_server::serve(models, options)?;
     Ok(())

@@ -186,6 +186,17 @@ impl<'m> BatchEngine<'m> {
 
     fn check(&self, req: &GenerateRequest) -> Result<usize> {
         req.sampling.validate()?;
+        if let Some(k) = req.adapter {
+            let n = match &self.model.lora {
+                Some(p) if p.is_selectable() => p.adapters().len(),
+                _ => 0,
+            };
+            if k >= n {
+                return Err(Error::InvalidInput(format!(
+                    "adapter {k} asked for; the model was loaded with {n} selectable adapters"
+                )));
+            }
+        }
         let cfg = &self.model.decoder.info().config;
         let context = cfg.max_positions;
         if req.prompt_ids.is_empty() {
@@ -399,6 +410,11 @@ impl<'m> BatchEngine<'m> {
         let mut lens = Vec::with_capacity(schedule.work.len());
         let mut flags = Vec::new();
         let mut rows = Vec::with_capacity(schedule.work.len());
+        let picks_adapters = schedule
+            .work
+            .iter()
+            .any(|&(i, _)| self.running[i].seq.request().adapter.is_some());
+        let mut adapters = Vec::new();
         for &(i, n) in &schedule.work {
             let slot = &self.running[i];
             // A draft follows the request's own tokens; the logits of its last own row and of
@@ -412,6 +428,10 @@ impl<'m> BatchEngine<'m> {
             ids.extend_from_slice(&slot.seq.history()[slot.computed..slot.computed + own]);
             ids.extend_from_slice(draft);
             lens.push(n);
+            if picks_adapters {
+                let id = slot.seq.request().adapter.map_or(0, |k| k as u32 + 1);
+                adapters.extend(std::iter::repeat_n(id, n));
+            }
             let out = 1 + draft.len();
             rows.push((rows.last().map_or(0, |&(a, b)| a + b), out));
             flags.extend((0..n).map(|r| r + out >= n));
@@ -429,7 +449,10 @@ impl<'m> BatchEngine<'m> {
         } else {
             RowOutputs::LastLogits
         };
-        let batch = ForwardBatch::tokens(&ids, &lens, outputs);
+        let mut batch = ForwardBatch::tokens(&ids, &lens, outputs);
+        if picks_adapters {
+            batch.adapters = Some(adapters);
+        }
         Ok(if greedy {
             StepOutput::Tokens(self.model.decoder.forward_greedy(&batch, &mut states)?)
         } else {
@@ -512,7 +535,7 @@ impl<'m> BatchEngine<'m> {
                 }
                 slot.seq.count_draft(draft.len(), kept);
                 slot.draft_len.update(draft.len(), kept);
-                if self.memory.caches_prefixes() {
+                if self.memory.caches_prefixes() && slot.seq.request().adapter.is_none() {
                     let history = &slot.seq.history()[..slot.computed];
                     self.memory
                         .publish(history, state, &mut slot.hashes, &mut slot.published);
@@ -523,7 +546,7 @@ impl<'m> BatchEngine<'m> {
             slot.computed += n;
             let prompt_len = slot.seq.request().prompt_ids.len();
             let state = slot.state.as_ref().expect("scheduled slots have state");
-            if self.memory.caches_prefixes() {
+            if self.memory.caches_prefixes() && slot.seq.request().adapter.is_none() {
                 let history = &slot.seq.history()[..slot.computed];
                 self.memory
                     .publish(history, state, &mut slot.hashes, &mut slot.published);

@@ -37,6 +37,10 @@ pub struct GenerateRequest {
     pub draft_tokens: usize,
     /// Where drafts come from when `draft_tokens > 0`.
     pub drafter: super::speculate::Drafter,
+    /// The LoRA adapter this request runs with: its index in the model's selectable plan
+    /// ([`crate::lora::LoraPlan::selectable`]); `None` runs the base model. Requests with
+    /// different adapters share a batch; their prompts do not use the prefix cache.
+    pub adapter: Option<usize>,
 }
 
 impl GenerateRequest {
@@ -67,6 +71,7 @@ impl GenerateRequest {
             keep_special_tokens: false,
             draft_tokens: 0,
             drafter: super::speculate::Drafter::Ngram,
+            adapter: None,
         }
     }
 }

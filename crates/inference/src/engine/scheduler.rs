@@ -281,7 +281,12 @@ fn admit(slot: &mut Slot<'_>, memory: &mut KvMemory) -> Result<()> {
     let mut state = memory.new_state(slot.max_len)?;
     let history = slot.seq.history();
     // Always run at least the last token (its logits pick the next one).
-    let hit = memory.lookup(history, history.len() - 1);
+    // A request with an adapter computes other keys and values than the cached ones.
+    let hit = if slot.seq.request().adapter.is_some() {
+        memory.lookup(&[], 0)
+    } else {
+        memory.lookup(history, history.len() - 1)
+    };
     let reused = hit.tokens;
     if reused > 0 {
         state.adopt_prefix(hit.pages, reused, hit.snapshot.as_deref());

@@ -27,6 +27,8 @@ pub struct TextModel {
     pub bos_prefix: Option<u32>,
     /// How the KV caches of new sequences store keys and values (f32 by default).
     pub kv_dtype: KvDtype,
+    /// The LoRA adapters it was loaded with (requests pick one of a selectable plan).
+    pub lora: Option<std::sync::Arc<crate::lora::LoraPlan>>,
     /// The vocabulary as output constraints see it, built on first use.
     vocabulary: std::sync::OnceLock<std::result::Result<crate::grammar::Vocabulary, String>>,
 }
@@ -144,6 +146,7 @@ impl TextModel {
             stop_token_ids,
             bos_prefix,
             kv_dtype: KvDtype::F32,
+            lora: place.lora.clone(),
             vocabulary: std::sync::OnceLock::new(),
         })
     }

@@ -142,11 +142,9 @@ impl<'a> ForwardBatch<'a> {
             }
         }
         if let Some(a) = &self.adapters {
-            // LoRA adapters are not implemented yet: refuse rather than ignore.
-            return bad(format!(
-                "{} rows name adapters, and this build applies no adapters",
-                a.len()
-            ));
+            if a.len() != rows {
+                return bad(format!("{} adapter ids for {rows} rows", a.len()));
+            }
         }
         for state in states.iter() {
             if state.kv_dim() != kv_dim {

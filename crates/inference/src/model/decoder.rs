@@ -474,7 +474,11 @@ pub trait Decoder: Send + Sync {
         batch: &ForwardBatch<'_>,
         states: &mut [&mut SeqState],
     ) -> Result<Vec<f32>> {
-        crate::ops::pass(|| self.forward_on_pool(batch, states))
+        crate::ops::pass(|| {
+            crate::lora::with_row_adapters(batch.adapters.as_deref(), || {
+                self.forward_on_pool(batch, states)
+            })
+        })
     }
 
     /// [`Decoder::forward_batch`] over token ids (`lens[i]` of them for sequence `i`, taken
@@ -505,8 +509,10 @@ pub trait Decoder: Send + Sync {
             && batch.seq_lens.len() == states.len();
         let info = self.info();
         crate::ops::pass(|| {
-            if !decode {
-                return self.greedy_on_pool(&last, states);
+            if !decode || last.adapters.is_some() {
+                return crate::lora::with_row_adapters(last.adapters.as_deref(), || {
+                    self.greedy_on_pool(&last, states)
+                });
             }
             // Pages first, so a recorded step allocates none.
             for s in states.iter_mut() {

@@ -581,7 +581,15 @@ impl TensorSource {
                 prefixes[0]
             )));
         }
-        linear.with_lora(lora)
+        let selectable = place.lora.as_ref().is_some_and(|p| p.is_selectable());
+        if selectable && prefixes.contains(&"lm_head") {
+            return Err(Error::InvalidInput(
+                "adapters on the output head cannot be picked per request (it runs over the \
+                 sampled rows only)"
+                    .into(),
+            ));
+        }
+        linear.with_lora(lora, selectable)
     }
 
     /// The factors of `place`'s adapters for the projections `prefixes` stacked in one layer:

@@ -32,6 +32,18 @@ enum LinearWeight {
     Cuda(crate::backend::cuda::MatrixData),
 }
 
+/// A layer's unmerged LoRA products (see `Linear::with_lora`).
+#[derive(Debug)]
+struct LoraProducts {
+    /// Every adapter's A, stacked [Σ rank, in_dim].
+    a: Linear,
+    /// The B's [out_dim, Σ rank], each in its part's rows and its A's columns.
+    b: Linear,
+    /// `(adapter, first column of t = x Aᵀ, rank)` of each factor, with adapters picked per row
+    /// (selectable plans); empty when every row takes every adapter.
+    picked: Vec<(usize, usize, usize)>,
+}
+
 /// A dense layer.
 #[derive(Debug)]
 pub struct Linear {
@@ -44,7 +56,7 @@ pub struct Linear {
     /// Unmerged LoRA adapters: every part's A stacked [Σ rank, in_dim], and the B's (scaled)
     /// in one [out_dim, Σ rank] matrix, each in its part's rows and its A's columns (zeros
     /// elsewhere): two small products per layer, whatever the parts and adapters.
-    lora: Option<Box<(Linear, Linear)>>,
+    lora: Option<Box<LoraProducts>>,
 }
 
 impl Linear {
@@ -288,6 +300,7 @@ impl Linear {
     pub fn with_lora(
         mut self,
         parts: Vec<(usize, usize, Vec<crate::lora::LowRank>)>,
+        selectable: bool,
     ) -> Result<Self> {
         let rank: usize = parts.iter().flat_map(|p| &p.2).map(|f| f.rank).sum();
         if rank == 0 {
@@ -296,6 +309,7 @@ impl Linear {
         let mut a = Vec::with_capacity(rank * self.in_dim);
         let mut b = vec![0.0f32; self.out_dim * rank];
         let mut r0 = 0;
+        let mut picked = Vec::new();
         for (col, n, factors) in parts {
             if col + n > self.out_dim {
                 return Err(Error::Shape {
@@ -309,12 +323,15 @@ impl Linear {
                     let at = (col + i) * rank + r0;
                     b[at..at + f.rank].copy_from_slice(row);
                 }
+                if selectable {
+                    picked.push((f.adapter, r0, f.rank));
+                }
                 r0 += f.rank;
             }
         }
         let a = Self::from_f32(&a, rank, self.in_dim, None)?;
         let b = Self::from_f32(&b, self.out_dim, rank, None)?;
-        self.lora = Some(Box::new((a, b)));
+        self.lora = Some(Box::new(LoraProducts { a, b, picked }));
         Ok(self)
     }
 
@@ -360,8 +377,23 @@ impl Linear {
         };
         // y = base + B (A x), then the activation.
         self.run_base(x, y, accumulate, false);
-        let (a, b) = &**lora;
-        b.run_base(&a.forward(x), y, true, false);
+        let mut t = lora.a.forward(x);
+        if !lora.picked.is_empty() {
+            // Each row keeps the factors of its own adapter (none without a row table).
+            let rank = lora.a.out_dim;
+            crate::lora::row_adapters(|rows| {
+                let m = t.len() / rank.max(1);
+                for (i, row) in t.chunks_exact_mut(rank).enumerate() {
+                    let mine = rows.filter(|r| r.len() == m).map_or(0, |r| r[i]);
+                    for &(k, r0, r) in &lora.picked {
+                        if mine as usize != k + 1 {
+                            row[r0..r0 + r].fill(0.0);
+                        }
+                    }
+                }
+            });
+        }
+        lora.b.run_base(&t, y, true, false);
         if gelu {
             cpu::gelu_erf(y);
         }
