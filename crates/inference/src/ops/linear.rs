@@ -375,6 +375,15 @@ impl Linear {
         let Some(lora) = &self.lora else {
             return self.run_base(x, y, accumulate, gelu);
         };
+        // Picked adapters with no row picking one: the base product alone.
+        let m = self.rows(x);
+        if !lora.picked.is_empty()
+            && crate::lora::row_adapters(|r| {
+                r.is_none_or(|r| r.len() != m || r.iter().all(|&a| a == 0))
+            })
+        {
+            return self.run_base(x, y, accumulate, gelu);
+        }
         // y = base + B (A x), then the activation.
         self.run_base(x, y, accumulate, false);
         let mut t = lora.a.forward(x);
@@ -382,7 +391,6 @@ impl Linear {
             // Each row keeps the factors of its own adapter (none without a row table).
             let rank = lora.a.out_dim;
             crate::lora::row_adapters(|rows| {
-                let m = t.len() / rank.max(1);
                 for (i, row) in t.chunks_exact_mut(rank).enumerate() {
                     let mine = rows.filter(|r| r.len() == m).map_or(0, |r| r[i]);
                     for &(k, r0, r) in &lora.picked {
