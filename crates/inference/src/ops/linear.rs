@@ -32,6 +32,10 @@ enum LinearWeight {
     Cuda(crate::backend::cuda::MatrixData),
 }
 
+/// Distinct adapters a batch's rows may pick for the products to run per adapter over their
+/// rows; more take one masked product over all adapters.
+const GROUPED_ADAPTERS: usize = 2;
+
 /// A layer's unmerged LoRA products (see `Linear::with_lora`).
 #[derive(Debug)]
 struct LoraProducts {
@@ -39,9 +43,13 @@ struct LoraProducts {
     a: Linear,
     /// The B's [out_dim, Σ rank], each in its part's rows and its A's columns.
     b: Linear,
-    /// `(adapter, first column of t = x Aᵀ, rank)` of each factor, with adapters picked per row
-    /// (selectable plans); empty when every row takes every adapter.
-    picked: Vec<(usize, usize, usize)>,
+    /// Adapters picked per row (selectable plans): `(adapter, its A's [rank, in_dim], its B's
+    /// [out_dim, rank])`, run over the rows that picked it only; empty when every row takes
+    /// every adapter (then `a` and `b` serve).
+    picked: Vec<(usize, Linear, Linear)>,
+    /// With `picked`: `(adapter, first column of x Aᵀ, rank)` of each factor in `a`, for a batch
+    /// whose rows pick many adapters (one masked product beats a product per adapter).
+    columns: Vec<(usize, usize, usize)>,
 }
 
 /// A dense layer.
@@ -306,32 +314,64 @@ impl Linear {
         if rank == 0 {
             return Ok(self);
         }
-        let mut a = Vec::with_capacity(rank * self.in_dim);
-        let mut b = vec![0.0f32; self.out_dim * rank];
-        let mut r0 = 0;
-        let mut picked = Vec::new();
-        for (col, n, factors) in parts {
-            if col + n > self.out_dim {
-                return Err(Error::Shape {
-                    op: "Linear::with_lora",
-                    reason: format!("columns {col}..{} of {}", col + n, self.out_dim),
-                });
+        if let Some((col, n, _)) = parts.iter().find(|(col, n, _)| col + n > self.out_dim) {
+            return Err(Error::Shape {
+                op: "Linear::with_lora",
+                reason: format!("columns {col}..{} of {}", col + n, self.out_dim),
+            });
+        }
+        // The factors in [Σ rank, in] and [out_dim, Σ rank] form (zeros outside each part's
+        // rows), of all adapters together, or of each adapter alone when rows pick them.
+        let stack = |keep: &dyn Fn(usize) -> bool| -> Result<Option<(Linear, Linear)>> {
+            let factors: Vec<(usize, &crate::lora::LowRank)> = parts
+                .iter()
+                .flat_map(|(col, _, fs)| fs.iter().map(move |f| (*col, f)))
+                .filter(|(_, f)| keep(f.adapter))
+                .collect();
+            let rank: usize = factors.iter().map(|(_, f)| f.rank).sum();
+            if rank == 0 {
+                return Ok(None);
             }
-            for f in factors {
+            let mut a = Vec::with_capacity(rank * self.in_dim);
+            let mut b = vec![0.0f32; self.out_dim * rank];
+            let mut r0 = 0;
+            for (col, f) in factors {
                 a.extend_from_slice(&f.a);
                 for (i, row) in f.b.chunks_exact(f.rank).enumerate() {
                     let at = (col + i) * rank + r0;
                     b[at..at + f.rank].copy_from_slice(row);
                 }
-                if selectable {
-                    picked.push((f.adapter, r0, f.rank));
-                }
                 r0 += f.rank;
             }
+            Ok(Some((
+                Self::from_f32(&a, rank, self.in_dim, None)?,
+                Self::from_f32(&b, self.out_dim, rank, None)?,
+            )))
+        };
+        let (a, b) = stack(&|_| true)?.expect("rank > 0");
+        let mut picked = Vec::new();
+        let mut columns = Vec::new();
+        let mut r0 = 0;
+        for f in parts.iter().flat_map(|p| &p.2) {
+            columns.push((f.adapter, r0, f.rank));
+            r0 += f.rank;
         }
-        let a = Self::from_f32(&a, rank, self.in_dim, None)?;
-        let b = Self::from_f32(&b, self.out_dim, rank, None)?;
-        self.lora = Some(Box::new(LoraProducts { a, b, picked }));
+        if selectable {
+            let mut ids: Vec<usize> = parts.iter().flat_map(|p| &p.2).map(|f| f.adapter).collect();
+            ids.sort_unstable();
+            ids.dedup();
+            for k in ids {
+                if let Some((ak, bk)) = stack(&|a| a == k)? {
+                    picked.push((k, ak, bk));
+                }
+            }
+        }
+        self.lora = Some(Box::new(LoraProducts {
+            a,
+            b,
+            picked,
+            columns,
+        }));
         Ok(self)
     }
 
@@ -386,22 +426,49 @@ impl Linear {
         }
         // y = base + B (A x), then the activation.
         self.run_base(x, y, accumulate, false);
-        let mut t = lora.a.forward(x);
-        if !lora.picked.is_empty() {
-            // Each row keeps the factors of its own adapter (none without a row table).
-            let rank = lora.a.out_dim;
-            crate::lora::row_adapters(|rows| {
-                for (i, row) in t.chunks_exact_mut(rank).enumerate() {
-                    let mine = rows.filter(|r| r.len() == m).map_or(0, |r| r[i]);
-                    for &(k, r0, r) in &lora.picked {
+        let rows = crate::lora::row_adapters(|r| r.map(<[u32]>::to_vec)).unwrap_or_default();
+        let mut used: Vec<u32> = rows.iter().copied().filter(|&a| a > 0).collect();
+        used.sort_unstable();
+        used.dedup();
+        if lora.picked.is_empty() || used.len() > GROUPED_ADAPTERS {
+            // One product over all adapters; with picked adapters each row keeps the columns
+            // of its own (measured: 8 rows of 8 adapters ran at 0.56x of the base this way,
+            // 0.47x as 8 grouped products).
+            let mut t = lora.a.forward(x);
+            if !lora.picked.is_empty() {
+                let rank = lora.a.out_dim;
+                for (row, &mine) in t.chunks_exact_mut(rank).zip(&rows) {
+                    for &(k, r0, r) in &lora.columns {
                         if mine as usize != k + 1 {
                             row[r0..r0 + r].fill(0.0);
                         }
                     }
                 }
-            });
+            }
+            lora.b.run_base(&t, y, true, false);
+        } else {
+            // Each adapter over the rows that picked it (gathered), added back to those rows
+            // (one adapter for 8 rows: 0.80x of the base, against 0.53x masked).
+            let (k_in, n_out) = (self.in_dim, self.out_dim);
+            for (k, a, b) in &lora.picked {
+                let mine: Vec<usize> = (0..m).filter(|&i| rows[i] as usize == k + 1).collect();
+                if mine.is_empty() {
+                    continue;
+                }
+                let xg: Vec<f32> = mine
+                    .iter()
+                    .flat_map(|&i| &x[i * k_in..(i + 1) * k_in])
+                    .copied()
+                    .collect();
+                let d = b.forward(&a.forward(&xg));
+                for (j, &i) in mine.iter().enumerate() {
+                    let out = &mut y[i * n_out..(i + 1) * n_out];
+                    for (o, &v) in out.iter_mut().zip(&d[j * n_out..(j + 1) * n_out]) {
+                        *o += v;
+                    }
+                }
+            }
         }
-        lora.b.run_base(&t, y, true, false);
         if gelu {
             cpu::gelu_erf(y);
         }
