@@ -210,7 +210,12 @@ pub struct ModelArgs {
     #[arg(long, value_name = "DIR")]
     pub lora: Vec<PathBuf>,
     /// The scale of each `--lora` adapter, in the same order (default 1).
-    #[arg(long, value_name = "S", allow_negative_numbers = true, requires = "lora")]
+    #[arg(
+        long,
+        value_name = "S",
+        allow_negative_numbers = true,
+        requires = "lora"
+    )]
     pub lora_scale: Vec<f32>,
     /// Merge the adapters into the weights at load (no cost per token; f32, bf16 or Q8 weights
     /// made from a safetensors checkpoint, or a GGUF file with --f32).
