@@ -470,3 +470,207 @@ fn lora_adapters_are_served_by_name() {
         );
     }
 }
+
+/// The text of a finished completion stream (`raw`: the whole HTTP response).
+fn stream_text(raw: &[u8]) -> String {
+    let r = parse_response(raw).expect("a complete chunked response");
+    let text = r.text();
+    assert!(
+        text.trim_end().ends_with("data: [DONE]"),
+        "the stream was cut: {text}"
+    );
+    text.split("\n\n")
+        .filter_map(|e| e.strip_prefix("data: "))
+        .filter_map(|e| serde_json::from_str::<Value>(e).ok())
+        .filter_map(|v| v["choices"][0]["text"].as_str().map(str::to_owned))
+        .collect()
+}
+
+/// Adapters loaded and unloaded through vLLM's routes while requests run, from under
+/// `--lora-dir` only (`..`, absolute paths elsewhere and symlinks out are 403); a `lora`
+/// mixture equals `lattice generate` with the same adapters and scales; a stream that started
+/// with an adapter finishes with it after the unload; a merged adapter serves the same text.
+#[test]
+fn lora_adapters_load_unload_and_mix_at_run_time() {
+    use std::io::Read;
+    let gen = fixture("tiny-qwen3");
+    let src = |n: &str| {
+        std::path::PathBuf::from(format!(
+            "{}/../inference/tests/fixtures/lora/tiny-qwen3/{n}",
+            env!("CARGO_MANIFEST_DIR")
+        ))
+    };
+    let root = std::env::temp_dir().join(format!("lattice-lora-dir-{}", std::process::id()));
+    let (dir, outside) = (root.join("adapters"), root.join("outside"));
+    for (to, n) in [
+        (dir.join("attn"), "attn"),
+        (dir.join("mlp"), "mlp"),
+        (outside.join("attn"), "attn"),
+    ] {
+        std::fs::create_dir_all(&to).unwrap();
+        for f in ["adapter_config.json", "adapter_model.safetensors"] {
+            std::fs::copy(src(n).join(f), to.join(f)).unwrap();
+        }
+    }
+    std::os::unix::fs::symlink(outside.join("attn"), dir.join("escape")).unwrap();
+    let sneaky = dir.join("sneaky");
+    std::fs::create_dir_all(&sneaky).unwrap();
+    std::fs::copy(
+        src("attn").join("adapter_config.json"),
+        sneaky.join("adapter_config.json"),
+    )
+    .unwrap();
+    std::os::unix::fs::symlink(
+        outside.join("attn/adapter_model.safetensors"),
+        sneaky.join("adapter_model.safetensors"),
+    )
+    .unwrap();
+    let server = Server::start(&["--model", &gen, "--lora-dir", dir.to_str().unwrap()]);
+    let prompt = "The capital of France is";
+    let cli = |extra: &[&str], n: usize| {
+        cli_generate(&gen, prompt, n, &[&["--ignore-eos"], extra].concat())["text"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    let body = |model: &str, n: usize| {
+        json!({"model": model, "prompt": prompt, "max_tokens": n, "temperature": 0,
+            "ignore_eos": true})
+    };
+    let (attn, mlp) = (dir.join("attn"), dir.join("mlp"));
+    let (attn, mlp) = (attn.to_str().unwrap(), mlp.to_str().unwrap());
+    let load = |name: &str, path: &str| {
+        server.post(
+            "/v1/load_lora_adapter",
+            &json!({"lora_name": name, "lora_path": path}),
+        )
+    };
+    // Refused paths, before anything is loaded.
+    let out_abs = outside.join("attn");
+    for (path, status) in [
+        ("../outside/attn", 403),
+        (out_abs.to_str().unwrap(), 403),
+        ("attn/../../outside/attn", 403),
+        ("escape", 403),
+        ("sneaky", 403),
+        ("", 403),
+        ("missing", 404),
+    ] {
+        let e = load("x", path).error(status, path);
+        assert!(
+            e["message"].as_str().unwrap().contains("lora"),
+            "{path}: {e}"
+        );
+    }
+    // A base stream runs while adapters load.
+    let long = json!({"model": gen, "prompt": prompt, "max_tokens": 120, "temperature": 0,
+        "ignore_eos": true, "stream": true});
+    let (mut base_stream, mut base_raw) = open_stream(&server, "/v1/completions", &long);
+    assert_eq!(load("a", "attn").status, 200, "relative to --lora-dir");
+    let dup = load("a", mlp).error(400, "a name loaded twice");
+    assert!(
+        dup["message"].as_str().unwrap().contains("already"),
+        "{dup}"
+    );
+    assert_eq!(load("m", mlp).status, 200);
+    let r = server
+        .post(
+            "/v1/load_lora_adapter",
+            &json!({"lora_name": "m", "lora_path": mlp, "load_inplace": true}),
+        )
+        .status;
+    assert_eq!(r, 200, "load_inplace replaces");
+    let ids: Vec<String> = server.get("/v1/models").json()["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_str().unwrap().to_owned())
+        .collect();
+    assert!(
+        ids.contains(&"a".into()) && ids.contains(&"m".into()),
+        "{ids:?}"
+    );
+    let want_a = cli(&["--lora", attn], 24);
+    let got = server
+        .post("/v1/completions", &body("a", 24))
+        .ok("adapter a");
+    assert_eq!(got["choices"][0]["text"], want_a.as_str());
+    assert_eq!(got["model"], "a");
+    // A weighted mixture through the `lora` extension.
+    let want_mix = cli(
+        &[
+            "--lora",
+            attn,
+            "--lora-scale",
+            "0.7",
+            "--lora",
+            mlp,
+            "--lora-scale",
+            "-0.4",
+        ],
+        24,
+    );
+    let mut mix = body(&gen, 24);
+    mix["lora"] = json!([{"name": "a", "scale": 0.7}, {"name": "m", "scale": -0.4}]);
+    let got = server.post("/v1/completions", &mix).ok("mixture");
+    assert_eq!(got["choices"][0]["text"], want_mix.as_str());
+    assert_ne!(want_mix, want_a);
+    for (lora, param) in [
+        (json!([{"name": "nope"}]), "lora[0].name"),
+        (json!([{"name": "a", "scale": "big"}]), "lora[0].scale"),
+        (json!([{"name": "a", "weight": 1}]), "lora[0]"),
+    ] {
+        let mut b = body(&gen, 4);
+        b["lora"] = lora;
+        let e = server.post("/v1/completions", &b).error(400, param);
+        assert!(e["param"].as_str().unwrap_or("").starts_with(param), "{e}");
+    }
+    // A stream with `a` keeps it through the unload; new requests no longer find it.
+    let mut s = body("a", 64);
+    s["stream"] = json!(true);
+    let (mut a_stream, mut a_raw) = open_stream(&server, "/v1/completions", &s);
+    let r = server.post("/v1/unload_lora_adapter", &json!({"lora_name": "a"}));
+    assert_eq!(r.status, 200, "{}", r.text());
+    a_stream.read_to_end(&mut a_raw).unwrap();
+    assert_eq!(stream_text(&a_raw), cli(&["--lora", attn], 64));
+    server
+        .post("/v1/completions", &body("a", 4))
+        .error(404, "unloaded");
+    server
+        .post("/v1/unload_lora_adapter", &json!({"lora_name": "a"}))
+        .error(404, "unloaded twice");
+    base_stream.read_to_end(&mut base_raw).unwrap();
+    assert_eq!(
+        stream_text(&base_raw),
+        cli(&[], 120),
+        "the base stream is undisturbed"
+    );
+    server.assert_no_panic();
+    drop(server);
+    // Without --lora-dir nothing loads at run time.
+    let plain = Server::start(&["--model", &gen]);
+    let e = plain
+        .post(
+            "/v1/load_lora_adapter",
+            &json!({"lora_name": "a", "lora_path": attn}),
+        )
+        .error(403, "no --lora-dir");
+    assert!(e["message"].as_str().unwrap().contains("--lora-dir"), "{e}");
+    drop(plain);
+    // Merged into the weights: the same text under the adapter's name and the model's.
+    let merged = Server::start(&[
+        "--model",
+        &gen,
+        "--lora",
+        &format!("a={attn}"),
+        "--lora-merge",
+    ]);
+    for model in ["a", gen.as_str()] {
+        let got = merged
+            .post("/v1/completions", &body(model, 24))
+            .ok("merged");
+        assert_eq!(got["choices"][0]["text"], want_a.as_str(), "{model}");
+    }
+    drop(merged);
+    std::fs::remove_dir_all(&root).ok();
+}

@@ -4,15 +4,19 @@
 //! the adapters target gets `y += s · B (A x)` beside its weight, or the delta merged into the
 //! weight at load (`merge`). Several adapters with scales form a mixture: their deltas add.
 //!
-//! This module owns the adapter files' meaning (scaling, rsLoRA, which options are refused); the
-//! products live in `ops::Linear`.
+//! This module owns the adapter files' meaning (scaling, rsLoRA, which options are refused), the
+//! mapping of adapters onto a model's projections ([`LoraPlan::prepare`], also while it serves)
+//! and which adapters each row of a forward pass runs with ([`Selection`]); the products are
+//! `ops::Linear`'s, the kernel the CPU backend's.
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use serde_json::Value;
 
+use crate::backend::cpu::Delta;
 use crate::io::store::WeightStore;
 use crate::{Error, Result};
 
@@ -133,11 +137,53 @@ impl Adapter {
     pub fn dir(&self) -> &Path {
         &self.dir
     }
+
+    /// The factors of this adapter's pair for the module named by one of `names` (the
+    /// transformers name first, then the checkpoint's own), as `(A name, B name, A [rank,
+    /// in_dim], B [out_dim, rank] times the adapter's scaling)`; `None` when it has none. A
+    /// shape that does not match is an error naming the tensor.
+    fn pair(&self, names: &[&str], in_dim: usize, out_dim: usize) -> Result<Option<Pair>> {
+        let Some(base) = names
+            .iter()
+            .map(|m| format!("{PEFT_PREFIX}{m}"))
+            .find(|b| self.tensors.contains(&format!("{b}.lora_A.weight")))
+        else {
+            return Ok(None);
+        };
+        let (a_name, b_name) = (
+            format!("{base}.lora_A.weight"),
+            format!("{base}.lora_B.weight"),
+        );
+        let r = self.rank;
+        let a = self.tensors.get(&a_name, &[r, in_dim])?.as_slice().to_vec();
+        let b = self.tensors.get(&b_name, &[out_dim, r])?;
+        let b = b.as_slice().iter().map(|&v| v * self.scaling).collect();
+        Ok(Some((a_name, b_name, a, b)))
+    }
+
+    /// An error naming the first of this adapter's tensors not in `used`.
+    fn check_used(&self, used: &HashSet<String>) -> Result<()> {
+        let mut names: Vec<&str> = self.tensors.names().collect();
+        names.sort_unstable();
+        match names.into_iter().find(|n| !used.contains(*n)) {
+            Some(n) => Err(bad(
+                &self.dir,
+                format!(
+                    "tensor `{n}` targets no projection of this model (LoRA applies to the \
+                     attention and MLP projections and the output head)"
+                ),
+            )),
+            None => Ok(()),
+        }
+    }
 }
 
-/// One adapter's low-rank factors for a projection of `in_dim` inputs and `out_dim` outputs:
-/// `a` f32 [rank, in_dim] and `b` f32 [out_dim, rank] with the adapter's scaling (times the
-/// mixture's scale) folded in.
+/// An adapter's tensors for one module: `(A name, B name, A, B scaled)` (see `Adapter::pair`).
+type Pair = (String, String, Vec<f32>, Vec<f32>);
+
+/// One adapter's low-rank factors for a projection of `in_dim` inputs and `out_dim` outputs,
+/// for merging into its weight: `a` f32 [rank, in_dim] and `b` f32 [out_dim, rank] with the
+/// adapter's scaling (times the mixture's scale) folded in.
 #[derive(Debug, Clone)]
 pub struct LowRank {
     /// The down projection A.
@@ -146,64 +192,277 @@ pub struct LowRank {
     pub b: Vec<f32>,
     /// The rank.
     pub rank: usize,
-    /// The adapter's index in its plan.
-    pub adapter: usize,
+}
+
+/// Where adapters attach: one layer's projection, or several stacked along its outputs.
+#[derive(Debug)]
+struct Site {
+    /// `(first output column, outputs, names)` of each stacked projection: the transformers
+    /// module name, then the checkpoint's own if it differs.
+    parts: Vec<(usize, usize, Vec<String>)>,
+    in_dim: usize,
+    /// Runs over every row of the batch (not so: the output head, over the sampled rows).
+    per_row: bool,
+}
+
+/// One adapter's factors for one stacked projection of a site.
+#[derive(Debug)]
+struct Factor {
+    col: usize,
+    rank: usize,
+    /// A [rank, in_dim].
+    a: Vec<f32>,
+    /// Bᵀ [rank, outputs], times the adapter's scaling.
+    bt: Vec<f32>,
+}
+
+/// An adapter mapped onto one model's projections, ready to run ([`LoraPlan::prepare`]).
+#[derive(Debug)]
+pub struct LoadedAdapter {
+    dir: PathBuf,
+    rank: usize,
+    /// The plan it was prepared by (adapters run only on that plan's model).
+    plan: u64,
+    /// Factors per site of the plan.
+    factors: Vec<Vec<Factor>>,
+    bytes: usize,
+}
+
+impl LoadedAdapter {
+    /// The folder it was loaded from.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The rank.
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+
+    /// Bytes its factors take in memory.
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+}
+
+/// The adapters a request runs with, each with a scale: their deltas add (a mixture). Empty is
+/// the model's default: the adapters of a [`LoraPlan::new`] plan, none for a selectable one.
+#[derive(Debug, Clone, Default)]
+pub struct Selection(Arc<Vec<(Arc<LoadedAdapter>, f32)>>);
+
+impl Selection {
+    /// A selection of `adapters` with their scales (finite, adapters of one plan).
+    pub fn new(adapters: Vec<(Arc<LoadedAdapter>, f32)>) -> Result<Self> {
+        if let Some((a, s)) = adapters.iter().find(|(_, s)| !s.is_finite()) {
+            return Err(bad(&a.dir, format!("scale {s} is not a finite number")));
+        }
+        if adapters.windows(2).any(|w| w[0].0.plan != w[1].0.plan) {
+            return Err(Error::InvalidInput(
+                "a selection mixes adapters prepared for different models".into(),
+            ));
+        }
+        Ok(Self(Arc::new(adapters)))
+    }
+
+    /// No adapter picked.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The adapters and their scales.
+    pub fn adapters(&self) -> &[(Arc<LoadedAdapter>, f32)] {
+        &self.0
+    }
+
+    /// The plan the adapters were prepared by (`None` when empty).
+    fn plan(&self) -> Option<u64> {
+        self.0.first().map(|(a, _)| a.plan)
+    }
+}
+
+/// The selections of the forward pass running on one thread (see [`with_row_adapters`]).
+struct RowTable {
+    rows: Vec<Selection>,
+    /// Some projection with adapters read the table.
+    read: bool,
+    /// Why the table does not fit the model, found by a projection.
+    misfit: Option<&'static str>,
 }
 
 thread_local! {
-    /// The adapter of every row of the forward pass running on this thread (see
-    /// [`with_row_adapters`]).
-    static ROWS: std::cell::RefCell<Option<Vec<u32>>> = const { std::cell::RefCell::new(None) };
+    static ROWS: std::cell::RefCell<Option<RowTable>> = const { std::cell::RefCell::new(None) };
 }
 
-/// Runs `f` (a decoder's forward pass, on the thread it runs on) with `rows` as the adapter of
-/// every packed row: 0 for none, `k + 1` for adapter `k` of a selectable plan. Projections with
-/// selectable adapters read it ([`row_adapters`]); a pass without a table runs the base model.
-pub(crate) fn with_row_adapters<R>(rows: Option<&[u32]>, f: impl FnOnce() -> R) -> R {
-    let prev = ROWS.with(|r| r.replace(rows.map(<[u32]>::to_vec)));
+/// Runs `f` (a decoder's forward pass, on the thread it runs on) with `seqs[i]` as the adapters
+/// of the `seq_lens[i]` packed rows of sequence `i` (an empty selection: the model's default);
+/// without selections every row runs the default. An error when they do not fit the model
+/// (adapters of another model, or a model loaded without adapters).
+pub(crate) fn with_row_adapters<R>(
+    seqs: Option<&[Selection]>,
+    seq_lens: &[usize],
+    f: impl FnOnce() -> Result<R>,
+) -> Result<R> {
+    let picks = seqs.is_some_and(|r| r.iter().any(|s| !s.is_empty()));
+    let table = seqs.filter(|_| picks).map(|seqs| RowTable {
+        rows: seqs
+            .iter()
+            .zip(seq_lens)
+            .flat_map(|(s, &n)| std::iter::repeat_n(s.clone(), n))
+            .collect(),
+        read: false,
+        misfit: None,
+    });
+    let prev = ROWS.with(|r| r.replace(table));
     let out = f();
-    ROWS.with(|r| *r.borrow_mut() = prev);
-    out
+    let table = ROWS.with(|r| r.replace(prev));
+    let out = out?;
+    if let Some(t) = table {
+        if let Some(why) = t.misfit {
+            return Err(Error::InvalidInput(why.into()));
+        }
+        if !t.read {
+            return Err(Error::InvalidInput(
+                "the batch picks LoRA adapters, but the model was loaded without LoRA support"
+                    .into(),
+            ));
+        }
+    }
+    Ok(out)
 }
 
-/// The row table of the pass in flight on this thread, if any.
-pub(crate) fn row_adapters<R>(f: impl FnOnce(Option<&[u32]>) -> R) -> R {
-    ROWS.with(|r| f(r.borrow().as_deref()))
+/// Runs `f` with the deltas every row of an `m`-row product at `site` of `plan` adds (from the
+/// pass's row table, or the plan's default) and returns true; false, without calling `f`, when
+/// no row adds any.
+pub(crate) fn with_deltas(
+    plan: &LoraPlan,
+    site: usize,
+    m: usize,
+    f: impl FnOnce(&[Vec<Delta<'_>>]),
+) -> bool {
+    // The selections are taken out of the table (cheap clones), so no borrow is held while
+    // the kernel runs on the pool.
+    let picked = ROWS.with(|r| {
+        let mut table = r.borrow_mut();
+        let t = table.as_mut()?;
+        t.read = true;
+        if !plan.selectable {
+            t.misfit = Some(
+                "the model applies its LoRA adapters to every request; load it with selectable \
+                 adapters to pick them per request",
+            );
+        } else if t
+            .rows
+            .iter()
+            .any(|s| s.plan().is_some_and(|p| p != plan.id))
+        {
+            t.misfit = Some("the batch picks LoRA adapters prepared for another model");
+        }
+        Some((t.misfit.is_none() && t.rows.len() == m).then(|| t.rows.clone()))
+    });
+    let rows: Vec<Vec<Delta<'_>>>;
+    let kept: Vec<Selection>;
+    match picked {
+        None => {
+            let Some(default) = plan.default.get().filter(|d| !d.is_empty()) else {
+                return false;
+            };
+            let mut row = Vec::new();
+            push_deltas(default, site, &mut row);
+            if row.is_empty() {
+                return false;
+            }
+            rows = vec![row; m];
+        }
+        // A misfit, or the output head over the sampled rows (adapters picked per request
+        // never have factors there, see `LoraPlan::prepare`).
+        Some(None) => return false,
+        Some(Some(selections)) => {
+            kept = selections;
+            rows = kept
+                .iter()
+                .map(|s| {
+                    let mut row = Vec::new();
+                    push_deltas(s, site, &mut row);
+                    row
+                })
+                .collect();
+        }
+    }
+    if rows.iter().all(Vec::is_empty) {
+        return false;
+    }
+    f(&rows);
+    true
 }
 
-/// The adapters a model is loaded with, each with a scale (a mixture adds their deltas), merged
-/// into the weights at load or applied beside them; or, [`LoraPlan::selectable`], held beside
-/// the weights for requests to pick one each (rows of one batch may use different adapters).
+/// The deltas `sel`'s adapters add at `site`, onto `out`.
+fn push_deltas<'a>(sel: &'a Selection, site: usize, out: &mut Vec<Delta<'a>>) {
+    for (adapter, scale) in sel.adapters() {
+        for fac in adapter.factors.get(site).into_iter().flatten() {
+            out.push(Delta {
+                a: &fac.a,
+                bt: &fac.bt,
+                rank: fac.rank,
+                col: fac.col,
+                scale: *scale,
+            });
+        }
+    }
+}
+
+/// Tells plans apart (adapters run only on the model of the plan that prepared them).
+static PLANS: AtomicU64 = AtomicU64::new(1);
+
+/// The adapters a model is loaded with and how they apply: [`LoraPlan::new`] gives every
+/// request the same adapters with their scales (a mixture adds their deltas), merged into the
+/// weights at load or run beside them; [`LoraPlan::selectable`] holds them beside the weights
+/// for requests to pick ([`Selection`]; rows of one batch may pick different ones), and more can
+/// be prepared while the model serves ([`LoraPlan::prepare`]).
 #[derive(Debug)]
 pub struct LoraPlan {
+    id: u64,
     adapters: Vec<(Adapter, f32)>,
     merge: bool,
     selectable: bool,
-    /// Tensor names the model's layers took (to refuse adapters for modules the model lacks).
+    /// Tensor names merged into the weights (to refuse adapters for modules the model lacks).
     used: Mutex<HashSet<String>>,
+    /// The projections adapters attach to, recorded at load (unmerged plans).
+    sites: Mutex<Vec<Site>>,
+    /// What rows without a selection run: the adapters of a `new` plan, none if selectable.
+    default: OnceLock<Selection>,
+    /// The plan's own adapters prepared, in order (after [`LoraPlan::finish`]).
+    loaded: OnceLock<Vec<Arc<LoadedAdapter>>>,
 }
 
 impl LoraPlan {
-    /// A plan over `adapters` and their scales; `merge` adds the deltas into the weights.
-    pub fn new(adapters: Vec<(Adapter, f32)>, merge: bool) -> Self {
+    fn with(adapters: Vec<(Adapter, f32)>, merge: bool, selectable: bool) -> Self {
         Self {
+            id: PLANS.fetch_add(1, Ordering::Relaxed),
             adapters,
             merge,
-            selectable: false,
+            selectable,
             used: Mutex::new(HashSet::new()),
+            sites: Mutex::new(Vec::new()),
+            default: OnceLock::new(),
+            loaded: OnceLock::new(),
         }
     }
 
+    /// A plan over `adapters` and their scales for every request; `merge` adds the deltas into
+    /// the weights.
+    pub fn new(adapters: Vec<(Adapter, f32)>, merge: bool) -> Self {
+        Self::with(adapters, merge, false)
+    }
+
     /// A plan whose adapters apply only to the rows of the requests that pick them
-    /// ([`GenerateRequest::adapter`](crate::engine::GenerateRequest::adapter): its index here);
-    /// other rows run the base model.
+    /// ([`GenerateRequest::lora`](crate::engine::GenerateRequest::lora)); other rows run the
+    /// base model. `adapters` may be empty: [`LoraPlan::prepare`] adds more later.
     pub fn selectable(adapters: Vec<Adapter>) -> Self {
-        Self {
-            adapters: adapters.into_iter().map(|a| (a, 1.0)).collect(),
-            merge: false,
-            selectable: true,
-            used: Mutex::new(HashSet::new()),
-        }
+        Self::with(
+            adapters.into_iter().map(|a| (a, 1.0)).collect(),
+            false,
+            true,
+        )
     }
 
     /// Whether requests pick the adapters ([`LoraPlan::selectable`]).
@@ -221,72 +480,158 @@ impl LoraPlan {
         &self.adapters
     }
 
-    /// The factors of every adapter that targets the module named `module` (transformers'
-    /// name, e.g. `model.layers.0.self_attn.q_proj`; `alias`, if given, is the name the
-    /// checkpoint itself uses) of `in_dim` inputs and `out_dim` outputs. A shape that does not
-    /// match is an error naming the tensor.
-    pub fn factors(
-        &self,
-        module: &str,
-        alias: Option<&str>,
-        in_dim: usize,
-        out_dim: usize,
-    ) -> Result<Vec<LowRank>> {
+    /// The plan's own adapters, prepared (empty before the model is loaded or when merged).
+    pub fn loaded(&self) -> &[Arc<LoadedAdapter>] {
+        self.loaded.get().map_or(&[], Vec::as_slice)
+    }
+
+    /// Whether `selection` can run on this plan's model (an error saying why not).
+    pub fn check(&self, selection: &Selection) -> Result<()> {
+        match selection.plan() {
+            None => Ok(()),
+            Some(_) if !self.selectable => Err(Error::InvalidInput(
+                "the model applies its LoRA adapters to every request; adapters are picked per \
+                 request only on a model loaded with selectable adapters"
+                    .into(),
+            )),
+            Some(p) if p != self.id => Err(Error::InvalidInput(
+                "the request picks LoRA adapters prepared for another model".into(),
+            )),
+            Some(_) => Ok(()),
+        }
+    }
+
+    /// The factors of every adapter that targets the module named by one of `names` (see
+    /// [`Adapter::pair`]), for merging: B carries the adapter's scaling times its scale here.
+    pub fn factors(&self, names: &[&str], in_dim: usize, out_dim: usize) -> Result<Vec<LowRank>> {
         let mut out = Vec::new();
-        for (k, (adapter, scale)) in self.adapters.iter().enumerate() {
-            let names = std::iter::once(module).chain(alias);
-            let Some(base) = names
-                .map(|m| format!("{PEFT_PREFIX}{m}"))
-                .find(|b| adapter.tensors.contains(&format!("{b}.lora_A.weight")))
-            else {
+        for (adapter, scale) in &self.adapters {
+            let Some((a_name, b_name, a, mut b)) = adapter.pair(names, in_dim, out_dim)? else {
                 continue;
             };
-            let (a_name, b_name) = (
-                format!("{base}.lora_A.weight"),
-                format!("{base}.lora_B.weight"),
-            );
-            let r = adapter.rank;
-            let a = adapter.tensors.get(&a_name, &[r, in_dim])?;
-            let b = adapter.tensors.get(&b_name, &[out_dim, r])?;
-            let s = adapter.scaling * scale;
+            b.iter_mut().for_each(|v| *v *= scale);
             out.push(LowRank {
-                a: a.as_slice().to_vec(),
-                b: b.as_slice().iter().map(|&v| v * s).collect(),
-                rank: r,
-                adapter: k,
+                a,
+                b,
+                rank: adapter.rank,
             });
-            let mut used = self
-                .used
-                .lock()
-                .map_err(|_| bad(&adapter.dir, "poisoned"))?;
+            let mut used = self.used.lock().map_err(|_| poisoned())?;
             used.insert(a_name);
             used.insert(b_name);
         }
         Ok(out)
     }
 
-    /// After a model is loaded: an error naming the first adapter tensor no layer took (a
-    /// module this model does not have, or one it does not take adapters on).
-    pub fn check_all_used(&self) -> Result<()> {
-        let used = self
-            .used
-            .lock()
-            .map_err(|_| Error::InvalidInput("poisoned".into()))?;
-        for (adapter, _) in &self.adapters {
-            let mut names: Vec<&str> = adapter.tensors.names().collect();
-            names.sort_unstable();
-            if let Some(n) = names.into_iter().find(|n| !used.contains(*n)) {
-                return Err(bad(
-                    &adapter.dir,
-                    format!(
-                        "tensor `{n}` targets no projection of this model (LoRA applies to \
-                         the attention and MLP projections and the output head)"
-                    ),
-                ));
-            }
+    /// Records a projection adapters attach to (unmerged plans): `(first output column,
+    /// outputs, names)` of each stacked part over `in_dim` inputs; `per_row` unless it runs
+    /// over the sampled rows only (the output head). Returns the site's index.
+    pub(crate) fn add_site(
+        &self,
+        parts: Vec<(usize, usize, Vec<String>)>,
+        in_dim: usize,
+        per_row: bool,
+    ) -> Result<usize> {
+        let mut sites = self.sites.lock().map_err(|_| poisoned())?;
+        sites.push(Site {
+            parts,
+            in_dim,
+            per_row,
+        });
+        Ok(sites.len() - 1)
+    }
+
+    /// Maps `adapter` onto the model's projections: an error naming the tensor when one has
+    /// the wrong shape or targets no projection. On a selectable plan the output head takes no
+    /// adapter (it runs over the sampled rows of a batch, not each request's).
+    pub fn prepare(&self, adapter: &Adapter) -> Result<Arc<LoadedAdapter>> {
+        if self.merge {
+            return Err(bad(
+                &adapter.dir,
+                "the model's adapters are merged into its weights; no more can be added",
+            ));
         }
+        let sites = self.sites.lock().map_err(|_| poisoned())?;
+        let mut used = HashSet::new();
+        let mut factors = Vec::with_capacity(sites.len());
+        let mut bytes = 0;
+        for site in sites.iter() {
+            let mut here = Vec::new();
+            for (col, n, names) in &site.parts {
+                let names: Vec<&str> = names.iter().map(String::as_str).collect();
+                let Some((a_name, b_name, a, b)) = adapter.pair(&names, site.in_dim, *n)? else {
+                    continue;
+                };
+                if !site.per_row && self.selectable {
+                    return Err(bad(
+                        &adapter.dir,
+                        format!(
+                            "tensor `{a_name}`: adapters on the output head cannot be picked per \
+                             request (it runs over the sampled rows of a batch); apply the \
+                             adapter to every request instead (`lattice generate --lora`)"
+                        ),
+                    ));
+                }
+                let r = adapter.rank;
+                let mut bt = vec![0.0f32; r * n];
+                for (o, row) in b.chunks_exact(r).enumerate() {
+                    for (k, &v) in row.iter().enumerate() {
+                        bt[k * n + o] = v;
+                    }
+                }
+                bytes += (a.len() + bt.len()) * 4;
+                here.push(Factor {
+                    col: *col,
+                    rank: r,
+                    a,
+                    bt,
+                });
+                used.insert(a_name);
+                used.insert(b_name);
+            }
+            factors.push(here);
+        }
+        adapter.check_used(&used)?;
+        Ok(Arc::new(LoadedAdapter {
+            dir: adapter.dir.clone(),
+            rank: adapter.rank,
+            plan: self.id,
+            factors,
+            bytes,
+        }))
+    }
+
+    /// After the model is loaded: merged plans check every adapter tensor was merged; others
+    /// prepare their adapters (the default of a [`LoraPlan::new`] plan runs them all).
+    pub(crate) fn finish(&self) -> Result<()> {
+        if self.merge {
+            let used = self.used.lock().map_err(|_| poisoned())?;
+            for (adapter, _) in &self.adapters {
+                adapter.check_used(&used)?;
+            }
+            return Ok(());
+        }
+        let mut loaded = Vec::with_capacity(self.adapters.len());
+        for (adapter, _) in &self.adapters {
+            loaded.push(self.prepare(adapter)?);
+        }
+        let default = if self.selectable {
+            Selection::default()
+        } else {
+            let scaled = loaded
+                .iter()
+                .cloned()
+                .zip(self.adapters.iter().map(|a| a.1));
+            Selection::new(scaled.collect())?
+        };
+        let _ = self.default.set(default);
+        let _ = self.loaded.set(loaded);
         Ok(())
     }
+}
+
+/// The error for a lock a panicking thread left.
+fn poisoned() -> Error {
+    Error::InvalidInput("a LoRA plan's lock was poisoned by a failed thread".into())
 }
 
 /// `w [out_dim, in_dim] += B · A` for each factor (the merged weights).

@@ -289,6 +289,12 @@ fn elementwise_kernels_match_reference() {
             scalar::add_assign(&mut w, &y);
             close(&format!("{isa} add_assign n={n}"), &g, &w, 0.0, 0.0);
 
+            // Fused or separate multiply-add: one rounding apart.
+            let (mut g, mut w) = (x.clone(), x.clone());
+            t.axpy(&mut g, -0.37, &y);
+            scalar::axpy(&mut w, -0.37, &y);
+            close(&format!("{isa} axpy n={n}"), &g, &w, 1e-6, 1e-5);
+
             let (mut g, mut w) = (x.clone(), x.clone());
             t.scale(&mut g, 0.37);
             scalar::scale(&mut w, 0.37);
@@ -633,5 +639,82 @@ fn multi_page_view_equals_one_page() {
                 }
             }
         }
+    }
+}
+
+/// The per-row low-rank kernel (LoRA's `y += s · B (A x)`) against a plain loop: rows with no,
+/// one or several factors (overlapping output columns), awkward ranks and widths, one row (its
+/// outputs split over threads) and many.
+#[test]
+fn low_rank_updates_match_reference() {
+    use lattice_inference::backend::cpu::{add_low_rank, Delta};
+    let mut rng = Rng(11);
+    for (m, in_dim, out_dim) in [(1, 67, 301), (3, 896, 1152), (9, 33, 4864), (1, 4864, 896)] {
+        let x = rng.vec(m * in_dim, -1.0, 1.0);
+        let y0 = rng.vec(m * out_dim, -1.0, 1.0);
+        // (rank, first column, outputs, scale)
+        let shapes = [
+            (4, 0, out_dim, 1.0),
+            (7, out_dim / 3, out_dim / 2, -0.6),
+            (16, 5, 1, 2.0),
+        ];
+        type Factor = (usize, usize, f32, Vec<f32>, Vec<f32>);
+        let factors: Vec<Factor> = shapes
+            .iter()
+            .map(|&(r, col, n, s)| {
+                (
+                    r,
+                    col,
+                    s,
+                    rng.vec(r * in_dim, -1.0, 1.0),
+                    rng.vec(r * n, -1.0, 1.0),
+                )
+            })
+            .collect();
+        let picks: Vec<Vec<usize>> = (0..m)
+            .map(|i| (0..factors.len()).filter(|k| (i + k) % 3 != 2).collect())
+            .collect();
+        let rows: Vec<Vec<Delta>> = picks
+            .iter()
+            .map(|p| {
+                p.iter()
+                    .map(|&k| {
+                        let (rank, col, scale, a, bt) = &factors[k];
+                        Delta {
+                            a,
+                            bt,
+                            rank: *rank,
+                            col: *col,
+                            scale: *scale,
+                        }
+                    })
+                    .collect()
+            })
+            .collect();
+        let mut got = y0.clone();
+        add_low_rank(&x, in_dim, &mut got, out_dim, &rows);
+        let mut want: Vec<f64> = y0.iter().map(|&v| v as f64).collect();
+        for (i, p) in picks.iter().enumerate() {
+            for &k in p {
+                let (rank, col, scale, a, bt) = &factors[k];
+                let n = bt.len() / rank;
+                for r in 0..*rank {
+                    let t: f64 = (0..in_dim)
+                        .map(|j| a[r * in_dim + j] as f64 * x[i * in_dim + j] as f64)
+                        .sum();
+                    for o in 0..n {
+                        want[i * out_dim + col + o] += *scale as f64 * t * bt[r * n + o] as f64;
+                    }
+                }
+            }
+        }
+        let want: Vec<f32> = want.iter().map(|&v| v as f32).collect();
+        close(
+            &format!("low rank m={m} in={in_dim} out={out_dim}"),
+            &got,
+            &want,
+            1e-4,
+            1e-3,
+        );
     }
 }

@@ -164,22 +164,31 @@ fn load_err(f: impl FnOnce() -> lattice_inference::Result<()>) -> String {
     f().err().map(|e| e.to_string()).unwrap_or_default()
 }
 
-/// A selectable plan: requests of one batch pick different adapters (or none), and each
-/// output equals that request run alone on a model loaded with just its adapter (or none);
-/// unknown adapter indices are refused.
+/// A selectable plan: requests of one batch pick different adapters, a weighted mixture, an
+/// adapter prepared after the model was loaded, or none; each output equals that request run
+/// alone on a model loaded with just those adapters (or none). Selections that do not fit are
+/// refused, by the engine and by a raw forward pass.
 #[test]
 fn requests_pick_their_adapters_within_one_batch() {
     use lattice_inference::engine::{generate, BatchEngine, GenerateRequest};
+    use lattice_inference::lora::Selection;
+    use lattice_inference::model::batch::{ForwardBatch, RowOutputs};
     use lattice_inference::sample::SamplingParams;
     for base in ["tiny-qwen3", "tiny-qwen35"] {
-        let names = ["attn", "mlp"];
-        let adapters = names
-            .iter()
-            .map(|n| Adapter::load(&adapter_dir(base, n)).unwrap())
-            .collect();
         let mut place = Placement::new(WeightMode::F32, Device::Cpu);
-        place.lora = Some(Arc::new(LoraPlan::selectable(adapters)));
+        let attn = Adapter::load(&adapter_dir(base, "attn")).unwrap();
+        place.lora = Some(Arc::new(LoraPlan::selectable(vec![attn])));
         let multi = TextModel::load_on(&fixture(base), &place).unwrap();
+        let plan = multi.lora.clone().unwrap();
+        let attn = plan.loaded()[0].clone();
+        // Prepared while the model is loaded (what the server's load route does).
+        let mlp = plan
+            .prepare(&Adapter::load(&adapter_dir(base, "mlp")).unwrap())
+            .unwrap();
+        let one = |a: &Arc<lattice_inference::lora::LoadedAdapter>| {
+            Selection::new(vec![(a.clone(), 1.0)]).unwrap()
+        };
+        let mix = Selection::new(vec![(attn.clone(), 0.7), (mlp.clone(), -0.4)]).unwrap();
         let r = read_json(&fixture(base).join("reference.json"));
         let prompts: Vec<Vec<u32>> = r["prompts"]
             .as_array()
@@ -187,36 +196,77 @@ fn requests_pick_their_adapters_within_one_batch() {
             .iter()
             .map(|p| u32s(&p["ids"]))
             .collect();
-        let picks = [None, Some(0), Some(1), Some(0), None, Some(1)];
-        let req = |k: usize, pick: Option<usize>| {
+        let picks = [
+            Selection::default(),
+            one(&attn),
+            one(&mlp),
+            mix.clone(),
+            Selection::default(),
+            one(&attn),
+        ];
+        let alone: Vec<&[(&str, f32)]> = vec![
+            &[],
+            &[("attn", 1.0)],
+            &[("mlp", 1.0)],
+            &[("attn", 0.7), ("mlp", -0.4)],
+            &[],
+            &[("attn", 1.0)],
+        ];
+        let req = |k: usize, pick: &Selection| {
             let mut q = GenerateRequest::new(
                 prompts[k % prompts.len()].clone(),
                 24,
                 SamplingParams::greedy(),
             );
             q.ignore_eos = true;
-            q.adapter = pick;
+            q.lora = pick.clone();
             q
         };
         let mut engine = BatchEngine::new(&multi, 8);
-        for (k, &pick) in picks.iter().enumerate() {
+        for (k, pick) in picks.iter().enumerate() {
             engine.submit(req(k, pick)).unwrap();
         }
         let done = engine.run_all().unwrap();
-        let plain = TextModel::load(&fixture(base), WeightMode::F32).unwrap();
-        let single: Vec<TextModel> = names
-            .iter()
-            .map(|n| load(base, &[(n, 1.0)], false).unwrap())
-            .collect();
-        for ((k, &pick), (_, got)) in picks.iter().enumerate().zip(&done) {
-            let m = pick.map_or(&plain, |i| &single[i]);
-            let want = generate(m, &req(k, None), &mut |_| true).unwrap();
+        for ((k, list), (_, got)) in alone.iter().enumerate().zip(&done) {
+            let m = load(base, list, false).unwrap();
+            let want = generate(&m, &req(k, &Selection::default()), &mut |_| true).unwrap();
             assert_eq!(
                 got.token_ids, want.token_ids,
-                "{base}: request {k} ({pick:?})"
+                "{base}: request {k} ({list:?})"
             );
         }
-        let e = engine.submit(req(0, Some(2))).unwrap_err().to_string();
-        assert!(e.contains("adapter 2") && e.contains("2 selectable"), "{e}");
+        // Adapters prepared by another model's plan, or for a model loaded without adapters.
+        let other = load(base, &[("attn", 1.0)], false).unwrap();
+        let e = BatchEngine::new(&other, 2)
+            .submit(req(0, &one(&attn)))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("every request"), "{e}");
+        let plain = TextModel::load(&fixture(base), WeightMode::F32).unwrap();
+        let e = BatchEngine::new(&plain, 2)
+            .submit(req(0, &one(&attn)))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("without"), "{e}");
+        let ids = &prompts[0];
+        let mut batch = ForwardBatch::tokens(ids, &[ids.len()], RowOutputs::LastLogits);
+        batch.adapters = Some(vec![one(&attn)]);
+        let mut cache = plain.decoder.new_cache(ids.len() + 1);
+        let e = plain
+            .decoder
+            .forward_batch(&batch, &mut [&mut cache])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("without LoRA"), "{e}");
+        let mut place = Placement::new(WeightMode::F32, Device::Cpu);
+        place.lora = Some(Arc::new(LoraPlan::selectable(Vec::new())));
+        let empty = TextModel::load_on(&fixture(base), &place).unwrap();
+        let mut cache = empty.decoder.new_cache(ids.len() + 1);
+        let e = empty
+            .decoder
+            .forward_batch(&batch, &mut [&mut cache])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("another model"), "{e}");
     }
 }

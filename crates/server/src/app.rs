@@ -71,6 +71,8 @@ pub struct AppState {
     pub metrics: Arc<Metrics>,
     /// Limits and settings.
     pub options: ServeOptions,
+    /// The LoRA adapters served over the generation model.
+    pub adapters: crate::adapters::Adapters,
     /// Start time (seconds since the epoch), the `created` of the models.
     pub created: u64,
     next_id: AtomicU64,
@@ -85,12 +87,22 @@ impl AppState {
         metrics: Arc<Metrics>,
         options: ServeOptions,
     ) -> Self {
+        let plan = generation
+            .as_ref()
+            .and_then(|g| g.engine.model.lora.clone());
+        let adapters = crate::adapters::Adapters::new(
+            plan,
+            &options.adapters,
+            options.lora_dir.as_deref(),
+            options.max_loras,
+        );
         Self {
             generation,
             embedding,
             rerank,
             metrics,
             options,
+            adapters,
             created: std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_secs()),
@@ -111,6 +123,8 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/chat/completions", post(crate::completions::chat))
         .route("/v1/completions", post(crate::completions::completions))
         .route("/v1/models", get(models))
+        .route("/v1/load_lora_adapter", post(crate::adapters::load))
+        .route("/v1/unload_lora_adapter", post(crate::adapters::unload))
         .route("/v1/models/{*id}", get(model))
         .route("/v1/rerank", post(crate::tei::rerank_v1))
         .route("/embed", post(crate::embeddings::tei_embed))
@@ -197,8 +211,8 @@ fn model_list(state: &AppState) -> Vec<(Value, Vec<String>)> {
     if let Some(g) = &state.generation {
         out.push(entry(&g.name, &g.aliases, "generate"));
         // LoRA adapters served over it, as vLLM lists them.
-        for a in &state.options.adapters {
-            let (mut v, names) = entry(a, &[], "generate");
+        for a in state.adapters.names() {
+            let (mut v, names) = entry(&a, &[], "generate");
             v["parent"] = json!(g.name);
             out.push((v, names));
         }

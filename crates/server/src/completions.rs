@@ -14,6 +14,7 @@ use axum::response::{IntoResponse, Response};
 use lattice_inference::chat::{ChatMessage, RenderOptions};
 use lattice_inference::engine::{Drafter, GenerateRequest, Generation, TextModel, TokenLogprob};
 use lattice_inference::grammar::{Constraint, Spec};
+use lattice_inference::lora::Selection;
 use lattice_inference::sample::SamplingParams;
 use serde_json::{json, Value};
 use tokio::sync::mpsc::UnboundedReceiver;
@@ -331,7 +332,7 @@ fn requests_for(
     logprobs: Option<usize>,
     constraint: &Option<Constraint>,
     default_draft: (usize, Drafter),
-    adapter: Option<usize>,
+    lora: &Selection,
 ) -> Result<Vec<GenerateRequest>, ApiError> {
     let (params, n) = sampling_params(s)?;
     let context = model.decoder.info().config.max_positions;
@@ -385,7 +386,7 @@ fn requests_for(
             r.logit_bias = bias.clone();
             r.draft_tokens = draft_tokens;
             r.drafter = drafter;
-            r.adapter = adapter;
+            r.lora = lora.clone();
             r
         })
         .map(|r| {
@@ -492,16 +493,17 @@ async fn blocking<T: Send + 'static>(
         .map_err(|e| ApiError::internal(format!("request preparation failed: {e}")))?
 }
 
-/// The generation engine a request's `model` names, and the LoRA adapter when it names one of
-/// the served adapters.
+/// The generation engine a request's `model` names, the served LoRA adapter's name when it
+/// names one, and the adapters the request runs with (that one, or its `lora` mixture).
 fn generator<'a>(
     state: &'a AppState,
     model: Option<&str>,
-) -> Result<(&'a Generator, Option<usize>), ApiError> {
-    let adapter = model.and_then(|m| state.options.adapters.iter().position(|a| a == m));
+    sampling: &Sampling,
+) -> Result<(&'a Generator, Option<String>, Selection), ApiError> {
+    let (adapter, lora) = state.adapters.pick(model, sampling.lora.as_deref())?;
     let model = if adapter.is_some() { None } else { model };
     let g = crate::app::engine(&state.generation, model, "generation", "--model")?;
-    Ok((g, adapter))
+    Ok((g, adapter, lora))
 }
 
 /// `POST /v1/chat/completions`.
@@ -510,7 +512,7 @@ pub async fn chat(State(state): State<Arc<AppState>>, body: Body) -> Result<Resp
     let value = read_body(body, state.options.max_body_bytes).await?;
     let req: ChatRequest = from_value(&value)?;
     let sampling: Sampling = from_value(&value)?;
-    let (gen, adapter) = generator(&state, req.model.as_deref())?;
+    let (gen, adapter, lora) = generator(&state, req.model.as_deref(), &sampling)?;
     if req.messages.is_empty() {
         return Err(ApiError::invalid_param("messages", "`messages` is empty"));
     }
@@ -613,7 +615,7 @@ pub async fn chat(State(state): State<Arc<AppState>>, body: Body) -> Result<Resp
         logprobs,
         &constraint,
         (state.options.draft_tokens, state.options.drafter),
-        adapter,
+        &lora,
     )?;
     let mut reply = Reply::new(
         Api::Chat,
@@ -625,8 +627,8 @@ pub async fn chat(State(state): State<Arc<AppState>>, body: Body) -> Result<Resp
         &sampling,
         arrived,
     );
-    if let Some(k) = adapter {
-        reply.model_name = state.options.adapters[k].clone();
+    if let Some(name) = adapter {
+        reply.model_name = name;
     }
     reply.tools = parse_tools;
     let mut requests = requests;
@@ -648,7 +650,7 @@ pub async fn completions(
     let value = read_body(body, state.options.max_body_bytes).await?;
     let req: CompletionRequest = from_value(&value)?;
     let sampling: Sampling = from_value(&value)?;
-    let (gen, adapter) = generator(&state, req.model.as_deref())?;
+    let (gen, adapter, lora) = generator(&state, req.model.as_deref(), &sampling)?;
     if req.suffix.as_deref().is_some_and(|s| !s.is_empty()) {
         return Err(ApiError::invalid_param(
             "suffix",
@@ -720,7 +722,7 @@ pub async fn completions(
             logprobs,
             &constraint,
             (state.options.draft_tokens, state.options.drafter),
-            adapter,
+            &lora,
         )?;
         for _ in 0..choices.len() {
             echo_text.push(if echo { text.clone() } else { String::new() });
@@ -737,8 +739,8 @@ pub async fn completions(
         &sampling,
         arrived,
     );
-    if let Some(k) = adapter {
-        reply.model_name = state.options.adapters[k].clone();
+    if let Some(name) = adapter {
+        reply.model_name = name;
     }
     start(&state, gen, reply, requests, &sampling).await
 }

@@ -94,6 +94,17 @@ impl ApiError {
         e
     }
 
+    /// 403: the request asks for something this server does not allow (e.g. a path outside
+    /// the folder it may read).
+    pub fn forbidden(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::FORBIDDEN, "permission_error", message)
+    }
+
+    /// 404: a named thing (other than a model) does not exist.
+    pub fn not_found(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::NOT_FOUND, "invalid_request_error", message)
+    }
+
     /// 404 for a route whose model kind is not loaded.
     pub fn not_loaded(what: &str, flag: &str) -> Self {
         let mut e = Self::new(

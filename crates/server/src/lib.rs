@@ -9,6 +9,7 @@
 //! [`BatchEngine`](lattice_inference::engine::BatchEngine)) and [`embed_batcher`] the embedding
 //! batcher thread. Handlers never run a forward pass themselves.
 
+pub mod adapters;
 pub mod app;
 pub mod completions;
 pub mod embed_batcher;
@@ -61,6 +62,11 @@ pub struct ServeOptions {
     /// Names of the generation model's selectable LoRA adapters, in the order of its plan: a
     /// request whose `model` is one of them runs with that adapter (vLLM's convention).
     pub adapters: Vec<String>,
+    /// The folder `POST /v1/load_lora_adapter` may load adapters from (`None`: no loading at
+    /// run time).
+    pub lora_dir: Option<std::path::PathBuf>,
+    /// Most LoRA adapters served at once.
+    pub max_loras: usize,
 }
 
 impl Default for ServeOptions {
@@ -79,6 +85,8 @@ impl Default for ServeOptions {
             draft_tokens: 0,
             drafter: lattice_inference::engine::Drafter::Ngram,
             adapters: Vec::new(),
+            lora_dir: None,
+            max_loras: 32,
         }
     }
 }

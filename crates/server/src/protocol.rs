@@ -203,6 +203,9 @@ pub struct Sampling {
     pub speculative: Option<String>,
     /// Extension: most tokens per draft (1-15) with `speculative`.
     pub draft_tokens: Option<u32>,
+    /// Extension: a mixture of served LoRA adapters, `[{"name": "a", "scale": 0.5}, ...]` (the
+    /// deltas add; scale default 1).
+    pub lora: Option<Vec<crate::adapters::LoraRef>>,
     /// Token id (as a string) → offset in [-100, 100] added to its logit before each choice.
     pub logit_bias: Option<serde_json::Map<String, serde_json::Value>>,
     /// Output format: `{"type": "text"}`, `{"type": "json_object"}` or `{"type":

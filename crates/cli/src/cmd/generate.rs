@@ -221,18 +221,19 @@ pub struct ModelArgs {
     /// made from a safetensors checkpoint, or a GGUF file with --f32).
     #[arg(long, requires = "lora")]
     pub lora_merge: bool,
-    /// The adapters are picked per request (`lattice serve --lora NAME=DIR`), not applied to
-    /// every row.
+    /// The adapters are picked per request (`lattice serve --lora NAME=DIR` or `--lora-dir`),
+    /// not applied to every row; the model takes adapters even when none is given yet.
     #[arg(skip)]
     pub lora_selectable: bool,
 }
 
 impl ModelArgs {
-    /// The `--lora` adapters with their `--lora-scale`s (`None` without adapters).
+    /// The `--lora` adapters with their `--lora-scale`s (`None` without adapters, unless they
+    /// are selectable: a server may load them later).
     fn lora_plan(
         &self,
     ) -> anyhow::Result<Option<std::sync::Arc<lattice_inference::lora::LoraPlan>>> {
-        if self.lora.is_empty() {
+        if self.lora.is_empty() && !self.lora_selectable {
             return Ok(None);
         }
         if self.lora_scale.len() > self.lora.len() {

@@ -78,6 +78,17 @@ pub struct Args {
     /// adapters and the base model share a batch.
     #[arg(long, value_name = "NAME=DIR")]
     lora: Vec<String>,
+    /// Merge the one `--lora` adapter into the weights at load: the model is served under its
+    /// names and NAME, at no cost per token (no base model then).
+    #[arg(long, requires = "lora", conflicts_with = "lora_dir")]
+    lora_merge: bool,
+    /// Let clients load and unload LoRA adapters at run time (`POST /v1/load_lora_adapter`,
+    /// `/v1/unload_lora_adapter`) from folders under DIR only.
+    #[arg(long, value_name = "DIR")]
+    lora_dir: Option<std::path::PathBuf>,
+    /// Most LoRA adapters served at once.
+    #[arg(long, default_value_t = 32)]
+    max_loras: usize,
     /// Worker threads for the forward passes (default: all cores).
     #[arg(long)]
     threads: Option<usize>,
@@ -131,8 +142,26 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
     let mut models = Models::default();
     let (adapter_names, adapter_dirs) = adapters(&args.lora)?;
-    if !adapter_names.is_empty() && args.model.is_none() {
-        anyhow::bail!("--lora needs a generation model (--model)");
+    if (!adapter_names.is_empty() || args.lora_dir.is_some()) && args.model.is_none() {
+        anyhow::bail!("--lora and --lora-dir need a generation model (--model)");
+    }
+    if let Some(dir) = &args.lora_dir {
+        if !dir.is_dir() {
+            anyhow::bail!("--lora-dir {}: not a folder", dir.display());
+        }
+    }
+    if args.lora_merge && adapter_names.len() != 1 {
+        anyhow::bail!(
+            "--lora-merge merges one adapter into the weights; {} are given",
+            adapter_names.len()
+        );
+    }
+    if adapter_names.len() > args.max_loras {
+        anyhow::bail!(
+            "{} --lora adapters are given; --max-loras is {}",
+            adapter_names.len(),
+            args.max_loras
+        );
     }
     if let Some(model) = &args.model {
         let loader = super::generate::ModelArgs {
@@ -145,8 +174,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             device: args.device.clone(),
             lora: adapter_dirs,
             lora_scale: Vec::new(),
-            lora_merge: false,
-            lora_selectable: true,
+            lora_merge: args.lora_merge,
+            lora_selectable: !args.lora_merge
+                && (!adapter_names.is_empty() || args.lora_dir.is_some()),
         };
         let text_model = loader.load()?;
         if args.speculative.draft_tokens() > 0 {
@@ -155,7 +185,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             }
         }
         let arg = model.to_string_lossy();
-        models.generation = Some((names(&arg, args.served_model_name.as_deref()), text_model));
+        let mut served = names(&arg, args.served_model_name.as_deref());
+        if args.lora_merge {
+            // The merged model answers to the adapter's name too.
+            served.extend(adapter_names.iter().cloned());
+        }
+        models.generation = Some((served, text_model));
     } else if let Some(t) = args.threads {
         rayon::ThreadPoolBuilder::new()
             .num_threads(t.max(1))
@@ -196,7 +231,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         prefix_cache: !args.no_prefix_cache,
         draft_tokens: args.speculative.draft_tokens(),
         drafter: args.speculative.drafter(),
-        adapters: adapter_names,
+        adapters: if args.lora_merge {
+            Vec::new()
+        } else {
+            adapter_names
+        },
+        lora_dir: args.lora_dir,
+        max_loras: args.max_loras,
     };
     lattice_server::serve(models, options)?;
     Ok(())

@@ -186,15 +186,15 @@ impl<'m> BatchEngine<'m> {
 
     fn check(&self, req: &GenerateRequest) -> Result<usize> {
         req.sampling.validate()?;
-        if let Some(k) = req.adapter {
-            let n = match &self.model.lora {
-                Some(p) if p.is_selectable() => p.adapters().len(),
-                _ => 0,
-            };
-            if k >= n {
-                return Err(Error::InvalidInput(format!(
-                    "adapter {k} asked for; the model was loaded with {n} selectable adapters"
-                )));
+        if !req.lora.is_empty() {
+            match &self.model.lora {
+                Some(plan) => plan.check(&req.lora)?,
+                None => {
+                    return Err(Error::InvalidInput(
+                        "the request picks LoRA adapters, but the model was loaded without them"
+                            .into(),
+                    ))
+                }
             }
         }
         let cfg = &self.model.decoder.info().config;
@@ -413,7 +413,7 @@ impl<'m> BatchEngine<'m> {
         let picks_adapters = schedule
             .work
             .iter()
-            .any(|&(i, _)| self.running[i].seq.request().adapter.is_some());
+            .any(|&(i, _)| !self.running[i].seq.request().lora.is_empty());
         let mut adapters = Vec::new();
         for &(i, n) in &schedule.work {
             let slot = &self.running[i];
@@ -429,8 +429,7 @@ impl<'m> BatchEngine<'m> {
             ids.extend_from_slice(draft);
             lens.push(n);
             if picks_adapters {
-                let id = slot.seq.request().adapter.map_or(0, |k| k as u32 + 1);
-                adapters.extend(std::iter::repeat_n(id, n));
+                adapters.push(slot.seq.request().lora.clone());
             }
             let out = 1 + draft.len();
             rows.push((rows.last().map_or(0, |&(a, b)| a + b), out));
@@ -535,7 +534,7 @@ impl<'m> BatchEngine<'m> {
                 }
                 slot.seq.count_draft(draft.len(), kept);
                 slot.draft_len.update(draft.len(), kept);
-                if self.memory.caches_prefixes() && slot.seq.request().adapter.is_none() {
+                if self.memory.caches_prefixes() && slot.seq.request().lora.is_empty() {
                     let history = &slot.seq.history()[..slot.computed];
                     self.memory
                         .publish(history, state, &mut slot.hashes, &mut slot.published);
@@ -546,7 +545,7 @@ impl<'m> BatchEngine<'m> {
             slot.computed += n;
             let prompt_len = slot.seq.request().prompt_ids.len();
             let state = slot.state.as_ref().expect("scheduled slots have state");
-            if self.memory.caches_prefixes() && slot.seq.request().adapter.is_none() {
+            if self.memory.caches_prefixes() && slot.seq.request().lora.is_empty() {
                 let history = &slot.seq.history()[..slot.computed];
                 self.memory
                     .publish(history, state, &mut slot.hashes, &mut slot.published);

@@ -37,10 +37,11 @@ pub struct GenerateRequest {
     pub draft_tokens: usize,
     /// Where drafts come from when `draft_tokens > 0`.
     pub drafter: super::speculate::Drafter,
-    /// The LoRA adapter this request runs with: its index in the model's selectable plan
-    /// ([`crate::lora::LoraPlan::selectable`]); `None` runs the base model. Requests with
-    /// different adapters share a batch; their prompts do not use the prefix cache.
-    pub adapter: Option<usize>,
+    /// The LoRA adapters this request runs with, prepared by the model's selectable plan
+    /// ([`crate::lora::LoraPlan::prepare`]); empty runs the model's default (the base model of
+    /// a selectable plan). Requests with different adapters share a batch; their prompts do not
+    /// use the prefix cache.
+    pub lora: crate::lora::Selection,
 }
 
 impl GenerateRequest {
@@ -71,7 +72,7 @@ impl GenerateRequest {
             keep_special_tokens: false,
             draft_tokens: 0,
             drafter: super::speculate::Drafter::Ngram,
-            adapter: None,
+            lora: crate::lora::Selection::default(),
         }
     }
 }

@@ -282,7 +282,7 @@ fn admit(slot: &mut Slot<'_>, memory: &mut KvMemory) -> Result<()> {
     let history = slot.seq.history();
     // Always run at least the last token (its logits pick the next one).
     // A request with an adapter computes other keys and values than the cached ones.
-    let hit = if slot.seq.request().adapter.is_some() {
+    let hit = if !slot.seq.request().lora.is_empty() {
         memory.lookup(&[], 0)
     } else {
         memory.lookup(history, history.len() - 1)

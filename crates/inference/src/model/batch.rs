@@ -57,8 +57,9 @@ pub struct ForwardBatch<'a> {
     pub positions: Positions,
     /// Which outputs to compute.
     pub outputs: RowOutputs,
-    /// Adapter id of every row (`None`: no adapter anywhere).
-    pub adapters: Option<Vec<u32>>,
+    /// The LoRA adapters of every sequence (`None`, or an empty selection: the model's
+    /// default; see [`crate::lora::Selection`]).
+    pub adapters: Option<Vec<crate::lora::Selection>>,
 }
 
 impl<'a> ForwardBatch<'a> {
@@ -142,8 +143,12 @@ impl<'a> ForwardBatch<'a> {
             }
         }
         if let Some(a) = &self.adapters {
-            if a.len() != rows {
-                return bad(format!("{} adapter ids for {rows} rows", a.len()));
+            if a.len() != self.seq_lens.len() {
+                return bad(format!(
+                    "adapters for {} sequences in a batch of {}",
+                    a.len(),
+                    self.seq_lens.len()
+                ));
             }
         }
         for state in states.iter() {

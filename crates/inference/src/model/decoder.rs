@@ -475,7 +475,7 @@ pub trait Decoder: Send + Sync {
         states: &mut [&mut SeqState],
     ) -> Result<Vec<f32>> {
         crate::ops::pass(|| {
-            crate::lora::with_row_adapters(batch.adapters.as_deref(), || {
+            crate::lora::with_row_adapters(batch.adapters.as_deref(), &batch.seq_lens, || {
                 self.forward_on_pool(batch, states)
             })
         })
@@ -510,9 +510,11 @@ pub trait Decoder: Send + Sync {
         let info = self.info();
         crate::ops::pass(|| {
             if !decode || last.adapters.is_some() {
-                return crate::lora::with_row_adapters(last.adapters.as_deref(), || {
-                    self.greedy_on_pool(&last, states)
-                });
+                return crate::lora::with_row_adapters(
+                    last.adapters.as_deref(),
+                    &last.seq_lens,
+                    || self.greedy_on_pool(&last, states),
+                );
             }
             // Pages first, so a recorded step allocates none.
             for s in states.iter_mut() {

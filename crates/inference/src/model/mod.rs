@@ -160,7 +160,7 @@ pub fn load_decoder_from(
     };
     let decoder = (family.load)(config, source, &placed)?;
     if let Some(plan) = lora {
-        plan.check_all_used()?;
+        plan.finish()?;
     }
     Ok(decoder)
 }

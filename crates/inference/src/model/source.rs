@@ -485,7 +485,7 @@ impl TensorSource {
         }
         let out_dim: usize = out_dims.iter().sum();
         let lora = self.lora_factors(prefixes, out_dims, in_dim, &place)?;
-        let merge = place.lora.as_ref().is_some_and(|p| p.merges()) && !lora.is_empty();
+        let merge = !lora.is_empty();
         let linear = match self {
             Self::Gguf(g) => {
                 // Consecutive parts of one block type are concatenated into one matrix (rows
@@ -571,9 +571,9 @@ impl TensorSource {
                 }
             }
         }?;
-        if merge || lora.is_empty() {
+        let Some(plan) = place.lora.as_ref().filter(|p| !p.merges()) else {
             return Ok(linear);
-        }
+        };
         if !dev.is_cpu() {
             return Err(Error::Device(format!(
                 "{}: unmerged LoRA adapters run on the CPU only for now (merge them into the \
@@ -581,19 +581,38 @@ impl TensorSource {
                 prefixes[0]
             )));
         }
-        let selectable = place.lora.as_ref().is_some_and(|p| p.is_selectable());
-        if selectable && prefixes.contains(&"lm_head") {
-            return Err(Error::InvalidInput(
-                "adapters on the output head cannot be picked per request (it runs over the \
-                 sampled rows only)"
-                    .into(),
-            ));
-        }
-        linear.with_lora(lora, selectable)
+        let per_row = !prefixes.contains(&"lm_head");
+        let site = plan.add_site(self.lora_parts(prefixes, out_dims), in_dim, per_row)?;
+        Ok(linear.with_lora(std::sync::Arc::clone(plan), site))
     }
 
-    /// The factors of `place`'s adapters for the projections `prefixes` stacked in one layer:
-    /// `(first output column, outputs, factors)` of each part some adapter targets.
+    /// `(first output column, outputs, module names)` of each projection `prefixes` stacks in
+    /// one layer: transformers' name, then the checkpoint's own if it differs (e.g. Qwen3.5's
+    /// `model.language_model.`), as adapters name them.
+    fn lora_parts(
+        &self,
+        prefixes: &[&str],
+        out_dims: &[usize],
+    ) -> Vec<(usize, usize, Vec<String>)> {
+        let mut parts = Vec::with_capacity(prefixes.len());
+        let mut col = 0;
+        for (p, &n) in prefixes.iter().zip(out_dims) {
+            let mut names = vec![p.to_string()];
+            if let Self::Safetensors { model_prefix, .. } = self {
+                let full = Self::st_name(model_prefix, p, "");
+                let full = full.trim_end_matches('.');
+                if full != *p {
+                    names.push(full.to_owned());
+                }
+            }
+            parts.push((col, n, names));
+            col += n;
+        }
+        parts
+    }
+
+    /// The factors of a merged plan's adapters for the projections `prefixes` stacked in one
+    /// layer: `(first output column, outputs, factors)` of each part some adapter targets.
     fn lora_factors(
         &self,
         prefixes: &[&str],
@@ -601,27 +620,18 @@ impl TensorSource {
         in_dim: usize,
         place: &Placement,
     ) -> Result<Vec<(usize, usize, Vec<crate::lora::LowRank>)>> {
-        let Some(plan) = &place.lora else {
+        let Some(plan) = place.lora.as_ref().filter(|p| p.merges()) else {
             return Ok(Vec::new());
         };
-        let mut parts = Vec::new();
-        let mut col = 0;
-        for (p, &n) in prefixes.iter().zip(out_dims) {
-            // The checkpoint's own module name (e.g. Qwen3.5's `model.language_model.`).
-            let alias = match self {
-                Self::Safetensors { model_prefix, .. } => {
-                    let full = Self::st_name(model_prefix, p, "");
-                    Some(full.trim_end_matches('.').to_owned())
-                }
-                Self::Gguf(_) => None,
-            };
-            let f = plan.factors(p, alias.as_deref(), in_dim, n)?;
+        let mut out = Vec::new();
+        for (col, n, names) in self.lora_parts(prefixes, out_dims) {
+            let names: Vec<&str> = names.iter().map(String::as_str).collect();
+            let f = plan.factors(&names, in_dim, n)?;
             if !f.is_empty() {
-                parts.push((col, n, f));
+                out.push((col, n, f));
             }
-            col += n;
         }
-        Ok(parts)
+        Ok(out)
     }
 
     /// Whether this is a GGUF Llama file, whose Q/K rows llama.cpp's converter interleaved.

@@ -14,9 +14,11 @@ use crate::backend::cpu::bf16::{gemm_bt_bf16, Bf16Weights};
 use crate::backend::cpu::{self, PackedWeights, QuantMatrix};
 use crate::backend::{Device, Mirror};
 use crate::io::store::{Scope, Weight};
+use crate::lora::LoraPlan;
 use crate::ops::RmsNorm;
 use crate::tensor::{Storage, Tensor};
 use crate::{Error, Result};
+use std::sync::Arc;
 
 /// How a layer's weight is held.
 #[derive(Debug)]
@@ -32,26 +34,6 @@ enum LinearWeight {
     Cuda(crate::backend::cuda::MatrixData),
 }
 
-/// Distinct adapters a batch's rows may pick for the products to run per adapter over their
-/// rows; more take one masked product over all adapters.
-const GROUPED_ADAPTERS: usize = 2;
-
-/// A layer's unmerged LoRA products (see `Linear::with_lora`).
-#[derive(Debug)]
-struct LoraProducts {
-    /// Every adapter's A, stacked [Σ rank, in_dim].
-    a: Linear,
-    /// The B's [out_dim, Σ rank], each in its part's rows and its A's columns.
-    b: Linear,
-    /// Adapters picked per row (selectable plans): `(adapter, its A's [rank, in_dim], its B's
-    /// [out_dim, rank])`, run over the rows that picked it only; empty when every row takes
-    /// every adapter (then `a` and `b` serve).
-    picked: Vec<(usize, Linear, Linear)>,
-    /// With `picked`: `(adapter, first column of x Aᵀ, rank)` of each factor in `a`, for a batch
-    /// whose rows pick many adapters (one masked product beats a product per adapter).
-    columns: Vec<(usize, usize, usize)>,
-}
-
 /// A dense layer.
 #[derive(Debug)]
 pub struct Linear {
@@ -61,10 +43,9 @@ pub struct Linear {
     out_dim: usize,
     #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
     bias_dev: Mirror,
-    /// Unmerged LoRA adapters: every part's A stacked [Σ rank, in_dim], and the B's (scaled)
-    /// in one [out_dim, Σ rank] matrix, each in its part's rows and its A's columns (zeros
-    /// elsewhere): two small products per layer, whatever the parts and adapters.
-    lora: Option<Box<LoraProducts>>,
+    /// The LoRA plan and site this layer's unmerged adapters attach at: each row adds the
+    /// deltas of the adapters its request picked (see `crate::lora`).
+    lora: Option<(Arc<LoraPlan>, usize)>,
 }
 
 impl Linear {
@@ -303,76 +284,11 @@ impl Linear {
         }
     }
 
-    /// This layer with unmerged LoRA adapters: for each `(first column, outputs, factors)`, the
-    /// factors' deltas `B (A x)` are added to those output columns after the product (CPU).
-    pub fn with_lora(
-        mut self,
-        parts: Vec<(usize, usize, Vec<crate::lora::LowRank>)>,
-        selectable: bool,
-    ) -> Result<Self> {
-        let rank: usize = parts.iter().flat_map(|p| &p.2).map(|f| f.rank).sum();
-        if rank == 0 {
-            return Ok(self);
-        }
-        if let Some((col, n, _)) = parts.iter().find(|(col, n, _)| col + n > self.out_dim) {
-            return Err(Error::Shape {
-                op: "Linear::with_lora",
-                reason: format!("columns {col}..{} of {}", col + n, self.out_dim),
-            });
-        }
-        // The factors in [Σ rank, in] and [out_dim, Σ rank] form (zeros outside each part's
-        // rows), of all adapters together, or of each adapter alone when rows pick them.
-        let stack = |keep: &dyn Fn(usize) -> bool| -> Result<Option<(Linear, Linear)>> {
-            let factors: Vec<(usize, &crate::lora::LowRank)> = parts
-                .iter()
-                .flat_map(|(col, _, fs)| fs.iter().map(move |f| (*col, f)))
-                .filter(|(_, f)| keep(f.adapter))
-                .collect();
-            let rank: usize = factors.iter().map(|(_, f)| f.rank).sum();
-            if rank == 0 {
-                return Ok(None);
-            }
-            let mut a = Vec::with_capacity(rank * self.in_dim);
-            let mut b = vec![0.0f32; self.out_dim * rank];
-            let mut r0 = 0;
-            for (col, f) in factors {
-                a.extend_from_slice(&f.a);
-                for (i, row) in f.b.chunks_exact(f.rank).enumerate() {
-                    let at = (col + i) * rank + r0;
-                    b[at..at + f.rank].copy_from_slice(row);
-                }
-                r0 += f.rank;
-            }
-            Ok(Some((
-                Self::from_f32(&a, rank, self.in_dim, None)?,
-                Self::from_f32(&b, self.out_dim, rank, None)?,
-            )))
-        };
-        let (a, b) = stack(&|_| true)?.expect("rank > 0");
-        let mut picked = Vec::new();
-        let mut columns = Vec::new();
-        let mut r0 = 0;
-        for f in parts.iter().flat_map(|p| &p.2) {
-            columns.push((f.adapter, r0, f.rank));
-            r0 += f.rank;
-        }
-        if selectable {
-            let mut ids: Vec<usize> = parts.iter().flat_map(|p| &p.2).map(|f| f.adapter).collect();
-            ids.sort_unstable();
-            ids.dedup();
-            for k in ids {
-                if let Some((ak, bk)) = stack(&|a| a == k)? {
-                    picked.push((k, ak, bk));
-                }
-            }
-        }
-        self.lora = Some(Box::new(LoraProducts {
-            a,
-            b,
-            picked,
-            columns,
-        }));
-        Ok(self)
+    /// This layer with unmerged LoRA adapters attached at `site` of `plan` (CPU): after the
+    /// product each row adds `s · B (A x)` for the adapters it runs with.
+    pub fn with_lora(mut self, plan: Arc<LoraPlan>, site: usize) -> Self {
+        self.lora = Some((plan, site));
+        self
     }
 
     /// Bytes of weight data one product reads (f32, or the quantized blocks as stored in GGUF).
@@ -412,64 +328,18 @@ impl Linear {
     }
 
     fn run(&self, x: &[f32], y: &mut [f32], accumulate: bool, gelu: bool) {
-        let Some(lora) = &self.lora else {
+        let Some((plan, site)) = &self.lora else {
             return self.run_base(x, y, accumulate, gelu);
         };
-        // Picked adapters with no row picking one: the base product alone.
+        // y = base + Σ s · B (A x) per row, then the activation.
         let m = self.rows(x);
-        if !lora.picked.is_empty()
-            && crate::lora::row_adapters(|r| {
-                r.is_none_or(|r| r.len() != m || r.iter().all(|&a| a == 0))
-            })
-        {
-            return self.run_base(x, y, accumulate, gelu);
-        }
-        // y = base + B (A x), then the activation.
-        self.run_base(x, y, accumulate, false);
-        let rows = crate::lora::row_adapters(|r| r.map(<[u32]>::to_vec)).unwrap_or_default();
-        let mut used: Vec<u32> = rows.iter().copied().filter(|&a| a > 0).collect();
-        used.sort_unstable();
-        used.dedup();
-        if lora.picked.is_empty() || used.len() > GROUPED_ADAPTERS {
-            // One product over all adapters; with picked adapters each row keeps the columns
-            // of its own (measured: 8 rows of 8 adapters ran at 0.56x of the base this way,
-            // 0.47x as 8 grouped products).
-            let mut t = lora.a.forward(x);
-            if !lora.picked.is_empty() {
-                let rank = lora.a.out_dim;
-                for (row, &mine) in t.chunks_exact_mut(rank).zip(&rows) {
-                    for &(k, r0, r) in &lora.columns {
-                        if mine as usize != k + 1 {
-                            row[r0..r0 + r].fill(0.0);
-                        }
-                    }
-                }
-            }
-            lora.b.run_base(&t, y, true, false);
-        } else {
-            // Each adapter over the rows that picked it (gathered), added back to those rows
-            // (one adapter for 8 rows: 0.80x of the base, against 0.53x masked).
-            let (k_in, n_out) = (self.in_dim, self.out_dim);
-            for (k, a, b) in &lora.picked {
-                let mine: Vec<usize> = (0..m).filter(|&i| rows[i] as usize == k + 1).collect();
-                if mine.is_empty() {
-                    continue;
-                }
-                let xg: Vec<f32> = mine
-                    .iter()
-                    .flat_map(|&i| &x[i * k_in..(i + 1) * k_in])
-                    .copied()
-                    .collect();
-                let d = b.forward(&a.forward(&xg));
-                for (j, &i) in mine.iter().enumerate() {
-                    let out = &mut y[i * n_out..(i + 1) * n_out];
-                    for (o, &v) in out.iter_mut().zip(&d[j * n_out..(j + 1) * n_out]) {
-                        *o += v;
-                    }
-                }
-            }
-        }
-        if gelu {
+        let added = crate::lora::with_deltas(plan, *site, m, |rows| {
+            self.run_base(x, y, accumulate, false);
+            cpu::add_low_rank(x, self.in_dim, y, self.out_dim, rows);
+        });
+        if !added {
+            self.run_base(x, y, accumulate, gelu);
+        } else if gelu {
             cpu::gelu_erf(y);
         }
     }

@@ -62,6 +62,7 @@ pub struct Kernels {
     pub(super) softmax: unsafe fn(&mut [f32]),
     pub(super) add_bias: unsafe fn(&mut [f32], &[f32]),
     pub(super) add_assign: unsafe fn(&mut [f32], &[f32]),
+    pub(super) axpy: unsafe fn(&mut [f32], f32, &[f32]),
     pub(super) scale: unsafe fn(&mut [f32], f32),
     pub(super) dot: unsafe fn(&[f32], &[f32]) -> f32,
     pub(super) l2_normalize: unsafe fn(&mut [f32]),
@@ -295,6 +296,13 @@ impl Kernels {
         unsafe { (self.scale)(x, s) }
     }
 
+    /// See [`super::axpy`].
+    pub fn axpy(&self, x: &mut [f32], c: f32, y: &[f32]) {
+        assert_eq!(x.len(), y.len(), "axpy: length mismatch");
+        // SAFETY: see the note on this impl (detected ISA; slices stay bounds-checked).
+        unsafe { (self.axpy)(x, c, y) }
+    }
+
     /// See [`super::dot`].
     pub fn dot(&self, a: &[f32], b: &[f32]) -> f32 {
         assert_eq!(a.len(), b.len(), "dot: length mismatch");
@@ -408,6 +416,7 @@ static SCALAR: Kernels = Kernels {
     softmax: scalar::softmax,
     add_bias: scalar::add_bias,
     add_assign: scalar::add_assign,
+    axpy: scalar::axpy,
     scale: scalar::scale,
     dot: scalar::dot,
     l2_normalize: scalar::l2_normalize,

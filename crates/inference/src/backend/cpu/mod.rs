@@ -29,6 +29,7 @@ pub mod bf16;
 mod detect;
 mod dispatch;
 mod gemm;
+mod lowrank;
 mod microkernel;
 mod pack;
 mod packed;
@@ -52,6 +53,7 @@ mod x86;
 
 pub use detect::Isa;
 pub use dispatch::{kernels, kernels_for, Kernels};
+pub use lowrank::{add_low_rank, Delta};
 pub use packed::PackedWeights;
 pub use qmatrix::QuantMatrix;
 pub use repack::GROUP_ROWS;
@@ -244,6 +246,11 @@ pub fn add_bias(x: &mut [f32], bias: &[f32]) {
 /// `x[i] += y[i]` (residual connections).
 pub fn add_assign(x: &mut [f32], y: &[f32]) {
     kernels().add_assign(x, y)
+}
+
+/// `x += c · y` elementwise (equal lengths).
+pub fn axpy(x: &mut [f32], c: f32, y: &[f32]) {
+    kernels().axpy(x, c, y)
 }
 
 /// Dot product of two equal-length vectors.

@@ -132,6 +132,13 @@ pub fn add_assign(x: &mut [f32], y: &[f32]) {
     }
 }
 
+/// See [`super::axpy`].
+pub fn axpy(x: &mut [f32], c: f32, y: &[f32]) {
+    for (a, b) in x.iter_mut().zip(y) {
+        *a += c * b;
+    }
+}
+
 /// See [`super::dot`]. Accumulates in f64, so the reference GEMM and dot are accurate to
 /// about an ulp of the result whatever `k`.
 pub fn dot(a: &[f32], b: &[f32]) -> f32 {

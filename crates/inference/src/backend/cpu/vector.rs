@@ -28,6 +28,16 @@ impl<S: Simd> Unary<S> for Scale {
     }
 }
 
+/// `a + b·c`.
+#[derive(Clone, Copy)]
+struct AddScaled(f32);
+impl<S: Simd> Binary<S> for AddScaled {
+    #[inline(always)]
+    fn apply(self, s: S, a: S::V, b: S::V) -> S::V {
+        s.mul_add(b, s.splat(self.0), a)
+    }
+}
+
 /// Declares a unit struct applying one `vmath` function.
 macro_rules! vmath_op {
     ($name:ident, $f:path) => {
@@ -81,6 +91,12 @@ impl<S: Simd> Accumulate<S> for SqDevAcc {
 #[inline(always)]
 pub(crate) fn add_assign<S: Simd>(s: S, x: &mut [f32], y: &[f32]) {
     zip_in_place(s, x, y, Add);
+}
+
+/// `x[i] += c · y[i]`.
+#[inline(always)]
+pub(crate) fn axpy<S: Simd>(s: S, x: &mut [f32], c: f32, y: &[f32]) {
+    zip_in_place(s, x, y, AddScaled(c));
 }
 
 /// `x[i] += bias[i % bias.len()]`, row by row.

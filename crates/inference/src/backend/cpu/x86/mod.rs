@@ -150,6 +150,12 @@ macro_rules! kernel_table {
         }
 
         #[target_feature(enable = $feat)]
+        unsafe fn axpy(x: &mut [f32], c: f32, y: &[f32]) {
+            // SAFETY: reached only through `KERNELS` (see `token`).
+            vector::axpy(unsafe { token() }, x, c, y)
+        }
+
+        #[target_feature(enable = $feat)]
         unsafe fn scale(x: &mut [f32], c: f32) {
             // SAFETY: reached only through `KERNELS` (see `token`).
             vector::scale(unsafe { token() }, x, c)
@@ -194,6 +200,7 @@ macro_rules! kernel_table {
             softmax,
             add_bias,
             add_assign,
+            axpy,
             scale,
             dot,
             l2_normalize,
