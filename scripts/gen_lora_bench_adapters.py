@@ -5,8 +5,10 @@ Writes N adapters (default 8) to OUT/adapter-K/ (adapter_config.json + adapter_m
 each targeting the attention and MLP projections of every layer (q/k/v/o, gate/up/down), with A
 and B drawn N(0, 0.01^2) (seeded per adapter). The tensors follow the names PEFT writes for
 Qwen2ForCausalLM (checked against the fixtures of scripts/gen_lora_fixtures.py); no base model
-is needed. Needs numpy and safetensors:
+is needed. Needs numpy and safetensors (and torch for --dtype bf16, which rounds the same
+values to bf16 and saves them so, as adapters trained in bf16 are):
   .cache/venv-ref/bin/python scripts/gen_lora_bench_adapters.py --out .cache/lora-bench
+  .cache/venv-ref/bin/python scripts/gen_lora_bench_adapters.py --out .cache/lora-bench-bf16 --dtype bf16
 """
 from __future__ import annotations
 
@@ -35,6 +37,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--n", type=int, default=8)
     ap.add_argument("--rank", type=int, default=16)
+    ap.add_argument("--dtype", choices=["f32", "bf16"], default="f32")
     args = ap.parse_args()
     r = args.rank
     for k in range(args.n):
@@ -47,7 +50,14 @@ def main() -> None:
                 tensors[f"{base}.lora_B.weight"] = (rng.standard_normal((o, r)) * 0.01).astype(np.float32)
         folder = args.out / f"adapter-{k}"
         folder.mkdir(parents=True, exist_ok=True)
-        save_file(tensors, str(folder / "adapter_model.safetensors"))
+        if args.dtype == "bf16":
+            import torch
+            from safetensors.torch import save_file as save_torch
+
+            save_torch({k: torch.from_numpy(v).to(torch.bfloat16) for k, v in tensors.items()},
+                       str(folder / "adapter_model.safetensors"))
+        else:
+            save_file(tensors, str(folder / "adapter_model.safetensors"))
         cfg = {
             "peft_type": "LORA", "r": r, "lora_alpha": 2 * r, "lora_dropout": 0.0, "bias": "none",
             "target_modules": sorted({m.split(".")[-1] for m in SHAPES}), "use_rslora": False,

@@ -642,12 +642,47 @@ fn multi_page_view_equals_one_page() {
     }
 }
 
+/// `v` rounded toward zero to bf16-representable values.
+fn to_bf16(v: Vec<f32>) -> Vec<f32> {
+    v.into_iter()
+        .map(|x| f32::from_bits(x.to_bits() & 0xffff_0000))
+        .collect()
+}
+
+/// The bf16-weight dot and axpy of every table against the scalar references.
+#[test]
+fn bf16_dot_and_axpy_match_reference() {
+    let mut rng = Rng(12);
+    for t in tables() {
+        let isa = t.isa().name();
+        for n in SIZES {
+            let a = to_bf16(rng.vec(n, -4.0, 4.0));
+            let bits: Vec<u16> = a.iter().map(|x| (x.to_bits() >> 16) as u16).collect();
+            let x = rng.vec(n, -4.0, 4.0);
+            // The same sums as the f32 kernel over the widened values.
+            assert_eq!(t.dot_bf16(&bits, &x), t.dot(&a, &x), "{isa} dot_bf16 n={n}");
+            let bound: f64 = a.iter().zip(&x).map(|(p, q)| (p * q).abs() as f64).sum();
+            let d = t.dot_bf16(&bits, &x) as f64 - scalar::dot_bf16(&bits, &x) as f64;
+            assert!(d.abs() <= 1e-6 * bound, "{isa} dot_bf16 vs reference n={n}");
+            let (mut g, mut w, mut f) = (x.clone(), x.clone(), x.clone());
+            t.axpy_bf16(&mut g, 0.3, &bits);
+            scalar::axpy_bf16(&mut w, 0.3, &bits);
+            t.axpy(&mut f, 0.3, &a);
+            assert_eq!(
+                g, f,
+                "{isa} axpy_bf16 equals axpy on the widened values n={n}"
+            );
+            close(&format!("{isa} axpy_bf16 n={n}"), &g, &w, 1e-6, 1e-5);
+        }
+    }
+}
+
 /// The per-row low-rank kernel (LoRA's `y += s · B (A x)`) against a plain loop: rows with no,
 /// one or several factors (overlapping output columns), awkward ranks and widths, one row (its
 /// outputs split over threads) and many.
 #[test]
 fn low_rank_updates_match_reference() {
-    use lattice_inference::backend::cpu::{add_low_rank, Delta};
+    use lattice_inference::backend::cpu::{add_low_rank, Delta, Values};
     let mut rng = Rng(11);
     for (m, in_dim, out_dim) in [(1, 67, 301), (3, 896, 1152), (9, 33, 4864), (1, 4864, 896)] {
         let x = rng.vec(m * in_dim, -1.0, 1.0);
@@ -666,33 +701,48 @@ fn low_rank_updates_match_reference() {
                     r,
                     col,
                     s,
-                    rng.vec(r * in_dim, -1.0, 1.0),
-                    rng.vec(r * n, -1.0, 1.0),
+                    to_bf16(rng.vec(r * in_dim, -1.0, 1.0)),
+                    to_bf16(rng.vec(r * n, -1.0, 1.0)),
                 )
             })
             .collect();
         let picks: Vec<Vec<usize>> = (0..m)
             .map(|i| (0..factors.len()).filter(|k| (i + k) % 3 != 2).collect())
             .collect();
-        let rows: Vec<Vec<Delta>> = picks
-            .iter()
-            .map(|p| {
-                p.iter()
-                    .map(|&k| {
-                        let (rank, col, scale, a, bt) = &factors[k];
-                        Delta {
-                            a,
-                            bt,
-                            rank: *rank,
-                            col: *col,
-                            scale: *scale,
-                        }
-                    })
-                    .collect()
-            })
-            .collect();
+        // bf16 bits of the (bf16-representable) factors, for the 16-bit form of the kernel.
+        let bits =
+            |v: &[f32]| -> Vec<u16> { v.iter().map(|x| (x.to_bits() >> 16) as u16).collect() };
+        let halves: Vec<(Vec<u16>, Vec<u16>)> =
+            factors.iter().map(|f| (bits(&f.3), bits(&f.4))).collect();
+        let deltas = |bf16: bool| -> Vec<Vec<Delta>> {
+            picks
+                .iter()
+                .map(|p| {
+                    p.iter()
+                        .map(|&k| {
+                            let (rank, col, scale, a, bt) = &factors[k];
+                            let (a, bt) = if bf16 {
+                                (Values::Bf16(&halves[k].0), Values::Bf16(&halves[k].1))
+                            } else {
+                                (Values::F32(a), Values::F32(bt))
+                            };
+                            Delta {
+                                a,
+                                bt,
+                                rank: *rank,
+                                col: *col,
+                                scale: *scale,
+                            }
+                        })
+                        .collect()
+                })
+                .collect()
+        };
         let mut got = y0.clone();
-        add_low_rank(&x, in_dim, &mut got, out_dim, &rows);
+        add_low_rank(&x, in_dim, &mut got, out_dim, &deltas(false));
+        let mut got16 = y0.clone();
+        add_low_rank(&x, in_dim, &mut got16, out_dim, &deltas(true));
+        assert_eq!(got, got16, "bf16 factors widen to the same sums as f32");
         let mut want: Vec<f64> = y0.iter().map(|&v| v as f64).collect();
         for (i, p) in picks.iter().enumerate() {
             for &k in p {

@@ -270,3 +270,95 @@ fn requests_pick_their_adapters_within_one_batch() {
         assert!(e.contains("another model"), "{e}");
     }
 }
+
+/// Writes a safetensors file of `(name, dtype, shape, little-endian bytes)` tensors.
+fn write_safetensors(path: &std::path::Path, tensors: &[(String, &str, Vec<usize>, Vec<u8>)]) {
+    let mut header = serde_json::Map::new();
+    let mut data = Vec::new();
+    for (name, dtype, shape, bytes) in tensors {
+        let start = data.len();
+        data.extend_from_slice(bytes);
+        header.insert(
+            name.clone(),
+            serde_json::json!({"dtype": dtype, "shape": shape, "data_offsets": [start, data.len()]}),
+        );
+    }
+    let mut h = serde_json::Value::Object(header).to_string().into_bytes();
+    while !h.len().is_multiple_of(8) {
+        h.push(b' ');
+    }
+    let mut out = (h.len() as u64).to_le_bytes().to_vec();
+    out.extend_from_slice(&h);
+    out.extend_from_slice(&data);
+    std::fs::write(path, out).unwrap();
+}
+
+/// An adapter saved in bf16 keeps its factors in 16 bits (half the bytes) and gives exactly the
+/// logits of the same values saved in f32.
+#[test]
+fn bf16_adapters_run_in_16_bits_with_the_same_numbers() {
+    use lattice_inference::io::store::WeightStore;
+    use lattice_inference::lora::Selection;
+    use lattice_inference::model::batch::{ForwardBatch, RowOutputs};
+    let base = "tiny-qwen3";
+    let src = adapter_dir(base, "attn");
+    let file = src.join("adapter_model.safetensors");
+    let store = WeightStore::open_files(&src, &[file]).unwrap();
+    let root = std::env::temp_dir().join(format!("lattice-lora-bf16-{}", std::process::id()));
+    let mut dirs = Vec::new();
+    for (dtype, bf16) in [("F32", false), ("BF16", true)] {
+        let dir = root.join(dtype);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::copy(
+            src.join("adapter_config.json"),
+            dir.join("adapter_config.json"),
+        )
+        .unwrap();
+        let tensors: Vec<_> = store
+            .names()
+            .map(|n| {
+                let w = store.get(n, store.shape(n).unwrap()).unwrap();
+                let bits: Vec<u32> = w
+                    .as_slice()
+                    .iter()
+                    .map(|x| x.to_bits() & 0xffff_0000)
+                    .collect();
+                let bytes: Vec<u8> = if bf16 {
+                    bits.iter()
+                        .flat_map(|b| ((b >> 16) as u16).to_le_bytes())
+                        .collect()
+                } else {
+                    bits.iter().flat_map(|b| b.to_le_bytes()).collect()
+                };
+                (n.to_owned(), dtype, w.shape().to_vec(), bytes)
+            })
+            .collect();
+        write_safetensors(&dir.join("adapter_model.safetensors"), &tensors);
+        dirs.push(dir);
+    }
+    let adapters = dirs.iter().map(|d| Adapter::load(d).unwrap()).collect();
+    let mut place = Placement::new(WeightMode::F32, Device::Cpu);
+    place.lora = Some(Arc::new(LoraPlan::selectable(adapters)));
+    let m = TextModel::load_on(&fixture(base), &place).unwrap();
+    let loaded = m.lora.as_ref().unwrap().loaded();
+    assert_eq!(
+        loaded[0].bytes(),
+        2 * loaded[1].bytes(),
+        "bf16 factors take half the bytes"
+    );
+    let r = read_json(&fixture("lora").join(base).join("reference.json"));
+    let ids = u32s(&r["prompt_ids"]);
+    let logits: Vec<Vec<f32>> = loaded
+        .iter()
+        .map(|a| {
+            let mut batch = ForwardBatch::tokens(&ids, &[ids.len()], RowOutputs::LastLogits);
+            batch.adapters = Some(vec![Selection::new(vec![(a.clone(), 1.0)]).unwrap()]);
+            let mut cache = m.decoder.new_cache(ids.len() + 1);
+            m.decoder.forward_batch(&batch, &mut [&mut cache]).unwrap()
+        })
+        .collect();
+    assert_eq!(logits[0], logits[1]);
+    let plain = last_logits(&m, &ids);
+    assert!(rel_err(&plain, &logits[0]) > 1e-2, "the adapter acts");
+    std::fs::remove_dir_all(&root).ok();
+}

@@ -167,6 +167,18 @@ impl WeightStore {
         self.root().pp(prefix)
     }
 
+    /// The shape of the tensor `name`, if present.
+    pub fn shape(&self, name: &str) -> Option<&[usize]> {
+        self.index.get(name).map(|(_, info)| info.shape.as_slice())
+    }
+
+    /// Whether the tensor `name` is stored as bf16 (false when absent).
+    pub fn is_bf16(&self, name: &str) -> bool {
+        self.index
+            .get(name)
+            .is_some_and(|(_, info)| matches!(info.dtype, Dtype::BF16))
+    }
+
     /// Loads the tensor `name` as f32, checking its shape equals `shape`.
     pub fn get(&self, name: &str, shape: &[usize]) -> Result<Weight> {
         let (file_idx, info) = self.index.get(name).ok_or_else(|| Error::MissingTensor {

@@ -63,6 +63,8 @@ pub struct Kernels {
     pub(super) add_bias: unsafe fn(&mut [f32], &[f32]),
     pub(super) add_assign: unsafe fn(&mut [f32], &[f32]),
     pub(super) axpy: unsafe fn(&mut [f32], f32, &[f32]),
+    pub(super) axpy_bf16: unsafe fn(&mut [f32], f32, &[u16]),
+    pub(super) dot_bf16: unsafe fn(&[u16], &[f32]) -> f32,
     pub(super) scale: unsafe fn(&mut [f32], f32),
     pub(super) dot: unsafe fn(&[f32], &[f32]) -> f32,
     pub(super) l2_normalize: unsafe fn(&mut [f32]),
@@ -303,6 +305,20 @@ impl Kernels {
         unsafe { (self.axpy)(x, c, y) }
     }
 
+    /// See [`super::axpy_bf16`].
+    pub fn axpy_bf16(&self, x: &mut [f32], c: f32, b: &[u16]) {
+        assert_eq!(x.len(), b.len(), "axpy_bf16: length mismatch");
+        // SAFETY: see the note on this impl (detected ISA; slices stay bounds-checked).
+        unsafe { (self.axpy_bf16)(x, c, b) }
+    }
+
+    /// See [`super::dot_bf16`].
+    pub fn dot_bf16(&self, a: &[u16], x: &[f32]) -> f32 {
+        assert_eq!(a.len(), x.len(), "dot_bf16: length mismatch");
+        // SAFETY: see the note on this impl (detected ISA; slices stay bounds-checked).
+        unsafe { (self.dot_bf16)(a, x) }
+    }
+
     /// See [`super::dot`].
     pub fn dot(&self, a: &[f32], b: &[f32]) -> f32 {
         assert_eq!(a.len(), b.len(), "dot: length mismatch");
@@ -417,6 +433,8 @@ static SCALAR: Kernels = Kernels {
     add_bias: scalar::add_bias,
     add_assign: scalar::add_assign,
     axpy: scalar::axpy,
+    axpy_bf16: scalar::axpy_bf16,
+    dot_bf16: scalar::dot_bf16,
     scale: scalar::scale,
     dot: scalar::dot,
     l2_normalize: scalar::l2_normalize,

@@ -5,15 +5,55 @@
 //! of `Bᵀ` into the outputs, so the kernel streams each factor once per row with the SIMD dot
 //! and axpy kernels; factors shared by several rows stay in cache between them.
 
-use super::{kernels, par_chunks_mut};
+use super::{kernels, par_chunks_mut, Kernels};
+
+/// A factor's values: f32, or bf16 (its bits) widened to f32 in registers, exactly.
+#[derive(Clone, Copy, Debug)]
+pub enum Values<'a> {
+    /// f32.
+    F32(&'a [f32]),
+    /// bf16 bits.
+    Bf16(&'a [u16]),
+}
+
+impl<'a> Values<'a> {
+    fn len(&self) -> usize {
+        match self {
+            Self::F32(v) => v.len(),
+            Self::Bf16(v) => v.len(),
+        }
+    }
+
+    fn slice(&self, r: std::ops::Range<usize>) -> Values<'a> {
+        match self {
+            Self::F32(v) => Self::F32(&v[r]),
+            Self::Bf16(v) => Self::Bf16(&v[r]),
+        }
+    }
+
+    fn dot(&self, k: &Kernels, x: &[f32]) -> f32 {
+        match self {
+            Self::F32(v) => k.dot(v, x),
+            Self::Bf16(v) => k.dot_bf16(v, x),
+        }
+    }
+
+    /// `y += c · self`.
+    fn add_scaled_to(&self, k: &Kernels, y: &mut [f32], c: f32) {
+        match self {
+            Self::F32(v) => k.axpy(y, c, v),
+            Self::Bf16(v) => k.axpy_bf16(y, c, v),
+        }
+    }
+}
 
 /// One factor pair applied to one row: `y[col..col + n] += scale · Bᵀᵀ (A x)`.
 #[derive(Clone, Copy, Debug)]
 pub struct Delta<'a> {
     /// `A` [rank, in_dim], row-major.
-    pub a: &'a [f32],
+    pub a: Values<'a>,
     /// `Bᵀ` [rank, n], row-major (rank component `r`'s weights for the `n` outputs).
-    pub bt: &'a [f32],
+    pub bt: Values<'a>,
     /// Rows of `A` (and of `Bᵀ`).
     pub rank: usize,
     /// First output column the `n` outputs add to.
@@ -81,10 +121,14 @@ pub fn add_low_rank(x: &[f32], in_dim: usize, y: &mut [f32], out_dim: usize, row
                     continue;
                 }
                 t.clear();
-                t.extend(d.a.chunks_exact(in_dim).map(|a| d.scale * k.dot(a, xr)));
-                for (&tr, bt) in t.iter().zip(d.bt.chunks_exact(n)) {
+                t.extend(
+                    (0..d.rank)
+                        .map(|r| d.scale * d.a.slice(r * in_dim..(r + 1) * in_dim).dot(k, xr)),
+                );
+                for (r, &tr) in t.iter().enumerate() {
                     if tr != 0.0 {
-                        k.axpy(&mut out[lo - c0..hi - c0], tr, &bt[lo - d.col..hi - d.col]);
+                        let bt = d.bt.slice(r * n + lo - d.col..r * n + hi - d.col);
+                        bt.add_scaled_to(k, &mut out[lo - c0..hi - c0], tr);
                     }
                 }
             }

@@ -53,7 +53,7 @@ mod x86;
 
 pub use detect::Isa;
 pub use dispatch::{kernels, kernels_for, Kernels};
-pub use lowrank::{add_low_rank, Delta};
+pub use lowrank::{add_low_rank, Delta, Values};
 pub use packed::PackedWeights;
 pub use qmatrix::QuantMatrix;
 pub use repack::GROUP_ROWS;
@@ -251,6 +251,16 @@ pub fn add_assign(x: &mut [f32], y: &[f32]) {
 /// `x += c · y` elementwise (equal lengths).
 pub fn axpy(x: &mut [f32], c: f32, y: &[f32]) {
     kernels().axpy(x, c, y)
+}
+
+/// `x += c · b` elementwise with `b` bf16 (its bits), widened to f32 exactly.
+pub fn axpy_bf16(x: &mut [f32], c: f32, b: &[u16]) {
+    kernels().axpy_bf16(x, c, b)
+}
+
+/// `Σ a_i x_i` with `a` bf16 (its bits), widened to f32 exactly; f32 products and sums.
+pub fn dot_bf16(a: &[u16], x: &[f32]) -> f32 {
+    kernels().dot_bf16(a, x)
 }
 
 /// Dot product of two equal-length vectors.

@@ -132,6 +132,21 @@ pub fn add_assign(x: &mut [f32], y: &[f32]) {
     }
 }
 
+/// See [`super::dot_bf16`] (f64 sums, as [`dot`]).
+pub fn dot_bf16(a: &[u16], x: &[f32]) -> f32 {
+    a.iter()
+        .zip(x)
+        .map(|(&b, &y)| f32::from_bits((b as u32) << 16) as f64 * y as f64)
+        .sum::<f64>() as f32
+}
+
+/// See [`super::axpy_bf16`].
+pub fn axpy_bf16(x: &mut [f32], c: f32, b: &[u16]) {
+    for (a, &v) in x.iter_mut().zip(b) {
+        *a += c * f32::from_bits((v as u32) << 16);
+    }
+}
+
 /// See [`super::axpy`].
 pub fn axpy(x: &mut [f32], c: f32, y: &[f32]) {
     for (a, b) in x.iter_mut().zip(y) {

@@ -170,6 +170,72 @@ fn sum_zip<S: Simd>(s: S, a: &[f32], b: &[f32], fill: f32, f: impl Accumulate<S>
     s.add(s.add(acc[0], acc[1]), s.add(acc[2], acc[3]))
 }
 
+/// f32 lanes widened from `S::LANES` bf16 values (their bits; exact).
+#[inline(always)]
+fn load_bf16<S: Simd>(s: S, a: &[u16]) -> S::V {
+    let mut buf = [0.0f32; 16];
+    for (v, &b) in buf.iter_mut().zip(&a[..S::LANES]) {
+        *v = f32::from_bits((b as u32) << 16);
+    }
+    s.load(&buf[..S::LANES])
+}
+
+/// [`load_bf16`] of the first `a.len() < S::LANES` values, the rest 0.
+#[inline(always)]
+fn load_part_bf16<S: Simd>(s: S, a: &[u16]) -> S::V {
+    let mut buf = [0u16; 16];
+    buf[..a.len()].copy_from_slice(a);
+    load_bf16(s, &buf)
+}
+
+/// `Σ a_i x_i` with `a` bf16 (bits), widened in registers; the same sums in the same order as
+/// [`dot`] over the widened values. `x` must be at least as long as `a`.
+#[inline(always)]
+pub(crate) fn dot_bf16<S: Simd>(s: S, a: &[u16], x: &[f32]) -> f32 {
+    let x = &x[..a.len()];
+    let w = 4 * S::LANES;
+    let mut acc = [s.zero(); 4];
+    let mut ac = a.chunks_exact(w);
+    let mut xc = x.chunks_exact(w);
+    for (p, q) in (&mut ac).zip(&mut xc) {
+        for (u, av) in acc.iter_mut().enumerate() {
+            let o = u * S::LANES;
+            *av = s.mul_add(load_bf16(s, &p[o..]), s.load(&q[o..]), *av);
+        }
+    }
+    let (ar, xr) = (ac.remainder(), xc.remainder());
+    let mut ai = ar.chunks_exact(S::LANES);
+    let mut xi = xr.chunks_exact(S::LANES);
+    for (p, q) in (&mut ai).zip(&mut xi) {
+        acc[0] = s.mul_add(load_bf16(s, p), s.load(q), acc[0]);
+    }
+    if !ai.remainder().is_empty() {
+        let p = load_part_bf16(s, ai.remainder());
+        let q = s.load_part(xi.remainder(), 0.0);
+        acc[1] = s.mul_add(p, q, acc[1]);
+    }
+    s.reduce_add(s.add(s.add(acc[0], acc[1]), s.add(acc[2], acc[3])))
+}
+
+/// `x[i] += c · b[i]` with `b` bf16 (bits), widened in registers (as [`axpy`] over the widened
+/// values).
+#[inline(always)]
+pub(crate) fn axpy_bf16<S: Simd>(s: S, x: &mut [f32], c: f32, b: &[u16]) {
+    let b = &b[..x.len()];
+    let cv = s.splat(c);
+    let mut xc = x.chunks_exact_mut(S::LANES);
+    let mut bc = b.chunks_exact(S::LANES);
+    for (p, q) in (&mut xc).zip(&mut bc) {
+        let v = s.mul_add(load_bf16(s, q), cv, s.load(p));
+        s.store(p, v);
+    }
+    let xt = xc.into_remainder();
+    if !xt.is_empty() {
+        let v = s.mul_add(load_part_bf16(s, bc.remainder()), cv, s.load_part(xt, 0.0));
+        s.store_part(xt, v);
+    }
+}
+
 /// `Σ a_i b_i`; `b` must be at least as long as `a`.
 #[inline(always)]
 pub(crate) fn dot<S: Simd>(s: S, a: &[f32], b: &[f32]) -> f32 {

@@ -156,6 +156,18 @@ macro_rules! kernel_table {
         }
 
         #[target_feature(enable = $feat)]
+        unsafe fn axpy_bf16(x: &mut [f32], c: f32, b: &[u16]) {
+            // SAFETY: reached only through `KERNELS` (see `token`).
+            vector::axpy_bf16(unsafe { token() }, x, c, b)
+        }
+
+        #[target_feature(enable = $feat)]
+        unsafe fn dot_bf16(a: &[u16], x: &[f32]) -> f32 {
+            // SAFETY: reached only through `KERNELS` (see `token`).
+            vector::dot_bf16(unsafe { token() }, a, x)
+        }
+
+        #[target_feature(enable = $feat)]
         unsafe fn scale(x: &mut [f32], c: f32) {
             // SAFETY: reached only through `KERNELS` (see `token`).
             vector::scale(unsafe { token() }, x, c)
@@ -201,6 +213,8 @@ macro_rules! kernel_table {
             add_bias,
             add_assign,
             axpy,
+            axpy_bf16,
+            dot_bf16,
             scale,
             dot,
             l2_normalize,
