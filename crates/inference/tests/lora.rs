@@ -271,28 +271,6 @@ fn requests_pick_their_adapters_within_one_batch() {
     }
 }
 
-/// Writes a safetensors file of `(name, dtype, shape, little-endian bytes)` tensors.
-fn write_safetensors(path: &std::path::Path, tensors: &[(String, &str, Vec<usize>, Vec<u8>)]) {
-    let mut header = serde_json::Map::new();
-    let mut data = Vec::new();
-    for (name, dtype, shape, bytes) in tensors {
-        let start = data.len();
-        data.extend_from_slice(bytes);
-        header.insert(
-            name.clone(),
-            serde_json::json!({"dtype": dtype, "shape": shape, "data_offsets": [start, data.len()]}),
-        );
-    }
-    let mut h = serde_json::Value::Object(header).to_string().into_bytes();
-    while !h.len().is_multiple_of(8) {
-        h.push(b' ');
-    }
-    let mut out = (h.len() as u64).to_le_bytes().to_vec();
-    out.extend_from_slice(&h);
-    out.extend_from_slice(&data);
-    std::fs::write(path, out).unwrap();
-}
-
 /// An adapter saved in bf16 keeps its factors in 16 bits (half the bytes) and gives exactly the
 /// logits of the same values saved in f32.
 #[test]
@@ -314,7 +292,7 @@ fn bf16_adapters_run_in_16_bits_with_the_same_numbers() {
             dir.join("adapter_config.json"),
         )
         .unwrap();
-        let tensors: Vec<_> = store
+        let tensors: std::collections::BTreeMap<_, _> = store
             .names()
             .map(|n| {
                 let w = store.get(n, store.shape(n).unwrap()).unwrap();
@@ -330,10 +308,10 @@ fn bf16_adapters_run_in_16_bits_with_the_same_numbers() {
                 } else {
                     bits.iter().flat_map(|b| b.to_le_bytes()).collect()
                 };
-                (n.to_owned(), dtype, w.shape().to_vec(), bytes)
+                (n.to_owned(), (dtype, w.shape().to_vec(), bytes))
             })
             .collect();
-        write_safetensors(&dir.join("adapter_model.safetensors"), &tensors);
+        common::write_safetensors(&dir.join("adapter_model.safetensors"), &tensors);
         dirs.push(dir);
     }
     let adapters = dirs.iter().map(|d| Adapter::load(d).unwrap()).collect();

@@ -13,28 +13,6 @@ use lattice_inference::io::store::WeightStore;
 use lattice_inference::model::{load_encoder, PackedBatch};
 use lattice_inference::Error;
 
-/// Serializes tensors (name → (dtype, shape, bytes)) as a safetensors file.
-fn write_safetensors(path: &Path, tensors: &BTreeMap<String, (&str, Vec<usize>, Vec<u8>)>) {
-    let mut header = serde_json::Map::new();
-    let mut data = Vec::new();
-    for (name, (dtype, shape, bytes)) in tensors {
-        let start = data.len();
-        data.extend_from_slice(bytes);
-        header.insert(
-            name.clone(),
-            serde_json::json!({"dtype": dtype, "shape": shape, "data_offsets": [start, data.len()]}),
-        );
-    }
-    let mut h = serde_json::Value::Object(header).to_string().into_bytes();
-    while !h.len().is_multiple_of(8) {
-        h.push(b' ');
-    }
-    let mut out = (h.len() as u64).to_le_bytes().to_vec();
-    out.extend_from_slice(&h);
-    out.extend_from_slice(&data);
-    std::fs::write(path, out).unwrap();
-}
-
 /// The tiny BERT fixture's tensors as f32 values.
 fn tiny_bert_tensors() -> BTreeMap<String, (Vec<usize>, Vec<f32>)> {
     let f = SafetensorsFile::open(&fixture("tiny-bert").join("model.safetensors")).unwrap();

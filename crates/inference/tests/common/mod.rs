@@ -177,3 +177,28 @@ pub fn gpu(test: &str) -> Option<lattice_inference::backend::Device> {
         }
     }
 }
+
+/// Serializes tensors (name → (dtype, shape, bytes)) as a safetensors file.
+pub fn write_safetensors(
+    path: &std::path::Path,
+    tensors: &std::collections::BTreeMap<String, (&str, Vec<usize>, Vec<u8>)>,
+) {
+    let mut header = serde_json::Map::new();
+    let mut data = Vec::new();
+    for (name, (dtype, shape, bytes)) in tensors {
+        let start = data.len();
+        data.extend_from_slice(bytes);
+        header.insert(
+            name.clone(),
+            serde_json::json!({"dtype": dtype, "shape": shape, "data_offsets": [start, data.len()]}),
+        );
+    }
+    let mut h = serde_json::Value::Object(header).to_string().into_bytes();
+    while !h.len().is_multiple_of(8) {
+        h.push(b' ');
+    }
+    let mut out = (h.len() as u64).to_le_bytes().to_vec();
+    out.extend_from_slice(&h);
+    out.extend_from_slice(&data);
+    std::fs::write(path, out).unwrap();
+}
