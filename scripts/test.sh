@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test: fetches the real models (cached after the first run), checks formatting and
 # lints, then runs the whole workspace's tests in release mode (the real-model parity tests
-# need optimized kernels to finish quickly). Ends with one "N passed, N failed" line.
+# need optimized kernels to finish quickly), then the Python package's pytest suite. Ends with one
+# "N passed, N failed" line.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/fetch_models.sh
@@ -20,6 +21,8 @@ cargo test --release --workspace --lib --bins --tests 2>&1 | tee "$log" || statu
 LD_LIBRARY_PATH="$nvrtc${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
   cargo test --release -p lattice-inference --features cuda --test cuda_ops --test cuda_parity \
   -- --nocapture 2>&1 | tee -a "$log" || status=$?
+# The Python package (`import lattice`): built into .cache/venv-python and tested with pytest.
+./scripts/test_python.sh 2>&1 | tee -a "$log" || status=$?
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
      END { printf "%d passed, %d failed\n", p, f }' "$log"
 exit "$status"
