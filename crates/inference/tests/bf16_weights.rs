@@ -65,3 +65,61 @@ fn bf16_weights_track_f32_qwen3() {
 fn bf16_weights_track_f32_qwen35() {
     check("tiny-qwen35");
 }
+
+/// By default (`WeightMode::Quantized`: weights as stored) matrices whose values are all bf16
+/// stay in 16 bits and are widened to f32 as the GEMM microkernel loads them: the f32 path's
+/// results bit for bit at half the weight bytes. Checked against the widened-at-load path
+/// (`WeightMode::F32`) on the bf16 fixtures: logits bit-equal on every reference prompt (prefill
+/// and a 1-token continuation), and 40 greedy tokens equal.
+fn as_stored_equals_f32(name: &str) {
+    let dir = fixture(name);
+    let f32_model = load_decoder(&dir, WeightMode::F32).unwrap();
+    let stored = load_decoder(&dir, WeightMode::Quantized).unwrap();
+    let (wf, ws) = (f32_model.info().weight_bytes, stored.info().weight_bytes);
+    assert!(
+        ws * 10 < wf * 6,
+        "{name}: {ws} bytes as stored vs {wf} as f32"
+    );
+    let reference = read_json(&dir.join("reference.json"));
+    let mut worst = 0f64;
+    for p in reference["prompts"].as_array().unwrap() {
+        let ids = u32s(&p["ids"]);
+        let run = |m: &dyn lattice_inference::model::decoder::Decoder| {
+            let mut cache = m.new_cache(ids.len() + 2);
+            let pre = m
+                .forward(&ids, &[ids.len()], &mut [&mut cache], Outputs::LastLogits)
+                .unwrap();
+            let next = m
+                .forward(
+                    &[argmax(&pre)],
+                    &[1],
+                    &mut [&mut cache],
+                    Outputs::LastLogits,
+                )
+                .unwrap();
+            (pre, next)
+        };
+        let (a, b) = (run(f32_model.as_ref()), run(stored.as_ref()));
+        for (x, y) in [(&a.0, &b.0), (&a.1, &b.1)] {
+            worst = worst.max(rel_err(y, x));
+            assert!(x == y, "{name}/{}: as stored differs from f32", p["name"]);
+        }
+    }
+    let ids = u32s(&reference["prompts"][0]["ids"]);
+    let (_, want) = common::greedy(f32_model.as_ref(), &ids, 40);
+    let (_, got) = common::greedy(stored.as_ref(), &ids, 40);
+    assert_eq!(got, want, "{name}: greedy");
+    eprintln!(
+        "{name}: as stored vs f32 worst relative error {worst:.2e}; {ws} vs {wf} weight bytes"
+    );
+}
+
+#[test]
+fn bf16_checkpoints_stay_16_bit_with_f32_results_qwen3() {
+    as_stored_equals_f32("tiny-qwen3");
+}
+
+#[test]
+fn bf16_checkpoints_stay_16_bit_with_f32_results_qwen35() {
+    as_stored_equals_f32("tiny-qwen35");
+}

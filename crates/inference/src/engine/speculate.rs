@@ -154,6 +154,9 @@ pub struct StepCost {
     xy: f64,
 }
 
+/// Step time (seconds) below which [`StepCost::threshold`] does not trust the fit.
+const MIN_TIMED_STEP: f64 = 0.002;
+
 /// How much each recorded step's weight decays per later step.
 const DECAY: f64 = 0.99;
 
@@ -193,6 +196,9 @@ impl StepCost {
     /// `per_row * rows / (base + per_row * rows)` (0 until the fit exists: draft freely).
     pub fn threshold(&self, rows: usize) -> f64 {
         match self.fit() {
+            // Steps of a few milliseconds or less (tiny models) are timed mostly as noise and
+            // drafts cost nothing measurable there: draft freely.
+            Some((base, per_row)) if base + per_row * (rows as f64) < MIN_TIMED_STEP => 0.0,
             Some((base, per_row)) if rows > 0 => {
                 let r = rows as f64;
                 per_row * r / (base + per_row * r)
@@ -262,5 +268,12 @@ mod tests {
         assert_eq!(d.paying(c.threshold(1)), 12);
         assert_eq!(d.paying(c.threshold(64)), 0);
         assert_eq!(d.paying(0.0), MAX_DRAFT);
+        // Sub-millisecond steps (tiny models) are not trusted: draft freely.
+        let mut tiny = StepCost::default();
+        for rows in [1, 8, 3, 16, 1, 2] {
+            tiny.record(rows, 1e-5 * rows as f64);
+        }
+        assert!(tiny.fit().is_some());
+        assert_eq!(tiny.threshold(1), 0.0);
     }
 }

@@ -121,7 +121,8 @@ fn decoder_arch(name: &str, gguf: bool, path: &Path) -> Result<DecoderArch> {
 ///
 /// `mode` picks how GGUF weights are held: [`WeightMode::Quantized`] multiplies with the blocks
 /// directly; [`WeightMode::F32`] dequantizes everything at load (the reference path).
-/// Safetensors weights are f32 unless Q8 or bf16 is asked.
+/// Safetensors weights are kept as stored by default (bf16 in 16 bits with f32 math, f32 as f32),
+/// widened to f32 at load with [`WeightMode::F32`], or rounded with Q8 / bf16.
 pub fn load_decoder(path: &Path, mode: WeightMode) -> Result<Box<dyn Decoder>> {
     load_decoder_from(&TensorSource::open(path)?, mode)
 }
@@ -140,10 +141,12 @@ pub fn load_decoder_from(
     let place = place.into();
     let mode = place.mode;
     let config = source.decoder_config()?;
-    // Safetensors weights are f32 unless Q8 or bf16 was asked; GGUF files keep their own types.
+    // Safetensors weights are as stored (16-bit where exactly bf16) unless f32, Q8 or bf16 was
+    // asked; GGUF files keep their own types.
     let mode = match (source, mode) {
         (TensorSource::Safetensors { .. }, WeightMode::Q8) => WeightMode::Q8,
         (TensorSource::Safetensors { .. }, WeightMode::Bf16) => WeightMode::Bf16,
+        (TensorSource::Safetensors { .. }, WeightMode::Quantized) => WeightMode::Quantized,
         (TensorSource::Safetensors { .. }, _) => WeightMode::F32,
         (TensorSource::Gguf(_), WeightMode::F32) => WeightMode::F32,
         (TensorSource::Gguf(_), _) => WeightMode::Quantized,

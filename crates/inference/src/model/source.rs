@@ -25,8 +25,9 @@ use super::decoder::DecoderConfig;
 pub enum WeightMode {
     /// Everything f32 (GGUF blocks dequantized at load): the reference path.
     F32,
-    /// GGUF quantized blocks kept as they are and multiplied directly; safetensors weights
-    /// stay f32.
+    /// Weights as stored: GGUF quantized blocks multiplied directly; safetensors matrices whose
+    /// values are all bf16 (bf16 checkpoints) kept in 16 bits and widened to f32 inside the
+    /// kernels on the CPU (the f32 results at half the bytes), other safetensors weights f32.
     Quantized,
     /// Matrices quantized to Q8_0 at load (safetensors f32 / f16 / bf16 weights; GGUF files
     /// keep their own block types).
@@ -38,11 +39,11 @@ pub enum WeightMode {
 }
 
 impl WeightMode {
-    /// Short name for logs (`"f32"`, `"quantized"`).
+    /// Short name for logs (`"f32"`, `"as stored"`).
     pub fn name(self) -> &'static str {
         match self {
             WeightMode::F32 => "f32",
-            WeightMode::Quantized => "quantized",
+            WeightMode::Quantized => "as stored",
             WeightMode::Q8 => "q8_0",
             WeightMode::Bf16 => "bf16",
         }
@@ -216,6 +217,9 @@ impl EmbeddingTable {
                     }
                     _ if mode == WeightMode::Bf16 => {
                         Linear::from_bf16_on(dev, w.as_slice(), rows, cols, None)
+                    }
+                    _ if mode == WeightMode::Quantized && dev.is_cpu() => {
+                        Linear::from_f32_compact(w.as_slice(), rows, cols, None)
                     }
                     _ => Linear::from_f32_on(dev, w.as_slice(), rows, cols, None),
                 }
@@ -565,6 +569,9 @@ impl TensorSource {
                     }
                     _ if mode == WeightMode::Bf16 => {
                         Linear::from_bf16_on(dev, &rows, out_dim, in_dim, bias_values)
+                    }
+                    _ if mode == WeightMode::Quantized && dev.is_cpu() => {
+                        Linear::from_f32_compact(&rows, out_dim, in_dim, bias_values)
                     }
                     // Widths that are not whole Q8_0 blocks stay f32.
                     _ => Linear::from_f32_on(dev, &rows, out_dim, in_dim, bias_values),

@@ -5,7 +5,10 @@
 //! are fused into the kernel's epilogue while each output tile is still in cache. Quantized
 //! weights ([`QuantMatrix`], from GGUF) multiply with their blocks directly; a layer may stack
 //! several of them along the output dimension (e.g. Q, K and V of different block types).
-//! bf16 weights ([`Bf16Weights`], opt-in) multiply with bf16-rounded activations and f32 sums.
+//! bf16 weights ([`Bf16Weights`], opt-in) multiply with bf16-rounded activations and f32 sums;
+//! weights that are exactly bf16 (bf16 checkpoints, by default) stay in 16 bits in the f32
+//! panel layout and are widened as the microkernel loads them ([`cpu::PackedBf16`]): the f32
+//! path's results bit for bit at half the bytes.
 //! On a GPU the weight is a device matrix (f32 or bf16, row-major; bf16 multiplies the f32
 //! activations, see backend/cuda) multiplied by the device's kernels or cuBLAS; the tensor
 //! methods ([`Linear::apply`] and friends) run wherever the input lives.
@@ -29,6 +32,8 @@ enum LinearWeight {
     Quant(Vec<QuantMatrix>),
     /// bf16, packed in k-pairs for the bf16 dot-product kernel.
     Bf16(Bf16Weights),
+    /// Exactly-bf16 values kept in 16 bits in the f32 panel layout, widened as they load.
+    Widened(cpu::PackedBf16),
     /// On a GPU (f32 or bf16, row-major).
     #[cfg(feature = "cuda")]
     Cuda(crate::backend::cuda::MatrixData),
@@ -126,6 +131,23 @@ impl Linear {
             bias_dev: Mirror::new(),
             lora: None,
         })
+    }
+
+    /// [`Linear::from_f32`], kept in 16 bits when every value of `w` is exactly a bf16 value
+    /// (a bf16 checkpoint): bit-identical products at half the bytes.
+    pub fn from_f32_compact(
+        w: &[f32],
+        out_dim: usize,
+        in_dim: usize,
+        bias: Option<Vec<f32>>,
+    ) -> Result<Self> {
+        let mut layer = Self::from_f32(w, out_dim, in_dim, bias)?;
+        if let LinearWeight::Packed(p) = &layer.weight {
+            if let Some(b) = cpu::PackedBf16::from_packed(p) {
+                layer.weight = LinearWeight::Widened(b);
+            }
+        }
+        Ok(layer)
     }
 
     /// A layer from f32 weights `w` [out_dim, in_dim] rounded to bf16 (exact for values that
@@ -295,7 +317,7 @@ impl Linear {
     pub fn weight_bytes(&self) -> usize {
         match &self.weight {
             LinearWeight::Packed(_) => self.in_dim * self.out_dim * 4,
-            LinearWeight::Bf16(_) => self.in_dim * self.out_dim * 2,
+            LinearWeight::Bf16(_) | LinearWeight::Widened(_) => self.in_dim * self.out_dim * 2,
             LinearWeight::Quant(parts) => parts.iter().map(QuantMatrix::gguf_bytes).sum(),
             #[cfg(feature = "cuda")]
             LinearWeight::Cuda(crate::backend::cuda::MatrixData::F32(_)) => {
@@ -352,6 +374,17 @@ impl Linear {
         }
         match &self.weight {
             LinearWeight::Packed(w) => cpu::gemm_bt_packed(
+                m,
+                x,
+                self.in_dim,
+                w,
+                y,
+                self.out_dim,
+                accumulate,
+                self.bias.as_deref(),
+                gelu,
+            ),
+            LinearWeight::Widened(w) => cpu::gemm_bt_packed_bf16(
                 m,
                 x,
                 self.in_dim,

@@ -13,13 +13,16 @@ use super::detect::Isa;
 use super::gemm::{self, BLayout, Epilogue};
 use super::microkernel;
 use super::pack;
-use super::packed::{self, PackedWeights};
+use super::packed::{self, PackedBf16, PackedWeights};
 use super::portable::Portable;
 use super::scalar;
 
 /// Microkernel: `(kc, a, b, ldb, c, ldc, mr, nr, accumulate)`, see `microkernel::tile`.
 pub(super) type Ukr =
     unsafe fn(usize, *const f32, *const f32, usize, *mut f32, usize, usize, usize, bool);
+/// [`Ukr`] over a B panel of bf16 bits (widened as they load): `microkernel::tile` with `u16`.
+pub(super) type UkrBf16 =
+    unsafe fn(usize, *const f32, *const u16, usize, *mut f32, usize, usize, usize, bool);
 /// Unpacked dot-product GEMM: `(m, n, k, a, lda, b, ldb, c, ldc, accumulate)`, see
 /// `microkernel::dot_gemm_bt`.
 pub(super) type DotGemm =
@@ -42,6 +45,8 @@ pub(super) struct GemmSpec {
     pub(super) nc: usize,
     /// The register-blocked microkernel.
     pub(super) ukr: Ukr,
+    /// The same over bf16 panels.
+    pub(super) ukr_bf16: UkrBf16,
     /// The unpacked kernel for products with a tiny side.
     pub(super) dot: DotGemm,
     /// `pack::pack_rows` for this instruction set.
@@ -187,6 +192,43 @@ impl Kernels {
             m,
             n,
             k,
+            a,
+            lda,
+            data,
+            n_pad,
+            c,
+            ldc,
+            accumulate,
+            epi,
+        );
+    }
+
+    /// See [`super::gemm_bt_packed_bf16`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn gemm_bt_packed_bf16(
+        &self,
+        m: usize,
+        a: &[f32],
+        lda: usize,
+        w: &PackedBf16,
+        c: &mut [f32],
+        ldc: usize,
+        accumulate: bool,
+        bias: Option<&[f32]>,
+        gelu: bool,
+    ) {
+        assert_eq!(
+            w.isa(),
+            self.isa,
+            "gemm_bt_packed_bf16: weights packed for another isa"
+        );
+        let (data, n_pad) = w.panels();
+        let epi = Epilogue { bias, gelu };
+        gemm::gemm_packed_bf16(
+            self,
+            m,
+            w.n(),
+            w.k(),
             a,
             lda,
             data,
@@ -351,10 +393,10 @@ impl Kernels {
 /// # Safety
 /// The pointer contract of `microkernel::tile` with `MR = 4`, `NV = 2`.
 #[allow(clippy::too_many_arguments)]
-unsafe fn portable_ukr(
+unsafe fn portable_ukr<B: microkernel::PanelValue>(
     kc: usize,
     a: *const f32,
-    b: *const f32,
+    b: *const B,
     ldb: usize,
     c: *mut f32,
     ldc: usize,
@@ -366,10 +408,10 @@ unsafe fn portable_ukr(
     // SAFETY: forwarded caller contract; `mr <= 4` selects a tile that reads at most MR rows.
     unsafe {
         match mr {
-            1 => microkernel::tile::<_, 1, 4, 2>(s, kc, a, b, ldb, c, ldc, nr, accumulate),
-            2 => microkernel::tile::<_, 2, 4, 2>(s, kc, a, b, ldb, c, ldc, nr, accumulate),
-            3 => microkernel::tile::<_, 3, 4, 2>(s, kc, a, b, ldb, c, ldc, nr, accumulate),
-            _ => microkernel::tile::<_, 4, 4, 2>(s, kc, a, b, ldb, c, ldc, nr, accumulate),
+            1 => microkernel::tile::<_, B, 1, 4, 2>(s, kc, a, b, ldb, c, ldc, nr, accumulate),
+            2 => microkernel::tile::<_, B, 2, 4, 2>(s, kc, a, b, ldb, c, ldc, nr, accumulate),
+            3 => microkernel::tile::<_, B, 3, 4, 2>(s, kc, a, b, ldb, c, ldc, nr, accumulate),
+            _ => microkernel::tile::<_, B, 4, 4, 2>(s, kc, a, b, ldb, c, ldc, nr, accumulate),
         }
     }
 }
@@ -420,7 +462,8 @@ static SCALAR: Kernels = Kernels {
         kc: 256,
         mc: 64,
         nc: 1024,
-        ukr: portable_ukr,
+        ukr: portable_ukr::<f32>,
+        ukr_bf16: portable_ukr::<u16>,
         dot: portable_dot,
         pack_rows: portable_pack_rows,
     },

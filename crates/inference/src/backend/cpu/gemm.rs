@@ -25,6 +25,10 @@ pub(crate) enum BLayout {
     /// `B` is a weight matrix already packed by `packed::pack` (`ldb` = its padded width) and
     /// the product is `A·Bᵀ`.
     Packed,
+    /// [`BLayout::Packed`] with bf16 values (bits, in the problem's `b16`), widened to f32 as
+    /// the microkernel loads them: the same products and sums as `Packed` over the widened
+    /// matrix, so the results are bit-identical.
+    PackedBf16,
 }
 
 /// What happens to each output element after the product: `c = act(c + bias[j])`.
@@ -84,6 +88,8 @@ struct Problem<'a> {
     a: &'a [f32],
     lda: usize,
     b: &'a [f32],
+    /// B's values for [`BLayout::PackedBf16`] (empty otherwise).
+    b16: &'a [u16],
     ldb: usize,
     c: CMat,
     accumulate: bool,
@@ -109,6 +115,79 @@ pub(crate) fn gemm(
     accumulate: bool,
     epi: Epilogue<'_>,
 ) {
+    assert!(
+        layout != BLayout::PackedBf16,
+        "gemm: bf16 panels go through gemm_packed_bf16"
+    );
+    gemm_any(
+        kt,
+        layout,
+        m,
+        n,
+        k,
+        a,
+        lda,
+        (b, &[]),
+        ldb,
+        c,
+        ldc,
+        accumulate,
+        epi,
+    );
+}
+
+/// [`gemm`] with B a bf16 weight matrix packed like [`BLayout::Packed`] (`b16`, `ldb` its padded
+/// width): bit-identical to `Packed` over the widened values.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn gemm_packed_bf16(
+    kt: &Kernels,
+    m: usize,
+    n: usize,
+    k: usize,
+    a: &[f32],
+    lda: usize,
+    b16: &[u16],
+    ldb: usize,
+    c: &mut [f32],
+    ldc: usize,
+    accumulate: bool,
+    epi: Epilogue<'_>,
+) {
+    let layout = BLayout::PackedBf16;
+    gemm_any(
+        kt,
+        layout,
+        m,
+        n,
+        k,
+        a,
+        lda,
+        (&[], b16),
+        ldb,
+        c,
+        ldc,
+        accumulate,
+        epi,
+    );
+}
+
+/// [`gemm`] over either kind of B values (`(f32, bf16)`, one of them empty).
+#[allow(clippy::too_many_arguments)]
+fn gemm_any(
+    kt: &Kernels,
+    layout: BLayout,
+    m: usize,
+    n: usize,
+    k: usize,
+    a: &[f32],
+    lda: usize,
+    (b, b16): (&[f32], &[u16]),
+    ldb: usize,
+    c: &mut [f32],
+    ldc: usize,
+    accumulate: bool,
+    epi: Epilogue<'_>,
+) {
     if m == 0 || n == 0 {
         return;
     }
@@ -122,13 +201,18 @@ pub(crate) fn gemm(
         let b_need = match layout {
             BLayout::Trans => (n - 1) * ldb + k,
             BLayout::NoTrans => (k - 1) * ldb + n,
-            BLayout::Packed => {
+            BLayout::Packed | BLayout::PackedBf16 => {
                 let nr = kt.gemm.nr;
                 assert!(ldb >= n && ldb.is_multiple_of(nr), "gemm: bad packed width");
                 ldb * k
             }
         };
-        assert!(b.len() >= b_need, "gemm: B too short");
+        let b_len = if layout == BLayout::PackedBf16 {
+            b16.len()
+        } else {
+            b.len()
+        };
+        assert!(b_len >= b_need, "gemm: B too short");
     }
     let p = Problem {
         kt,
@@ -137,6 +221,7 @@ pub(crate) fn gemm(
         a,
         lda,
         b,
+        b16,
         ldb,
         c: CMat {
             ptr: c.as_mut_ptr(),
@@ -156,7 +241,7 @@ pub(crate) fn gemm(
     // parts are kept large enough to amortize it. Packed weights are not repacked, so rows
     // are split whenever there are enough of them.
     let split_cols = match layout {
-        BLayout::Packed => m < 4 * spec.mr * threads,
+        BLayout::Packed | BLayout::PackedBf16 => m < 4 * spec.mr * threads,
         _ => n >= m,
     };
     if split_cols {
@@ -238,7 +323,7 @@ fn buf_lens(spec: &GemmSpec, layout: BLayout, m: usize, n: usize, k: usize) -> (
     let b_cols = match layout {
         BLayout::Trans => spec.nc.min(n.next_multiple_of(spec.nr)),
         BLayout::NoTrans => spec.nr,
-        BLayout::Packed => 0,
+        BLayout::Packed | BLayout::PackedBf16 => 0,
     };
     (a_len, b_cols * kc)
 }
@@ -265,7 +350,7 @@ fn blocked(p: &Problem<'_>, i0: usize, m: usize, j0: usize, n: usize) {
                         let edge = nc - nc % nr;
                         pack_cols(bbuf, p.b, p.ldb, col0 + edge, nc - edge, pc, kc, nr);
                     }
-                    BLayout::NoTrans | BLayout::Packed => {}
+                    BLayout::NoTrans | BLayout::Packed | BLayout::PackedBf16 => {}
                 }
                 // (pointer, row stride) of the B panel starting at block column jr.
                 let panel = |jr: usize| match p.layout {
@@ -275,6 +360,8 @@ fn blocked(p: &Problem<'_>, i0: usize, m: usize, j0: usize, n: usize) {
                     BLayout::Packed => {
                         (p.b.as_ptr().wrapping_add(pc * p.ldb + (col0 + jr) * kc), nr)
                     }
+                    // Read through `b16` below.
+                    BLayout::PackedBf16 => (std::ptr::null(), nr),
                 };
                 for ic in (0..m).step_by(spec.mc) {
                     let mc = spec.mc.min(m - ic);
@@ -293,18 +380,37 @@ fn blocked(p: &Problem<'_>, i0: usize, m: usize, j0: usize, n: usize) {
                             // time, or in place inside B, all as checked by `gemm`) are
                             // readable; the mrr×nrr tile of C is in bounds and owned by this
                             // thread.
-                            unsafe {
-                                (spec.ukr)(
-                                    kc,
-                                    abuf.as_ptr().wrapping_add(ir * kc),
-                                    bp,
-                                    ldbp,
-                                    p.c.at(ci, cj),
-                                    p.c.ld,
-                                    mrr,
-                                    nrr,
-                                    acc,
-                                );
+                            if p.layout == BLayout::PackedBf16 {
+                                // SAFETY: as for `ukr` below, the panel being the bf16 values
+                                // at the same offsets (checked by `gemm_any`).
+                                unsafe {
+                                    (spec.ukr_bf16)(
+                                        kc,
+                                        abuf.as_ptr().wrapping_add(ir * kc),
+                                        p.b16.as_ptr().wrapping_add(pc * p.ldb + (col0 + jr) * kc),
+                                        ldbp,
+                                        p.c.at(ci, cj),
+                                        p.c.ld,
+                                        mrr,
+                                        nrr,
+                                        acc,
+                                    );
+                                }
+                            } else {
+                                // SAFETY: see above.
+                                unsafe {
+                                    (spec.ukr)(
+                                        kc,
+                                        abuf.as_ptr().wrapping_add(ir * kc),
+                                        bp,
+                                        ldbp,
+                                        p.c.at(ci, cj),
+                                        p.c.ld,
+                                        mrr,
+                                        nrr,
+                                        acc,
+                                    );
+                                }
                             }
                             if last && !p.epi.is_noop() {
                                 for i in 0..mrr {

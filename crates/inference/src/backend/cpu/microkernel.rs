@@ -8,11 +8,36 @@
 
 use super::simd::Simd;
 
+/// What a B panel holds: f32, or bf16 bits widened to f32 as they load (the same products).
+pub(crate) trait PanelValue: Copy {
+    /// Loads `LANES` values at `p` as f32.
+    ///
+    /// # Safety
+    /// `p..p + LANES` must be readable.
+    unsafe fn load<S: Simd>(s: S, p: *const Self) -> S::V;
+}
+
+impl PanelValue for f32 {
+    #[inline(always)]
+    unsafe fn load<S: Simd>(s: S, p: *const f32) -> S::V {
+        // SAFETY: forwarded caller contract.
+        unsafe { s.load_ptr(p) }
+    }
+}
+
+impl PanelValue for u16 {
+    #[inline(always)]
+    unsafe fn load<S: Simd>(s: S, p: *const u16) -> S::V {
+        // SAFETY: forwarded caller contract.
+        unsafe { s.load_bf16_ptr(p) }
+    }
+}
+
 /// `C[m×nr] (+)= Â · B̂` for one register tile, `M` rows by `NV·LANES` columns.
 ///
 /// `a` is a packed A sliver: `kc` groups of `MR` floats (row `i` of step `p` at `a[p*MR + i]`;
 /// only the first `M` of each group are read). `b` is a B panel: `kc` rows of `NV·LANES`
-/// floats, `ldb` apart. Only the first `nr` columns of `C` are read or written (partial
+/// values (f32, or bf16 widened as they load), `ldb` apart. Only the first `nr` columns of `C` are read or written (partial
 /// vectors go through masked loads and stores); with `accumulate` the product is added to `C`.
 ///
 /// # Safety
@@ -20,11 +45,17 @@ use super::simd::Simd;
 /// `c[i*ldc .. i*ldc + nr]` for `i < M` readable and writable, and `nr <= NV*LANES`.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-pub(crate) unsafe fn tile<S: Simd, const M: usize, const MR: usize, const NV: usize>(
+pub(crate) unsafe fn tile<
+    S: Simd,
+    B: PanelValue,
+    const M: usize,
+    const MR: usize,
+    const NV: usize,
+>(
     s: S,
     kc: usize,
     a: *const f32,
-    b: *const f32,
+    b: *const B,
     ldb: usize,
     c: *mut f32,
     ldc: usize,
@@ -38,7 +69,7 @@ pub(crate) unsafe fn tile<S: Simd, const M: usize, const MR: usize, const NV: us
         let mut bv = [s.zero(); NV];
         for (v, slot) in bv.iter_mut().enumerate() {
             // SAFETY: row p of the B panel holds NV·LANES readable floats (caller contract).
-            *slot = unsafe { s.load_ptr(bp.add(v * S::LANES)) };
+            *slot = unsafe { B::load(s, bp.add(v * S::LANES)) };
         }
         for (i, row) in acc.iter_mut().enumerate() {
             // SAFETY: the packed sliver has MR >= M floats per step (caller contract).

@@ -54,7 +54,7 @@ mod x86;
 pub use detect::Isa;
 pub use dispatch::{kernels, kernels_for, Kernels};
 pub use lowrank::{add_low_rank, Delta, Values};
-pub use packed::PackedWeights;
+pub use packed::{PackedBf16, PackedWeights};
 pub use qmatrix::QuantMatrix;
 pub use repack::GROUP_ROWS;
 
@@ -193,6 +193,22 @@ pub fn gemm_bt_packed(
     gelu: bool,
 ) {
     kernels().gemm_bt_packed(m, a, lda, w, c, ldc, accumulate, bias, gelu)
+}
+
+/// [`gemm_bt_packed`] over bf16 weights ([`PackedBf16`]): bit-identical results, half the bytes.
+#[allow(clippy::too_many_arguments)]
+pub fn gemm_bt_packed_bf16(
+    m: usize,
+    a: &[f32],
+    lda: usize,
+    w: &PackedBf16,
+    c: &mut [f32],
+    ldc: usize,
+    accumulate: bool,
+    bias: Option<&[f32]>,
+    gelu: bool,
+) {
+    kernels().gemm_bt_packed_bf16(m, a, lda, w, c, ldc, accumulate, bias, gelu)
 }
 
 /// `c[m×n] (+)= a[m×k] · b[k×n]` (no transpose; used for attention probabilities × values).

@@ -10,36 +10,47 @@
 use super::detect::Isa;
 use super::dispatch::Kernels;
 
-/// A weight matrix `w[n×k]` (the `nn.Linear` layout) packed for [`Kernels::gemm_bt_packed`].
+/// A weight matrix `w[n×k]` (the `nn.Linear` layout) packed for [`Kernels::gemm_bt_packed`]:
+/// f32 ([`PackedWeights`]) or bf16 bits ([`PackedBf16`]).
 ///
 /// Layout: for each `kc`-deep slice of the depth (starting at `p0`), `n_pad / NR` panels of
-/// `kc × NR` floats (row `p` of a panel holds `w[j][p0 + p]` for its `NR` columns `j`), the
-/// slice starting at float `p0 · n_pad`; columns past `n` are zero. It holds about as many
-/// floats as the original.
+/// `kc × NR` values (row `p` of a panel holds `w[j][p0 + p]` for its `NR` columns `j`), the
+/// slice starting at value `p0 · n_pad`; columns past `n` are zero. It holds about as many
+/// values as the original.
 #[derive(Clone)]
-pub struct PackedWeights {
+pub struct Packed<T> {
     isa: Isa,
     n: usize,
     k: usize,
     /// `n` rounded up to the table's `NR`.
     n_pad: usize,
-    /// Offset of the first float in `buf`, chosen for 64-byte alignment.
+    /// Offset of the first value in `buf`, chosen for 64-byte alignment.
     offset: usize,
-    /// f32 `[k][n_pad]` in the panel layout above, after `offset` floats of padding.
-    buf: Vec<f32>,
+    /// `[k][n_pad]` in the panel layout above, after `offset` values of padding.
+    buf: Vec<T>,
 }
 
-impl std::fmt::Debug for PackedWeights {
+/// f32 weights packed for [`Kernels::gemm_bt_packed`].
+pub type PackedWeights = Packed<f32>;
+
+/// [`PackedWeights`] whose values are all exactly bf16 (a bf16 checkpoint), kept as bf16 bits in
+/// the same panel layout: [`Kernels::gemm_bt_packed_bf16`] widens them as the microkernel loads
+/// them, so its results are bit-identical to `gemm_bt_packed` over the f32 matrix, at half the
+/// bytes.
+pub type PackedBf16 = Packed<u16>;
+
+impl<T> std::fmt::Debug for Packed<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PackedWeights")
+        f.debug_struct("Packed")
             .field("isa", &self.isa)
             .field("n", &self.n)
             .field("k", &self.k)
+            .field("bytes_per_value", &std::mem::size_of::<T>())
             .finish()
     }
 }
 
-impl PackedWeights {
+impl<T> Packed<T> {
     /// Output features (rows of the original matrix).
     pub fn n(&self) -> usize {
         self.n
@@ -55,9 +66,28 @@ impl PackedWeights {
         self.isa
     }
 
-    /// The packed floats and the padded width (`ldb` for the driver).
-    pub(crate) fn panels(&self) -> (&[f32], usize) {
+    /// The packed values and the padded width (`ldb` for the driver).
+    pub(crate) fn panels(&self) -> (&[T], usize) {
         (&self.buf[self.offset..], self.n_pad)
+    }
+}
+
+impl PackedBf16 {
+    /// `w` in 16 bits, or `None` when some value is not exactly a bf16 value.
+    pub fn from_packed(w: &PackedWeights) -> Option<Self> {
+        let (panels, n_pad) = w.panels();
+        let vals = &panels[..w.k * n_pad];
+        if !vals.iter().all(|v| v.to_bits() & 0xffff == 0) {
+            return None;
+        }
+        Some(Self {
+            isa: w.isa,
+            n: w.n,
+            k: w.k,
+            n_pad,
+            offset: 0,
+            buf: vals.iter().map(|v| (v.to_bits() >> 16) as u16).collect(),
+        })
     }
 }
 

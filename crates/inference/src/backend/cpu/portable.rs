@@ -39,6 +39,12 @@ impl Simd for Portable {
         unsafe { std::ptr::read_unaligned(p as *const [f32; L]) }
     }
     #[inline(always)]
+    unsafe fn load_bf16_ptr(self, p: *const u16) -> Self::V {
+        // SAFETY: the caller guarantees L readable bf16 values at p.
+        let bits = unsafe { std::ptr::read_unaligned(p as *const [u16; L]) };
+        bits.map(|b| f32::from_bits((b as u32) << 16))
+    }
+    #[inline(always)]
     unsafe fn store_ptr(self, p: *mut f32, v: Self::V) {
         // SAFETY: the caller guarantees L writable floats at p.
         unsafe { std::ptr::write_unaligned(p as *mut [f32; L], v) }

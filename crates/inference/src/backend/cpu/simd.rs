@@ -25,6 +25,11 @@ pub(crate) trait Simd: Copy {
     /// # Safety
     /// `p..p + LANES` must be readable.
     unsafe fn load_ptr(self, p: *const f32) -> Self::V;
+    /// Loads `LANES` bf16 values (their bits) at `p`, widened to f32 (exact).
+    ///
+    /// # Safety
+    /// `p..p + LANES` must be readable.
+    unsafe fn load_bf16_ptr(self, p: *const u16) -> Self::V;
     /// Stores `LANES` elements to `p`.
     ///
     /// # Safety

@@ -55,6 +55,14 @@ impl Simd for Avx2 {
         unsafe { _mm256_loadu_ps(p) }
     }
     #[inline(always)]
+    unsafe fn load_bf16_ptr(self, p: *const u16) -> __m256 {
+        // SAFETY: token; 8 readable bf16 values at p (caller). Widening is a 16-bit shift.
+        unsafe {
+            let h = _mm_loadu_si128(p as *const __m128i);
+            _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16))
+        }
+    }
+    #[inline(always)]
     unsafe fn store_ptr(self, p: *mut f32, v: __m256) {
         // SAFETY: token; 8 writable floats at p (caller).
         unsafe { _mm256_storeu_ps(p, v) }

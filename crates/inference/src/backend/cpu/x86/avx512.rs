@@ -53,6 +53,14 @@ impl Simd for Avx512 {
         unsafe { _mm512_loadu_ps(p) }
     }
     #[inline(always)]
+    unsafe fn load_bf16_ptr(self, p: *const u16) -> __m512 {
+        // SAFETY: token; 16 readable bf16 values at p (caller). Widening is a 16-bit shift.
+        unsafe {
+            let h = _mm256_loadu_si256(p as *const __m256i);
+            _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16))
+        }
+    }
+    #[inline(always)]
     unsafe fn store_ptr(self, p: *mut f32, v: __m512) {
         // SAFETY: token; 16 writable floats at p (caller).
         unsafe { _mm512_storeu_ps(p, v) }

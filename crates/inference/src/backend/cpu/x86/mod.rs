@@ -41,10 +41,10 @@ macro_rules! kernel_table {
 
         #[target_feature(enable = $feat)]
         #[allow(clippy::too_many_arguments)]
-        unsafe fn gemm_ukr(
+        unsafe fn gemm_ukr<B: microkernel::PanelValue>(
             kc: usize,
             a: *const f32,
-            b: *const f32,
+            b: *const B,
             ldb: usize,
             c: *mut f32,
             ldc: usize,
@@ -57,7 +57,7 @@ macro_rules! kernel_table {
             unsafe {
                 let s = token();
                 match mr {
-                    $( $m => microkernel::tile::<$tok, $m, $mr, $nv>(
+                    $( $m => microkernel::tile::<$tok, B, $m, $mr, $nv>(
                         s, kc, a, b, ldb, c, ldc, nr, accumulate,
                     ), )+
                     _ => unreachable!("tile rows above MR"),
@@ -200,7 +200,8 @@ macro_rules! kernel_table {
                 kc: $kc,
                 mc: $mc,
                 nc: $nc,
-                ukr: gemm_ukr,
+                ukr: gemm_ukr::<f32>,
+                ukr_bf16: gemm_ukr::<u16>,
                 dot: gemm_dot,
                 pack_rows,
             },
