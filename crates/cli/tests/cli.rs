@@ -284,3 +284,32 @@ fn tokenize_works_for_byte_level_and_sentencepiece_bpe() {
         assert_eq!(ids, want, "{name}");
     }
 }
+
+#[test]
+fn bench_peaks_reports_the_machine_limits() {
+    let o = lattice(&[
+        "bench",
+        "peaks",
+        "--runs",
+        "1",
+        "--megabytes",
+        "16",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    assert!(
+        v["isa"].is_string() && v["threads"].as_u64().unwrap() >= 1,
+        "{v}"
+    );
+    for k in [
+        "gemm_f32_gflops_1",
+        "gemm_f32_gflops_all",
+        "read_gbps_1",
+        "read_gbps_all",
+        "decode_f32_weights_gbps",
+        "decode_bf16_weights_gbps",
+    ] {
+        assert!(v[k].as_f64().unwrap() > 0.0, "{k}: {v}");
+    }
+}

@@ -53,6 +53,8 @@ pub enum BenchCommand {
     Serve(super::bench_serve::Args),
     /// Compile and per-step mask times of JSON-Schema constraints over a vocabulary.
     Grammar(super::bench_grammar::Args),
+    /// This machine's limits as the kernels reach them: GEMM GFLOP/s, read GB/s, decode GB/s.
+    Peaks(super::bench_peaks::Args),
 }
 
 /// Median of `v` (sorts it).
@@ -72,6 +74,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         Some(BenchCommand::Generate(a)) => return super::bench_generate::run(a),
         Some(BenchCommand::Serve(a)) => return super::bench_serve::run(a),
         Some(BenchCommand::Grammar(a)) => return super::bench_grammar::run(a),
+        Some(BenchCommand::Peaks(a)) => return super::bench_peaks::run(a),
         None => {}
     }
     let (Some(model), Some(data)) = (args.model, args.data) else {

@@ -101,19 +101,6 @@ pub struct Args {
     json: bool,
 }
 
-/// The CPU model, from /proc/cpuinfo (empty elsewhere).
-fn cpu_name() -> String {
-    std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split(':').nth(1))
-                .map(|n| n.trim().to_owned())
-        })
-        .unwrap_or_default()
-}
-
 /// One engine on one schema.
 #[derive(Default)]
 struct SchemaRun {
@@ -261,7 +248,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         "steps": args.steps,
         "dfa_backend": format!("{:?}", args.dfa_backend).to_lowercase(),
         "fair_schemas": fair_n,
-        "cpu": cpu_name(),
+        "cpu": super::cpu_name(),
         "isa": lattice_inference::backend::cpu::isa(),
         "engines": runs.iter().map(|e| {
             let compiled = e.runs.iter().filter(|r| r.compile_ms.is_some()).count();

@@ -183,7 +183,9 @@ pub struct ModelArgs {
     /// (`ORG/NAME[@REVISION]`, looked up in the Hugging Face cache, else downloaded).
     #[arg(long)]
     pub model: PathBuf,
-    /// Dequantize GGUF weights to f32 at load (slower; the reference path).
+    /// Hold every matrix in f32: GGUF weights dequantized at load, bf16 checkpoints widened at
+    /// load (by default they stay in 16 bits with the same f32 results; slower; the reference
+    /// path).
     #[arg(long, conflicts_with = "q8")]
     pub f32: bool,
     /// Quantize the matrices of a safetensors model to Q8_0 at load (about 3.8x fewer bytes

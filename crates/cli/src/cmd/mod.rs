@@ -3,6 +3,7 @@
 pub mod bench;
 pub mod bench_generate;
 pub mod bench_grammar;
+pub mod bench_peaks;
 pub mod bench_serve;
 pub mod chat;
 #[cfg(feature = "download")]
@@ -51,4 +52,17 @@ pub fn resolve_model(model: &std::path::Path) -> anyhow::Result<std::path::PathB
         }
         _ => Ok(model.to_path_buf()),
     }
+}
+
+/// The CPU model, from /proc/cpuinfo (empty elsewhere).
+pub fn cpu_name() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|n| n.trim().to_owned())
+        })
+        .unwrap_or_default()
 }
