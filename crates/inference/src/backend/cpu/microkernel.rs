@@ -8,6 +8,9 @@
 
 use super::simd::Simd;
 
+/// Panel rows ahead of the one being multiplied that the microkernel asks the cache for.
+const PREFETCH_ROWS: usize = 16;
+
 /// What a B panel holds: f32, or bf16 bits widened to f32 as they load (the same products).
 pub(crate) trait PanelValue: Copy {
     /// Loads `LANES` values at `p` as f32.
@@ -70,6 +73,9 @@ pub(crate) unsafe fn tile<
         for (v, slot) in bv.iter_mut().enumerate() {
             // SAFETY: row p of the B panel holds NV·LANES readable floats (caller contract).
             *slot = unsafe { B::load(s, bp.add(v * S::LANES)) };
+            // The panel row PREFETCH_ROWS ahead (the hardware prefetcher alone leaves a
+            // one-row product short of the memory bandwidth).
+            s.prefetch(bp.wrapping_add(PREFETCH_ROWS * ldb + v * S::LANES));
         }
         for (i, row) in acc.iter_mut().enumerate() {
             // SAFETY: the packed sliver has MR >= M floats per step (caller contract).

@@ -25,6 +25,11 @@ pub(crate) trait Simd: Copy {
     /// # Safety
     /// `p..p + LANES` must be readable.
     unsafe fn load_ptr(self, p: *const f32) -> Self::V;
+    /// Asks the cache for the line holding `p` (a hint: it never faults; a no-op by default).
+    #[inline(always)]
+    fn prefetch<T>(self, p: *const T) {
+        let _ = p;
+    }
     /// Loads `LANES` bf16 values (their bits) at `p`, widened to f32 (exact).
     ///
     /// # Safety

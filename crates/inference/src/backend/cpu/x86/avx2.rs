@@ -55,6 +55,11 @@ impl Simd for Avx2 {
         unsafe { _mm256_loadu_ps(p) }
     }
     #[inline(always)]
+    fn prefetch<T>(self, p: *const T) {
+        // SAFETY: a prefetch is a hint that never faults, whatever the address.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(p as *const i8) }
+    }
+    #[inline(always)]
     unsafe fn load_bf16_ptr(self, p: *const u16) -> __m256 {
         // SAFETY: token; 8 readable bf16 values at p (caller). Widening is a 16-bit shift.
         unsafe {

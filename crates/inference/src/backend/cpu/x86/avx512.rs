@@ -53,6 +53,11 @@ impl Simd for Avx512 {
         unsafe { _mm512_loadu_ps(p) }
     }
     #[inline(always)]
+    fn prefetch<T>(self, p: *const T) {
+        // SAFETY: a prefetch is a hint that never faults, whatever the address.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(p as *const i8) }
+    }
+    #[inline(always)]
     unsafe fn load_bf16_ptr(self, p: *const u16) -> __m512 {
         // SAFETY: token; 16 readable bf16 values at p (caller). Widening is a 16-bit shift.
         unsafe {
