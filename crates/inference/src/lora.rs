@@ -255,6 +255,8 @@ struct Factor {
 /// An adapter mapped onto one model's projections, ready to run ([`LoraPlan::prepare`]).
 #[derive(Debug)]
 pub struct LoadedAdapter {
+    /// Unique per preparation (a reloaded adapter gets a new one).
+    id: u64,
     dir: PathBuf,
     rank: usize,
     /// `lora_alpha / r` (or `/ sqrt(r)`), applied with each selection's scale.
@@ -310,6 +312,21 @@ impl Selection {
     /// The adapters and their scales.
     pub fn adapters(&self) -> &[(Arc<LoadedAdapter>, f32)] {
         &self.0
+    }
+
+    /// A key telling selections apart for the prefix cache: 0 when empty, else a hash of the
+    /// adapters' identities and scales.
+    pub fn key(&self) -> u64 {
+        if self.0.is_empty() {
+            return 0;
+        }
+        use std::hash::{Hash, Hasher};
+        let mut h = std::hash::DefaultHasher::new();
+        for (a, s) in self.0.iter() {
+            a.id.hash(&mut h);
+            s.to_bits().hash(&mut h);
+        }
+        h.finish().max(1)
     }
 
     /// The plan the adapters were prepared by (`None` when empty).
@@ -448,8 +465,9 @@ fn push_deltas<'a>(sel: &'a Selection, site: usize, out: &mut Vec<Delta<'a>>) {
     }
 }
 
-/// Tells plans apart (adapters run only on the model of the plan that prepared them).
-static PLANS: AtomicU64 = AtomicU64::new(1);
+/// Tells plans apart (adapters run only on the model of the plan that prepared them), and
+/// prepared adapters (the prefix cache keys their keys and values apart).
+static IDS: AtomicU64 = AtomicU64::new(1);
 
 /// The adapters a model is loaded with and how they apply: [`LoraPlan::new`] gives every
 /// request the same adapters with their scales (a mixture adds their deltas), merged into the
@@ -475,7 +493,7 @@ pub struct LoraPlan {
 impl LoraPlan {
     fn with(adapters: Vec<(Adapter, f32)>, merge: bool, selectable: bool) -> Self {
         Self {
-            id: PLANS.fetch_add(1, Ordering::Relaxed),
+            id: IDS.fetch_add(1, Ordering::Relaxed),
             adapters,
             merge,
             selectable,
@@ -632,6 +650,7 @@ impl LoraPlan {
         }
         adapter.check_used(&used)?;
         Ok(Arc::new(LoadedAdapter {
+            id: IDS.fetch_add(1, Ordering::Relaxed),
             dir: adapter.dir.clone(),
             rank: adapter.rank,
             scaling: adapter.scaling,

@@ -340,3 +340,64 @@ fn bf16_adapters_run_in_16_bits_with_the_same_numbers() {
     assert!(rel_err(&plain, &logits[0]) > 1e-2, "the adapter acts");
     std::fs::remove_dir_all(&root).ok();
 }
+
+/// The prefix cache keys prompts by the adapters they ran with: a prompt first run on the base
+/// model is not reused for an adapter request (other keys and values), a second request with
+/// the same adapter reuses the first's pages, and every output equals the request run alone.
+#[test]
+fn prefix_cache_keeps_adapters_apart() {
+    use lattice_inference::engine::{generate, BatchEngine, GenerateRequest};
+    use lattice_inference::lora::Selection;
+    use lattice_inference::sample::SamplingParams;
+    for base in ["tiny-qwen3", "tiny-qwen35"] {
+        let mut place = Placement::new(WeightMode::F32, Device::Cpu);
+        let attn = Adapter::load(&adapter_dir(base, "attn")).unwrap();
+        place.lora = Some(Arc::new(LoraPlan::selectable(vec![attn])));
+        let m = TextModel::load_on(&fixture(base), &place).unwrap();
+        let a = m.lora.as_ref().unwrap().loaded()[0].clone();
+        let with_a = Selection::new(vec![(a, 1.0)]).unwrap();
+        let r = read_json(&fixture(base).join("reference.json"));
+        let prompt: Vec<u32> = r["prompts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|p| u32s(&p["ids"]))
+            // Past a recurrent-state snapshot (every 128 tokens) for the hybrid model.
+            .take(200)
+            .collect();
+        assert_eq!(prompt.len(), 200);
+        let req = |lora: &Selection| {
+            let mut q = GenerateRequest::new(prompt.clone(), 12, SamplingParams::greedy());
+            q.ignore_eos = true;
+            q.lora = lora.clone();
+            q
+        };
+        let alone_a = generate(
+            &load(base, &[("attn", 1.0)], false).unwrap(),
+            &req(&Selection::default()),
+            &mut |_| true,
+        )
+        .unwrap();
+        let mut engine = BatchEngine::new(&m, 4);
+        let mut run = |q: GenerateRequest| {
+            engine.submit(q).unwrap();
+            engine.run_all().unwrap().pop().unwrap().1
+        };
+        let plain = run(req(&Selection::default()));
+        let first = run(req(&with_a));
+        assert_eq!(
+            first.cached_prompt_tokens, 0,
+            "{base}: base pages reused for an adapter"
+        );
+        assert_eq!(first.token_ids, alone_a.token_ids, "{base}");
+        let second = run(req(&with_a));
+        assert!(
+            second.cached_prompt_tokens > 0,
+            "{base}: the adapter's own pages not reused"
+        );
+        assert_eq!(second.token_ids, alone_a.token_ids, "{base}");
+        let again = run(req(&Selection::default()));
+        assert!(again.cached_prompt_tokens > 0);
+        assert_eq!(again.token_ids, plain.token_ids, "{base}");
+    }
+}

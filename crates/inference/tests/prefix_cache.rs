@@ -58,14 +58,14 @@ fn logits_after_hit_equal_cold(model: &str) {
     let snap = s.snapshot_recurrent().unwrap();
     forward(&m, &mut s, &first[boundary..]);
     let mut hashes = Vec::new();
-    assert_eq!(cache.insert(first, s.pages(), &mut hashes, 0), 2);
+    assert_eq!(cache.insert(first, s.pages(), &mut hashes, 0, 0), 2);
     if let Some(snap) = snap {
         assert!(cache.insert_snapshot(&hashes, 2, snap));
     }
     drop(s);
 
     let second = &long[..200];
-    let hit = cache.lookup(second, second.len() - 1, recurrent);
+    let hit = cache.lookup(second, second.len() - 1, recurrent, 0);
     assert_eq!(
         hit.tokens, boundary,
         "{model}: the two full pages are reused"

@@ -534,10 +534,16 @@ impl<'m> BatchEngine<'m> {
                 }
                 slot.seq.count_draft(draft.len(), kept);
                 slot.draft_len.update(draft.len(), kept);
-                if self.memory.caches_prefixes() && slot.seq.request().lora.is_empty() {
+                if self.memory.caches_prefixes() {
                     let history = &slot.seq.history()[..slot.computed];
-                    self.memory
-                        .publish(history, state, &mut slot.hashes, &mut slot.published);
+                    let salt = slot.seq.request().lora.key();
+                    self.memory.publish(
+                        history,
+                        state,
+                        &mut slot.hashes,
+                        &mut slot.published,
+                        salt,
+                    );
                 }
                 report(slot, first, on_update);
                 continue;
@@ -545,10 +551,11 @@ impl<'m> BatchEngine<'m> {
             slot.computed += n;
             let prompt_len = slot.seq.request().prompt_ids.len();
             let state = slot.state.as_ref().expect("scheduled slots have state");
-            if self.memory.caches_prefixes() && slot.seq.request().lora.is_empty() {
+            if self.memory.caches_prefixes() {
                 let history = &slot.seq.history()[..slot.computed];
+                let salt = slot.seq.request().lora.key();
                 self.memory
-                    .publish(history, state, &mut slot.hashes, &mut slot.published);
+                    .publish(history, state, &mut slot.hashes, &mut slot.published, salt);
                 // Recurrent models: the state at every snapshot position of the prompt
                 // (see `Scheduler`), so later prompts sharing it resume there.
                 let every = self.memory.snapshot_every();

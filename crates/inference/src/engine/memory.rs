@@ -196,25 +196,28 @@ impl KvMemory {
             .flatten()
     }
 
-    /// The longest cached prefix of `tokens` (at most `max_tokens`), for a new state.
-    pub fn lookup(&mut self, tokens: &[u32], max_tokens: usize) -> PrefixHit {
+    /// The longest cached prefix of `tokens` (at most `max_tokens`) computed under `salt` (0:
+    /// the base model; see `prefix::root`), for a new state.
+    pub fn lookup(&mut self, tokens: &[u32], max_tokens: usize, salt: u64) -> PrefixHit {
         let recurrent = self.layout.is_recurrent();
         match &mut self.cache {
-            Some(c) => c.lookup(tokens, max_tokens, recurrent),
+            Some(c) => c.lookup(tokens, max_tokens, recurrent, salt),
             None => PrefixHit::default(),
         }
     }
 
-    /// Keeps the full pages of `state` (which holds `tokens`) from page `*published` on.
+    /// Keeps the full pages of `state` (which holds `tokens`, computed under `salt`) from page
+    /// `*published` on.
     pub fn publish(
         &mut self,
         tokens: &[u32],
         state: &SeqState,
         hashes: &mut Vec<u64>,
         published: &mut usize,
+        salt: u64,
     ) {
         if let Some(c) = &mut self.cache {
-            *published = c.insert(tokens, state.pages(), hashes, *published);
+            *published = c.insert(tokens, state.pages(), hashes, *published, salt);
         }
     }
 

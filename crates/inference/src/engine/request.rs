@@ -39,8 +39,8 @@ pub struct GenerateRequest {
     pub drafter: super::speculate::Drafter,
     /// The LoRA adapters this request runs with, prepared by the model's selectable plan
     /// ([`crate::lora::LoraPlan::prepare`]); empty runs the model's default (the base model of
-    /// a selectable plan). Requests with different adapters share a batch; their prompts do not
-    /// use the prefix cache.
+    /// a selectable plan). Requests with different adapters share a batch; cached prompt
+    /// prefixes are shared only between requests with the same adapters and scales.
     pub lora: crate::lora::Selection,
 }
 

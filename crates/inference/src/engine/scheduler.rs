@@ -281,12 +281,8 @@ fn admit(slot: &mut Slot<'_>, memory: &mut KvMemory) -> Result<()> {
     let mut state = memory.new_state(slot.max_len)?;
     let history = slot.seq.history();
     // Always run at least the last token (its logits pick the next one).
-    // A request with an adapter computes other keys and values than the cached ones.
-    let hit = if !slot.seq.request().lora.is_empty() {
-        memory.lookup(&[], 0)
-    } else {
-        memory.lookup(history, history.len() - 1)
-    };
+    // Keys and values depend on the request's adapters: their prefixes are cached apart.
+    let hit = memory.lookup(history, history.len() - 1, slot.seq.request().lora.key());
     let reused = hit.tokens;
     if reused > 0 {
         state.adopt_prefix(hit.pages, reused, hit.snapshot.as_deref());

@@ -22,6 +22,16 @@ use super::seq::RecurrentSnapshot;
 /// The hash of the empty prefix.
 const ROOT: u64 = 0x6c61_7474_6963_6521;
 
+/// The parent hash of a chain's first page: [`ROOT`] for the base model, one per `salt`
+/// otherwise (e.g. the LoRA adapters a request runs with: their keys and values differ).
+pub fn root(salt: u64) -> u64 {
+    if salt == 0 {
+        ROOT
+    } else {
+        page_hash(ROOT, &[salt as u32, (salt >> 32) as u32])
+    }
+}
+
 /// The chained hash of a page's tokens after the prefix hashed as `parent`.
 pub fn page_hash(parent: u64, tokens: &[u32]) -> u64 {
     let mut h = std::hash::DefaultHasher::new();
@@ -117,10 +127,10 @@ impl PrefixCache {
 
     /// The chained hashes of the full pages of `tokens`, continuing `hashes` (which holds those
     /// of the first pages already).
-    pub fn extend_hashes(&self, tokens: &[u32], hashes: &mut Vec<u64>) {
+    pub fn extend_hashes(&self, tokens: &[u32], hashes: &mut Vec<u64>, salt: u64) {
         let p = self.page_rows;
         for i in hashes.len()..tokens.len() / p {
-            let parent = if i == 0 { ROOT } else { hashes[i - 1] };
+            let parent = if i == 0 { root(salt) } else { hashes[i - 1] };
             hashes.push(page_hash(parent, &tokens[i * p..(i + 1) * p]));
         }
     }
@@ -134,16 +144,26 @@ impl PrefixCache {
     /// The longest cached prefix of `tokens` of at most `max_tokens` tokens, in whole pages;
     /// with `recurrent`, the longest one that also ends at a kept snapshot. Marks what it
     /// returns as recently used.
-    pub fn lookup(&mut self, tokens: &[u32], max_tokens: usize, recurrent: bool) -> PrefixHit {
+    pub fn lookup(
+        &mut self,
+        tokens: &[u32],
+        max_tokens: usize,
+        recurrent: bool,
+        salt: u64,
+    ) -> PrefixHit {
         self.clock += 1;
         self.stats.lookups += 1;
         self.stats.queried_tokens += tokens.len() as u64;
         let p = self.page_rows;
         let mut hashes = Vec::new();
-        self.extend_hashes(&tokens[..max_tokens.min(tokens.len()) / p * p], &mut hashes);
+        self.extend_hashes(
+            &tokens[..max_tokens.min(tokens.len()) / p * p],
+            &mut hashes,
+            salt,
+        );
         let mut best = 0;
         for (i, &h) in hashes.iter().enumerate() {
-            let parent = if i == 0 { ROOT } else { hashes[i - 1] };
+            let parent = if i == 0 { root(salt) } else { hashes[i - 1] };
             if !self.matches(h, parent, &tokens[i * p..(i + 1) * p]) {
                 break;
             }
@@ -182,13 +202,14 @@ impl PrefixCache {
         pages: &[PageRef],
         hashes: &mut Vec<u64>,
         from: usize,
+        salt: u64,
     ) -> usize {
         self.clock += 1;
         let p = self.page_rows;
         let full = (tokens.len() / p).min(pages.len());
-        self.extend_hashes(&tokens[..full * p], hashes);
+        self.extend_hashes(&tokens[..full * p], hashes, salt);
         for (i, page) in pages.iter().enumerate().take(full).skip(from) {
-            let parent = if i == 0 { ROOT } else { hashes[i - 1] };
+            let parent = if i == 0 { root(salt) } else { hashes[i - 1] };
             let h = hashes[i];
             let clock = self.clock;
             let e = self.entries.entry(h).or_insert_with(|| Entry {
@@ -320,13 +341,13 @@ mod tests {
         let a: Vec<u32> = (0..10).collect();
         let s = filled(&pool, &lay, &a);
         let mut hashes = Vec::new();
-        cache.insert(&a, s.pages(), &mut hashes, 0);
+        cache.insert(&a, s.pages(), &mut hashes, 0, 0);
         assert_eq!(cache.len(), 2); // the third page is partial
         drop(s);
         let mut b = a.clone();
         b[9] = 99;
         b.push(7);
-        let hit = cache.lookup(&b, b.len() - 1, false);
+        let hit = cache.lookup(&b, b.len() - 1, false, 0);
         assert_eq!(hit.tokens, 8);
         let mut s = SeqState::in_pool(&pool, &lay, 1000).unwrap();
         s.adopt_prefix(hit.pages, 8, None);
@@ -335,12 +356,12 @@ mod tests {
             (0..8).map(|x| x as f32).collect::<Vec<_>>()
         );
         // Diverging inside the first page finds nothing; at most `max_tokens` are reused.
-        assert_eq!(cache.lookup(&[0, 1, 5, 3, 4], 4, false).tokens, 0);
-        assert_eq!(cache.lookup(&a, 7, false).tokens, 4);
+        assert_eq!(cache.lookup(&[0, 1, 5, 3, 4], 4, false, 0).tokens, 0);
+        assert_eq!(cache.lookup(&a, 7, false, 0).tokens, 4);
         // Pages in use are never evicted; once free, deepest first.
         drop(s);
         assert!(cache.evict_one());
-        assert_eq!(cache.lookup(&a, 10, false).tokens, 4);
+        assert_eq!(cache.lookup(&a, 10, false, 0).tokens, 4);
         cache.clear();
         assert!(cache.is_empty());
         assert_eq!(pool.used_bytes(), 0);
@@ -356,15 +377,15 @@ mod tests {
         let a: Vec<u32> = (0..12).collect();
         let s = filled(&pool, &lay, &a[..8]);
         let mut hashes = Vec::new();
-        cache.insert(&a[..8], s.pages(), &mut hashes, 0);
-        assert_eq!(cache.lookup(&a, 11, true).tokens, 0);
+        cache.insert(&a[..8], s.pages(), &mut hashes, 0, 0);
+        assert_eq!(cache.lookup(&a, 11, true, 0).tokens, 0);
         let snap = s.snapshot_recurrent().unwrap().unwrap();
         assert!(cache.insert_snapshot(&hashes, 1, snap));
         assert!(cache.has_snapshot(&hashes, 1));
-        let hit = cache.lookup(&a, 11, true);
+        let hit = cache.lookup(&a, 11, true, 0);
         assert_eq!(hit.tokens, 4);
         assert!(hit.snapshot.is_some());
-        assert_eq!(cache.lookup(&a, 11, false).tokens, 8);
+        assert_eq!(cache.lookup(&a, 11, false, 0).tokens, 8);
         drop(hit);
         drop(s);
         // The snapshot goes first when it is the least recently used.
