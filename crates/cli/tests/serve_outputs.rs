@@ -639,6 +639,13 @@ fn lora_adapters_load_unload_and_mix_at_run_time() {
     server
         .post("/v1/unload_lora_adapter", &json!({"lora_name": "a"}))
         .error(404, "unloaded twice");
+    // vLLM's numeric id is not used here: refused, not ignored.
+    server
+        .post(
+            "/v1/unload_lora_adapter",
+            &json!({"lora_name": "m", "lora_int_id": 2}),
+        )
+        .error(400, "lora_int_id");
     base_stream.read_to_end(&mut base_raw).unwrap();
     assert_eq!(
         stream_text(&base_raw),

@@ -74,6 +74,10 @@ def test_encode_has_sentence_transformers_shapes_on_a_real_model():
         e.embed([1, 2])
     with pytest.raises(ValueError):
         e.encode(["x"], output_value="token_embeddings")
+    with pytest.raises(ValueError, match="device"):
+        e.encode(["x"], device="cuda")
+    with pytest.raises(ValueError, match="prompt_name"):
+        e.encode(["x"], prompt_name="document")
 
 
 def test_one_embedder_serves_many_threads():
@@ -100,6 +104,9 @@ def test_reranker_equals_the_cli_and_cross_encoder_scores():
     # sentence-transformers' logits, through the model's sigmoid (CrossEncoder.predict's default).
     want = 1 / (1 + np.exp(-np.array(ref["scores"], dtype=np.float64)))
     assert np.abs(got - want).max() < 1e-6
+    assert np.abs(r.predict(pairs, batch_size=1) - got).max() < 1e-6
+    with pytest.raises(TypeError):
+        r.predict(pairs, activation_fn=None)
     query, passages = "how many people live in berlin?", ["Berlin is a city.", "I like trains.", "Paris."]
     ranked = r.rerank(query, passages)
     lines = cli_lines("rerank", "--model", str(FIX / "tiny-cross-encoder"), "--query", query, *passages)

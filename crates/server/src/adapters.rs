@@ -200,15 +200,12 @@ struct LoadRequest {
     load_inplace: bool,
 }
 
-/// `POST /v1/unload_lora_adapter` body (vLLM's; `lora_int_id` is accepted and unused, names
-/// identify adapters here).
+/// `POST /v1/unload_lora_adapter` body (vLLM's; adapters are named here, so vLLM's optional
+/// `lora_int_id` is refused as an unknown field rather than ignored).
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct UnloadRequest {
     lora_name: String,
-    #[serde(default)]
-    #[allow(dead_code)]
-    lora_int_id: Option<i64>,
 }
 
 /// The generation model's plan, when it takes adapters picked per request.

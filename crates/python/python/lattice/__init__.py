@@ -85,7 +85,13 @@ class Embedder:
             raise ValueError("only precision='float32' is supported")
         if convert_to_tensor:
             raise ValueError("convert_to_tensor is not supported (no torch); use numpy")
-        prompt = kwargs.pop("prompt_name", None) or kwargs.pop("prompt", None)
+        if device is not None:
+            raise ValueError("encode(device=...) is not supported: give device= to Embedder()")
+        # show_progress_bar is accepted for compatibility; there is no bar to show.
+        prompt = kwargs.pop("prompt_name", None)
+        if prompt not in (None, "query"):
+            raise ValueError(
+                f"prompt_name {prompt!r}: only 'query' (the model's query prefix) is supported")
         if kwargs:
             raise TypeError(f"unsupported arguments: {', '.join(sorted(kwargs))}")
         items, single = _texts(sentences)
@@ -117,9 +123,12 @@ class Reranker:
         return [(i, float(scores[i])) for i in order]
 
     def predict(self, sentences: Sequence[Tuple[str, str]], batch_size: int = 32,
-                **kwargs: Any) -> np.ndarray:
+                show_progress_bar: Optional[bool] = None) -> np.ndarray:
         """sentence-transformers' `CrossEncoder.predict`: the score of each (query, passage)
-        pair, float32, shape (n,); pairs sharing a query run in one batch."""
+        pair, float32, shape (n,); pairs sharing a query run together, `batch_size` at a time
+        (`show_progress_bar` is accepted for compatibility; there is no bar)."""
+        if batch_size < 1:
+            raise ValueError("batch_size must be at least 1")
         pairs = [tuple(p) for p in sentences]
         for i, p in enumerate(pairs):
             if len(p) != 2 or not all(isinstance(s, str) for s in p):
@@ -129,9 +138,10 @@ class Reranker:
         for i, (q, p) in enumerate(pairs):
             by_query.setdefault(q, []).append((i, p))
         for q, items in by_query.items():
-            scores = self._inner.scores(q, [p for _, p in items])
-            for (i, _), s in zip(items, scores):
-                out[i] = s
+            for b in range(0, len(items), batch_size):
+                part = items[b:b + batch_size]
+                for (i, _), s in zip(part, self._inner.scores(q, [p for _, p in part])):
+                    out[i] = s
         return out
 
 
