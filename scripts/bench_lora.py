@@ -109,8 +109,8 @@ def main():
     got = {k: [] for k in cases}
     for run in range(a.runs):
         for with_lora in (False, True):
-            p = start(common + (lora if with_lora else []), 18230 + run * 2 + with_lora)
             port = 18230 + run * 2 + with_lora
+            p = start(common + (lora if with_lora else []), port)
             try:
                 load(port, [body(k=k) for k in range(2)])  # warm-up
                 for k, (wl, bodies) in cases.items():
