@@ -224,6 +224,50 @@ fn rerank_sorts_by_score() {
 }
 
 #[test]
+fn encoder_precision_flags_act_and_conflict() {
+    let model = fixture("tiny-bert");
+    let m = model.to_str().unwrap();
+    let embed = |flag: &str| -> Vec<f64> {
+        let mut args = vec!["embed", "--model", m, "hello world"];
+        if !flag.is_empty() {
+            args.push(flag);
+        }
+        let o = lattice(&args);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let v: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+        v["embedding"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_f64().unwrap())
+            .collect()
+    };
+    let exact = embed("");
+    for flag in ["--bf16", "--q8"] {
+        let got = embed(flag);
+        let cos: f64 = got.iter().zip(&exact).map(|(a, b)| a * b).sum();
+        assert!(
+            got != exact && 1.0 - cos < 1e-3,
+            "{flag}: 1 - cos {}",
+            1.0 - cos
+        );
+    }
+    let o = lattice(&["embed", "--model", m, "--bf16", "--q8", "x"]);
+    assert_fails_with(&o, &["--bf16", "--q8"]);
+    let cross = fixture("tiny-cross-encoder");
+    let o = lattice(&[
+        "rerank",
+        "--model",
+        cross.to_str().unwrap(),
+        "--query",
+        "q",
+        "--q8",
+        "a passage",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+}
+
+#[test]
 fn eval_sts_reports_spearman_and_rejects_bad_csv() {
     let model = fixture("tiny-bert");
     let dir = tempfile::tempdir().unwrap();
@@ -241,6 +285,21 @@ fn eval_sts_reports_spearman_and_rejects_bad_csv() {
     let v: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
     assert_eq!(v["pairs"], 3);
     assert!(v["spearman"].as_f64().unwrap().abs() <= 100.0);
+    // --q8 also reports how far its embeddings are from f32's.
+    let o = lattice(&[
+        "eval",
+        "sts",
+        "--model",
+        model.to_str().unwrap(),
+        "--data",
+        csv.to_str().unwrap(),
+        "--q8",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    assert_eq!(v["weights"], "q8_0");
+    let drift = v["vs_f32"]["max_1_minus_cos"].as_f64().unwrap();
+    assert!(drift > 0.0 && drift < 1e-2, "{v}");
     std::fs::write(&csv, "a,b,5\nc,d,not-a-number\n").unwrap();
     let o = lattice(&[
         "eval",

@@ -6,7 +6,8 @@ use std::path::{Path, PathBuf};
 
 use lattice_inference::backend::Device;
 use lattice_inference::model::heads::{self, Pooling};
-use lattice_inference::model::{load_encoder_on, Encoder, PackedBatch};
+use lattice_inference::model::source::{Placement, WeightMode};
+use lattice_inference::model::{load_encoder_with, Encoder, PackedBatch};
 use lattice_inference::tokenizer::Tokenizer;
 
 use crate::catalog::EmbeddingModel;
@@ -23,6 +24,10 @@ pub struct EmbedderOptions {
     pub dimensions: Option<usize>,
     /// Where the encoder runs (BERT-family encoders on a GPU; the others on the CPU only).
     pub device: Device,
+    /// How the encoder's matrices are held: [`WeightMode::F32`] (exact, the default),
+    /// [`WeightMode::Bf16`] (`--bf16`) or [`WeightMode::Q8`] (`--q8`), faster on CPUs with
+    /// bf16 / int8 instructions and not bit-equal to f32 (docs/benchmarks.md states the cost).
+    pub mode: WeightMode,
 }
 
 impl Default for EmbedderOptions {
@@ -31,6 +36,7 @@ impl Default for EmbedderOptions {
             max_batch_tokens: 16_384,
             dimensions: None,
             device: Device::Cpu,
+            mode: WeightMode::F32,
         }
     }
 }
@@ -116,7 +122,8 @@ impl Embedder {
             })
             .map(EmbeddingModel::spec);
         let tokenizer = Tokenizer::from_dir(dir)?;
-        let encoder = load_encoder_on(dir, &options.device)?;
+        let place = Placement::new(options.mode, options.device.clone());
+        let encoder = load_encoder_with(dir, &place)?;
         let info = encoder.info();
         if let Some(d) = options.dimensions {
             if d == 0 || d > info.hidden_size {

@@ -22,4 +22,5 @@ pub use catalog::{EmbeddingModel, ModelSpec};
 pub use embedder::{resolve_model_dir, Embedder, EmbedderOptions, TextKind};
 pub use error::{Error, Result};
 pub use lattice_inference::model::heads::Pooling;
+pub use lattice_inference::model::source::WeightMode;
 pub use reranker::{Activation, Reranker};

@@ -6,7 +6,9 @@
 
 use std::path::Path;
 
+use lattice_inference::backend::Device;
 use lattice_inference::model::bert::BertForSequenceClassification;
+use lattice_inference::model::source::{Placement, WeightMode};
 use lattice_inference::model::PackedBatch;
 use lattice_inference::tokenizer::Tokenizer;
 
@@ -58,7 +60,15 @@ struct TokenizerConfig {
 impl Reranker {
     /// Loads the cross-encoder in `dir` (config.json, model.safetensors, tokenizer).
     pub fn load_dir(dir: &Path) -> Result<Reranker> {
-        let model = BertForSequenceClassification::load_dir(dir)?;
+        Self::load_dir_with(dir, WeightMode::F32)
+    }
+
+    /// [`Reranker::load_dir`] with the encoder's matrices held as `mode` says
+    /// ([`WeightMode::F32`], [`WeightMode::Bf16`] or [`WeightMode::Q8`]; see
+    /// [`crate::EmbedderOptions::mode`]).
+    pub fn load_dir_with(dir: &Path, mode: WeightMode) -> Result<Reranker> {
+        let place = Placement::new(mode, Device::Cpu);
+        let model = BertForSequenceClassification::load_dir_with(dir, &place)?;
         let tokenizer = Tokenizer::from_dir(dir)?;
         let cfg_path = dir.join("config.json");
         let extras: RerankConfigExtras = std::fs::read_to_string(&cfg_path)

@@ -138,3 +138,118 @@ fn real_all_minilm_l6_v2_matches_sentence_transformers() {
 fn real_all_mpnet_base_v2_matches_sentence_transformers() {
     check_real("all-mpnet-base-v2");
 }
+
+/// Pooled (and, with `normalize`, L2-normalized) embeddings of `ids` run as one packed batch.
+fn pooled(
+    enc: &dyn lattice_inference::model::Encoder,
+    ids: &[Vec<u32>],
+    pool: Pooling,
+    normalize: bool,
+) -> Vec<Vec<f32>> {
+    let d = enc.info().hidden_size;
+    let mut batch = PackedBatch::new();
+    for s in ids {
+        batch.push(s, &[]);
+    }
+    let hidden = enc.forward(&batch).unwrap();
+    let mut v = heads::pool(&hidden, d, &batch.cu_seqlens, pool);
+    if normalize {
+        heads::l2_normalize_rows(&mut v, d);
+    }
+    v.chunks_exact(d).map(<[f32]>::to_vec).collect()
+}
+
+/// `--bf16` / `--q8` encoders: each text's embedding within `1 - cos` of the reference
+/// (transformers f32) by the mode's stated bound, and not bit-equal to the f32 run (the mode
+/// took effect; widths that are not whole Q8_0 blocks stay f32, so the tiny fixtures' 32-wide
+/// layers are quantized).
+fn check_reduced(dir: &std::path::Path, reference: &serde_json::Value, bounds: [f64; 2]) {
+    use lattice_inference::backend::Device;
+    use lattice_inference::model::load_encoder_with;
+    use lattice_inference::model::source::{Placement, WeightMode};
+    let pool = reference["pooling"].as_str().map_or(Pooling::Mean, pooling);
+    let normalize = reference["normalize"].as_bool().unwrap_or(true);
+    let ids: Vec<Vec<u32>> = reference["input_ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(u32s)
+        .collect();
+    let exact = pooled(load_encoder(dir).unwrap().as_ref(), &ids, pool, normalize);
+    for (mode, bound) in [WeightMode::Bf16, WeightMode::Q8].into_iter().zip(bounds) {
+        let enc = load_encoder_with(dir, &Placement::new(mode, Device::Cpu)).unwrap();
+        let got = pooled(enc.as_ref(), &ids, pool, normalize);
+        assert_ne!(
+            got,
+            exact,
+            "{}: {} changed nothing",
+            dir.display(),
+            mode.name()
+        );
+        for (i, (g, w)) in got
+            .iter()
+            .zip(reference["embeddings"].as_array().unwrap())
+            .enumerate()
+        {
+            let c = one_minus_cos(g, &f32s(w));
+            assert!(
+                c < bound,
+                "{}: {}: text {i}: 1-cos {c:e} (bound {bound:e})",
+                dir.display(),
+                mode.name()
+            );
+        }
+    }
+}
+
+#[test]
+fn tiny_encoders_in_bf16_and_q8_stay_close_to_transformers() {
+    for name in ["tiny-bert", "tiny-bert-cls", "tiny-mpnet"] {
+        let dir = fixture(name);
+        check_reduced(&dir, &read_json(&dir.join("reference.json")), [1e-4, 2e-3]);
+    }
+}
+
+/// The bounds docs/benchmarks.md states for all-MiniLM-L6-v2 (over STS-B dev: bf16 max 4.4e-5,
+/// Q8_0 max 1.5e-3).
+#[test]
+fn real_minilm_in_bf16_and_q8_stays_close_to_sentence_transformers() {
+    let name = "all-MiniLM-L6-v2";
+    let r = read_json(
+        &std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../embed/tests/fixtures/real")
+            .join(format!("{name}.json")),
+    );
+    check_reduced(&real_model(name), &r, [1e-4, 3e-3]);
+}
+
+#[test]
+fn tiny_cross_encoder_in_bf16_and_q8_scores_close_to_transformers() {
+    use lattice_inference::backend::Device;
+    use lattice_inference::model::source::{Placement, WeightMode};
+    let dir = fixture("tiny-cross-encoder");
+    let r = read_json(&dir.join("reference.json"));
+    let mut batch = PackedBatch::new();
+    for (i, t) in r["input_ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .zip(r["token_type_ids"].as_array().unwrap())
+    {
+        batch.push(&u32s(i), &u32s(t));
+    }
+    let want = f32s(&r["scores"]);
+    for (mode, bound) in [(WeightMode::Bf16, 1e-2), (WeightMode::Q8, 5e-2)] {
+        let model =
+            BertForSequenceClassification::load_dir_with(&dir, &Placement::new(mode, Device::Cpu))
+                .unwrap();
+        let logits = model.forward(&batch).unwrap();
+        for (i, (g, w)) in logits.iter().zip(&want).enumerate() {
+            assert!(
+                (g - w).abs() < bound,
+                "{}: pair {i}: {g} vs {w}",
+                mode.name()
+            );
+        }
+    }
+}

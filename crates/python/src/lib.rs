@@ -119,6 +119,17 @@ fn matrix_bytes<'py>(py: Python<'py>, rows: &[Vec<f32>]) -> Bound<'py, PyBytes> 
     PyBytes::new(py, &out)
 }
 
+/// The weight mode of an encoder's `bf16` / `q8` arguments (at most one).
+fn encoder_mode(bf16: bool, q8: bool) -> PyResult<lattice_embed::WeightMode> {
+    use lattice_embed::WeightMode;
+    match (bf16, q8) {
+        (true, true) => Err(PyValueError::new_err("give at most one of bf16 and q8")),
+        (true, false) => Ok(WeightMode::Bf16),
+        (false, true) => Ok(WeightMode::Q8),
+        (false, false) => Ok(WeightMode::F32),
+    }
+}
+
 /// A sentence-embedding model (BERT family, Qwen3-Embedding, ...).
 #[pyclass(frozen, module = "lattice._lattice")]
 struct Embedder {
@@ -129,19 +140,23 @@ struct Embedder {
 #[pymethods]
 impl Embedder {
     #[new]
-    #[pyo3(signature = (model, *, device="cpu", threads=None, max_batch_tokens=16384))]
+    #[pyo3(signature = (model, *, device="cpu", threads=None, max_batch_tokens=16384,
+                        bf16=false, q8=false))]
     fn new(
         py: Python<'_>,
         model: &str,
         device: &str,
         threads: Option<usize>,
         max_batch_tokens: usize,
+        bf16: bool,
+        q8: bool,
     ) -> PyResult<Self> {
         let pool = Pool::new(threads)?;
         let options = EmbedderOptions {
             max_batch_tokens: max_batch_tokens.max(1),
             dimensions: None,
             device: self::device(device)?,
+            mode: encoder_mode(bf16, q8)?,
         };
         let model = model.to_owned();
         let inner = pool
@@ -248,12 +263,21 @@ struct Reranker {
 #[pymethods]
 impl Reranker {
     #[new]
-    #[pyo3(signature = (model, *, threads=None))]
-    fn new(py: Python<'_>, model: &str, threads: Option<usize>) -> PyResult<Self> {
+    #[pyo3(signature = (model, *, threads=None, bf16=false, q8=false))]
+    fn new(
+        py: Python<'_>,
+        model: &str,
+        threads: Option<usize>,
+        bf16: bool,
+        q8: bool,
+    ) -> PyResult<Self> {
         let pool = Pool::new(threads)?;
         let dir = resolve(model)?;
+        let mode = encoder_mode(bf16, q8)?;
         let inner = pool
-            .run(py, move || lattice_embed::Reranker::load_dir(&dir))
+            .run(py, move || {
+                lattice_embed::Reranker::load_dir_with(&dir, mode)
+            })
             .map_err(embed_err)?;
         Ok(Self {
             inner: Arc::new(inner),

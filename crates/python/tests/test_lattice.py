@@ -54,6 +54,22 @@ def test_embeddings_equal_the_cli_and_sentence_transformers():
     assert np.abs(e.embed(texts, batch_size=3) - v).max() <= 1e-6
 
 
+def test_bf16_and_q8_encoders_equal_the_cli_and_stay_close():
+    ref = json.load(open(REAL / "all-MiniLM-L6-v2.json"))
+    texts = ref["texts"]
+    st = np.array(ref["embeddings"], dtype=np.float32)
+    for flag, bound in (("bf16", 1e-4), ("q8", 3e-3)):
+        v = lattice.Embedder(str(MINILM), **{flag: True}).embed(texts)
+        want = np.array([line["embedding"] for line in cli_lines(
+            "embed", "--model", str(MINILM), f"--{flag}", "--", *texts)], dtype=np.float32)
+        assert np.abs(v - want).max() <= 1e-6
+        assert 0 < cosine_gap(v, st) < bound
+    pairs = [tuple(p) for p in json.load(open(FIX / "tiny-cross-encoder" / "reference.json"))["pairs"]]
+    exact = lattice.Reranker(str(FIX / "tiny-cross-encoder")).predict(pairs)
+    q8 = lattice.Reranker(str(FIX / "tiny-cross-encoder"), q8=True).predict(pairs)
+    assert 0 < np.abs(q8 - exact).max() < 2e-2
+
+
 def test_encode_has_sentence_transformers_shapes_on_a_real_model():
     ref = json.load(open(REAL / "all-MiniLM-L6-v2.json"))
     e = lattice.Embedder(str(MINILM))
@@ -201,5 +217,5 @@ def test_bad_input_raises_python_exceptions():
         llm.chat([{"content": "no role"}])
     with pytest.raises(ValueError):
         lattice.Embedder(str(FIX / "tiny-bert"), threads=0)
-    with pytest.raises(ValueError, match="bf16"):
-        lattice.Embedder(str(FIX / "tiny-bert"), bf16=True)
+    with pytest.raises(ValueError, match="bf16 and q8"):
+        lattice.Embedder(str(FIX / "tiny-bert"), bf16=True, q8=True)

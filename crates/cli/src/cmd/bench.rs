@@ -42,6 +42,8 @@ pub struct Args {
     /// Where the encoder runs (`cpu`, `cuda`, `cuda:N`; BERT-family encoders on a GPU).
     #[arg(long, default_value = "cpu")]
     device: String,
+    #[command(flatten)]
+    precision: super::EncoderMode,
 }
 
 /// Benchmarks other than embeddings.
@@ -98,6 +100,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         .collect();
     let options = lattice_embed::EmbedderOptions {
         device: lattice_inference::backend::Device::open(&args.device)?,
+        mode: args.precision.mode(),
         ..Default::default()
     };
     let embedder = lattice_embed::resolve_model_dir(&model)
@@ -158,6 +161,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let report = serde_json::json!({
         "engine": "lattice",
         "device": args.device,
+        "weights": args.precision.mode().name(),
+        "cpu": super::cpu_name(),
         "isa": lattice_inference::backend::cpu::isa(),
         "threads": rayon::current_num_threads(),
         "sentences": sentences.len(),

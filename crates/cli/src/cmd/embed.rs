@@ -27,6 +27,8 @@ pub struct Args {
     /// Where the model runs (`cpu`, `cuda`, `cuda:N`; BERT-family encoders on a GPU).
     #[arg(long, default_value = "cpu")]
     device: String,
+    #[command(flatten)]
+    precision: super::EncoderMode,
     /// Texts to embed (after those of --input).
     texts: Vec<String>,
 }
@@ -43,6 +45,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let options = EmbedderOptions {
         dimensions: args.dimensions,
         device,
+        mode: args.precision.mode(),
         ..Default::default()
     };
     let embedder = lattice_embed::resolve_model_dir(&args.model)

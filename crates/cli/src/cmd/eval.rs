@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
-use lattice_embed::{eval, vector, Embedder};
+use lattice_embed::{eval, vector, Embedder, EmbedderOptions, WeightMode};
 
 /// Evaluation tasks.
 #[derive(clap::Subcommand)]
@@ -23,6 +23,10 @@ pub struct StsArgs {
     /// CSV with columns sentence1, sentence2, score (a header row is optional).
     #[arg(long)]
     data: PathBuf,
+    /// With --bf16 / --q8: the model is also run in f32 and the report gives how far each
+    /// sentence's embedding is from the f32 one (1 − cos: max, mean).
+    #[command(flatten)]
+    precision: super::EncoderMode,
 }
 
 /// Runs the subcommand.
@@ -85,10 +89,23 @@ pub fn read_sts_csv(path: &Path) -> anyhow::Result<Vec<StsPair>> {
 
 fn sts(args: StsArgs) -> anyhow::Result<()> {
     let pairs = read_sts_csv(&args.data)?;
-    let embedder = Embedder::load(&args.model)
-        .with_context(|| format!("cannot load model `{}`", args.model))?;
+    let mode = args.precision.mode();
+    let load = |mode| {
+        let options = EmbedderOptions {
+            mode,
+            ..Default::default()
+        };
+        lattice_embed::resolve_model_dir(&args.model)
+            .and_then(|dir| Embedder::load_dir(&dir, options))
+            .with_context(|| format!("cannot load model `{}`", args.model))
+    };
+    let embedder = load(mode)?;
+    let reference = (mode != WeightMode::F32)
+        .then(|| load(WeightMode::F32))
+        .transpose()?;
     let start = std::time::Instant::now();
     let mut sims = Vec::with_capacity(pairs.len());
+    let mut drift: Vec<f64> = Vec::new();
     for chunk in pairs.chunks(64) {
         let texts: Vec<&str> = chunk
             .iter()
@@ -98,14 +115,33 @@ fn sts(args: StsArgs) -> anyhow::Result<()> {
         for pair in v.chunks_exact(2) {
             sims.push(vector::cosine(&pair[0], &pair[1]) as f64);
         }
+        if let Some(r) = &reference {
+            let w = r.embed(&texts)?;
+            drift.extend(
+                v.iter()
+                    .zip(&w)
+                    .map(|(a, b)| 1.0 - vector::cosine(a, b) as f64),
+            );
+        }
         eprint!("\reval sts: {}/{} pairs", sims.len(), pairs.len());
     }
     eprintln!(" ({:.1} s)", start.elapsed().as_secs_f64());
     let gold: Vec<f64> = pairs.iter().map(|p| p.score).collect();
     let rho = eval::spearman(&sims, &gold) * 100.0;
-    println!(
-        "{{\"task\": \"sts\", \"pairs\": {}, \"spearman\": {rho:.4}}}",
-        pairs.len()
-    );
+    let mut report = serde_json::json!({
+        "task": "sts",
+        "pairs": pairs.len(),
+        "weights": mode.name(),
+        "spearman": (rho * 1e4).round() / 1e4,
+    });
+    if !drift.is_empty() {
+        let max = drift.iter().copied().fold(0.0f64, f64::max);
+        let mean = drift.iter().sum::<f64>() / drift.len() as f64;
+        report["vs_f32"] = serde_json::json!({
+            "max_1_minus_cos": max,
+            "mean_1_minus_cos": mean,
+        });
+    }
+    println!("{report}");
     Ok(())
 }

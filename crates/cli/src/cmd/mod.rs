@@ -30,6 +30,36 @@ pub fn print_jsonl<T: serde::Serialize>(items: impl IntoIterator<Item = T>) -> a
     Ok(())
 }
 
+/// `--bf16` / `--q8` of the encoder commands (embed, rerank, bench, eval, serve): how an
+/// encoder's matrices are held. Neither: f32, exact.
+#[derive(clap::Args, Clone, Copy, Debug, Default)]
+pub struct EncoderMode {
+    /// Round the encoder's matrices to bf16 and multiply them with bf16-rounded activations,
+    /// summing in f32 (half the weight memory; faster on CPUs with AVX512-BF16; not bit-equal
+    /// to f32: docs/benchmarks.md states the cost).
+    #[arg(long, conflicts_with = "q8")]
+    pub bf16: bool,
+    /// Quantize the encoder's matrices to Q8_0 at load and multiply with activations quantized
+    /// per block of 32 (integer products, a quarter of the weight memory; not bit-equal to
+    /// f32: docs/benchmarks.md states the cost).
+    #[arg(long)]
+    pub q8: bool,
+}
+
+impl EncoderMode {
+    /// The weight mode the flags ask for.
+    pub fn mode(self) -> lattice_inference::model::source::WeightMode {
+        use lattice_inference::model::source::WeightMode;
+        if self.q8 {
+            WeightMode::Q8
+        } else if self.bf16 {
+            WeightMode::Bf16
+        } else {
+            WeightMode::F32
+        }
+    }
+}
+
 /// Checks `--device` for the encoder commands (embed, rerank), which run on the CPU only for
 /// now: anything else is refused with the reason rather than ignored.
 pub fn encoder_device(spec: &str) -> anyhow::Result<()> {

@@ -24,6 +24,8 @@ pub struct Args {
     /// Where the model runs (`cpu`; GPUs are not yet supported for encoders).
     #[arg(long, default_value = "cpu")]
     device: String,
+    #[command(flatten)]
+    precision: super::EncoderMode,
     /// Passages (after those of --input).
     passages: Vec<String>,
 }
@@ -38,8 +40,9 @@ struct Line {
 pub fn run(args: Args) -> anyhow::Result<()> {
     super::encoder_device(&args.device)?;
     let passages = super::input::read_texts(args.input.as_deref(), &args.passages)?;
-    let reranker = Reranker::load_dir(&super::resolve_model(&args.model)?)
-        .with_context(|| format!("cannot load cross-encoder {}", args.model.display()))?;
+    let reranker =
+        Reranker::load_dir_with(&super::resolve_model(&args.model)?, args.precision.mode())
+            .with_context(|| format!("cannot load cross-encoder {}", args.model.display()))?;
     let refs: Vec<&str> = passages.iter().map(String::as_str).collect();
     let scores = if args.raw {
         reranker.logits(&args.query, &refs)?

@@ -48,10 +48,11 @@ pub struct Args {
     /// Tokens per embedding batch (requests from many clients are merged up to this).
     #[arg(long, default_value_t = 16_384)]
     max_batch_tokens: usize,
-    /// Quantize a safetensors generation model's matrices to Q8_0 at load.
+    /// Quantize the matrices of every safetensors model served (generation, embedding,
+    /// rerank) to Q8_0 at load; integer products over activations quantized per block of 32.
     #[arg(long, conflicts_with = "bf16")]
     q8: bool,
-    /// Keep a safetensors generation model's matrices in bf16 (bf16 products, f32 sums).
+    /// Keep the matrices of every safetensors model served in bf16 (bf16 products, f32 sums).
     #[arg(long)]
     bf16: bool,
     /// Store the KV caches in f16 (half the memory per sequence).
@@ -197,9 +198,15 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             .build_global()
             .context("cannot configure the thread pool")?;
     }
+    let encoder_mode = super::EncoderMode {
+        bf16: args.bf16,
+        q8: args.q8,
+    }
+    .mode();
     if let Some(name) = &args.embedding_model {
         let options = EmbedderOptions {
             max_batch_tokens: args.max_batch_tokens,
+            mode: encoder_mode,
             ..Default::default()
         };
         let embedder = lattice_embed::resolve_model_dir(name)
@@ -212,7 +219,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         models.embedding = Some((names(name, None), embedder));
     }
     if let Some(path) = &args.rerank_model {
-        let reranker = Reranker::load_dir(&super::resolve_model(path)?)
+        let reranker = Reranker::load_dir_with(&super::resolve_model(path)?, encoder_mode)
             .with_context(|| format!("cannot load cross-encoder `{}`", path.display()))?;
         let arg = path.to_string_lossy();
         eprintln!("loaded cross-encoder {arg}");

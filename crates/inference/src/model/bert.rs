@@ -10,6 +10,7 @@ use std::path::Path;
 use serde::Deserialize;
 
 use super::layers::{position_ids, LayerDims, LayerNames, PostNormLayer};
+use super::source::Placement;
 use super::{Encoder, EncoderInfo, PackedBatch};
 use crate::backend::Device;
 use crate::io::store::{Scope, WeightStore};
@@ -206,13 +207,13 @@ fn encoder_scope<'a>(store: &'a WeightStore, cfg: &BertConfig) -> Scope<'a> {
 }
 
 impl BertModel {
-    /// Loads the encoder from `store`, under whichever prefix the checkpoint uses, its layers
-    /// on `device`.
-    pub fn load(store: &WeightStore, cfg: &BertConfig, device: &Device) -> Result<Self> {
-        Self::load_scoped(&encoder_scope(store, cfg), cfg, device)
+    /// Loads the encoder from `store`, under whichever prefix the checkpoint uses, its layers'
+    /// matrices held and placed as `place` says.
+    pub fn load(store: &WeightStore, cfg: &BertConfig, place: &Placement) -> Result<Self> {
+        Self::load_scoped(&encoder_scope(store, cfg), cfg, place)
     }
 
-    fn load_scoped(vb: &Scope, cfg: &BertConfig, device: &Device) -> Result<Self> {
+    fn load_scoped(vb: &Scope, cfg: &BertConfig, place: &Placement) -> Result<Self> {
         let dims = LayerDims {
             hidden: cfg.hidden_size,
             intermediate: cfg.intermediate_size,
@@ -225,7 +226,7 @@ impl BertModel {
                     &vb.pp(&format!("encoder.layer.{i}")),
                     &LAYER_NAMES,
                     dims,
-                    device,
+                    place,
                 )
             })
             .collect::<Result<Vec<_>>>()?;
@@ -239,7 +240,7 @@ impl BertModel {
             },
             embeddings: BertEmbeddings::load(&vb.pp("embeddings"), cfg)?,
             layers,
-            device: device.clone(),
+            device: place.device.clone(),
         })
     }
 }
@@ -274,6 +275,21 @@ pub struct BertForSequenceClassification {
 impl BertForSequenceClassification {
     /// Loads `dir` (config.json + safetensors) as a sequence classifier.
     pub fn load_dir(dir: &Path) -> Result<Self> {
+        Self::load_dir_with(
+            dir,
+            &Placement::new(super::source::WeightMode::F32, Device::Cpu),
+        )
+    }
+
+    /// [`Self::load_dir`] with the encoder layers' matrices held as `place` says (CPU only;
+    /// the pooler and classifier stay f32).
+    pub fn load_dir_with(dir: &Path, place: &Placement) -> Result<Self> {
+        if !place.device.is_cpu() {
+            return Err(Error::Device(format!(
+                "cross-encoders do not run on {} yet; use the CPU",
+                place.device
+            )));
+        }
         let (cfg, path) = super::read_config::<BertConfig>(dir)?;
         cfg.validate(&path)?;
         if cfg.model_type != "bert" {
@@ -287,7 +303,7 @@ impl BertForSequenceClassification {
         let h = cfg.hidden_size;
         let classifier = Linear::load(&store.scope("classifier"), h, cfg.num_labels(), true)?;
         Ok(Self {
-            bert: BertModel::load_scoped(&vb, &cfg, &Device::Cpu)?,
+            bert: BertModel::load_scoped(&vb, &cfg, place)?,
             pooler: Linear::load(&vb.pp("pooler.dense"), h, h, true)?,
             classifier,
         })

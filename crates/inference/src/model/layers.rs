@@ -3,8 +3,8 @@
 //! MPNet all use under different tensor names.
 
 use crate::attention::{packed_attention_tensor, PositionBias};
-use crate::backend::Device;
 use crate::io::store::Scope;
+use crate::model::source::{dense_linear, Placement};
 use crate::ops::{LayerNorm, Linear};
 use crate::tensor::Tensor;
 use crate::Result;
@@ -56,25 +56,40 @@ pub struct PostNormLayer {
 }
 
 impl PostNormLayer {
-    /// Loads a layer from `vb` using `names`, its matrices on `device`.
-    pub fn load(vb: &Scope, names: &LayerNames, dims: LayerDims, device: &Device) -> Result<Self> {
+    /// Loads a layer from `vb` using `names`, its matrices held and placed as `place` says
+    /// (f32 by default; bf16 or Q8_0 when asked).
+    pub fn load(
+        vb: &Scope,
+        names: &LayerNames,
+        dims: LayerDims,
+        place: &Placement,
+    ) -> Result<Self> {
         let (h, i, eps) = (dims.hidden, dims.intermediate, dims.eps);
-        let linear = |name: &str, in_dim: usize, out_dim: usize| {
-            Linear::load_fused_on(device, &[vb.pp(name)], in_dim, &[out_dim], true)
+        let linear = |parts: &[&str], in_dim: usize, out_dim: usize| -> Result<Linear> {
+            let mut w = Vec::with_capacity(out_dim * in_dim);
+            let mut bias = Vec::with_capacity(out_dim);
+            let n = out_dim / parts.len();
+            for part in parts {
+                let scope = vb.pp(part);
+                w.extend_from_slice(scope.get("weight", &[n, in_dim])?.as_slice());
+                bias.extend_from_slice(scope.get("bias", &[n])?.as_slice());
+            }
+            dense_linear(
+                place,
+                &w,
+                out_dim,
+                in_dim,
+                Some(bias),
+                &vb.full_name(parts[0]),
+            )
         };
-        let qkv = Linear::load_fused_on(
-            device,
-            &[vb.pp(names.query), vb.pp(names.key), vb.pp(names.value)],
-            h,
-            &[h, h, h],
-            true,
-        )?;
+        let qkv = linear(&[names.query, names.key, names.value], h, 3 * h)?;
         Ok(Self {
             qkv,
-            attn_output: linear(names.attn_output, h, h)?,
+            attn_output: linear(&[names.attn_output], h, h)?,
             attn_norm: LayerNorm::load(&vb.pp(names.attn_norm), h, eps)?,
-            intermediate: linear(names.intermediate, h, i)?,
-            output: linear(names.output, i, h)?,
+            intermediate: linear(&[names.intermediate], h, i)?,
+            output: linear(&[names.output], i, h)?,
             output_norm: LayerNorm::load(&vb.pp(names.output_norm), h, eps)?,
             n_heads: dims.n_heads,
         })

@@ -315,6 +315,17 @@ pub fn load_encoder(dir: &Path) -> Result<Box<dyn Encoder>> {
 /// [`load_encoder`] with the encoder's layers on `device` (BERT-family encoders; the others
 /// run on the CPU only and are refused elsewhere, naming the device).
 pub fn load_encoder_on(dir: &Path, device: &crate::backend::Device) -> Result<Box<dyn Encoder>> {
+    load_encoder_with(dir, &Placement::new(WeightMode::F32, device.clone()))
+}
+
+/// [`load_encoder`] with the layers' matrices held and placed as `place` says:
+/// [`WeightMode::F32`] (the exact default), [`WeightMode::Bf16`] (weights rounded to bf16,
+/// products over bf16-rounded activations with f32 sums) or [`WeightMode::Q8`] (Q8_0 weights,
+/// activations quantized per block of 32 as for GGUF models). [`WeightMode::Quantized`] keeps
+/// exactly-bf16 checkpoints in 16 bits with f32 results. BERT-family encoders run on a GPU too;
+/// the others on the CPU only, and are refused elsewhere, naming the device.
+pub fn load_encoder_with(dir: &Path, place: &Placement) -> Result<Box<dyn Encoder>> {
+    let device = &place.device;
     let (probe, path): (ModelTypeOnly, _) = read_config(dir)?;
     let model_type = probe.model_type.ok_or_else(|| Error::InvalidConfig {
         path: path.clone(),
@@ -325,7 +336,7 @@ pub fn load_encoder_on(dir: &Path, device: &crate::backend::Device) -> Result<Bo
             let (cfg, path) = read_config::<bert::BertConfig>(dir)?;
             cfg.validate(&path)?;
             let store = WeightStore::open_dir(dir)?;
-            Ok(Box::new(bert::BertModel::load(&store, &cfg, device)?))
+            Ok(Box::new(bert::BertModel::load(&store, &cfg, place)?))
         }
         _ if !device.is_cpu() => Err(Error::Device(format!(
             "encoders of model_type `{model_type}` do not run on {device} yet (BERT-family \
@@ -335,18 +346,13 @@ pub fn load_encoder_on(dir: &Path, device: &crate::backend::Device) -> Result<Bo
             let (cfg, path) = read_config::<mpnet::MpnetConfig>(dir)?;
             cfg.validate(&path)?;
             let store = WeightStore::open_dir(dir)?;
-            Ok(Box::new(mpnet::MpnetModel::load(&store, &cfg)?))
+            Ok(Box::new(mpnet::MpnetModel::load(&store, &cfg, place)?))
         }
         // Decoder-only embedding models (Qwen3-Embedding): the decoder without its head.
         "qwen3" | "qwen2" | "llama" | "mistral" => {
             let source = source::TensorSource::open(dir)?;
             let cfg = source.decoder_config()?;
-            Ok(Box::new(llama::LlamaModel::load(
-                cfg,
-                &source,
-                &source::WeightMode::F32.into(),
-                false,
-            )?))
+            Ok(Box::new(llama::LlamaModel::load(cfg, &source, place, false)?))
         }
         other => Err(Error::UnsupportedModel(format!(
             "model_type `{other}` in {} (supported encoders: bert, roberta, xlm-roberta, mpnet, qwen3, qwen2, llama, mistral)",

@@ -9,9 +9,9 @@ use std::path::Path;
 use serde::Deserialize;
 
 use super::layers::{position_ids, LayerDims, LayerNames, PostNormLayer};
+use super::source::Placement;
 use super::{Encoder, EncoderInfo, PackedBatch};
 use crate::attention::PositionBias;
-use crate::backend::Device;
 use crate::io::store::{Scope, WeightStore};
 use crate::ops::{Embedding, LayerNorm};
 use crate::tensor::Tensor;
@@ -143,17 +143,18 @@ pub struct MpnetModel {
 }
 
 impl MpnetModel {
-    /// Loads the encoder from `store` (bare names, or under `mpnet.` when saved with a head).
-    pub fn load(store: &WeightStore, cfg: &MpnetConfig) -> Result<Self> {
+    /// Loads the encoder from `store` (bare names, or under `mpnet.` when saved with a head),
+    /// its layers' matrices held as `place` says (CPU).
+    pub fn load(store: &WeightStore, cfg: &MpnetConfig, place: &Placement) -> Result<Self> {
         let prefix = if store.contains("embeddings.word_embeddings.weight") {
             ""
         } else {
             "mpnet"
         };
-        Self::load_scoped(&store.scope(prefix), cfg)
+        Self::load_scoped(&store.scope(prefix), cfg, place)
     }
 
-    fn load_scoped(vb: &Scope, cfg: &MpnetConfig) -> Result<Self> {
+    fn load_scoped(vb: &Scope, cfg: &MpnetConfig, place: &Placement) -> Result<Self> {
         let h = cfg.hidden_size;
         let dims = LayerDims {
             hidden: h,
@@ -167,7 +168,7 @@ impl MpnetModel {
                     &vb.pp(&format!("encoder.layer.{i}")),
                     &LAYER_NAMES,
                     dims,
-                    &Device::Cpu,
+                    place,
                 )
             })
             .collect::<Result<Vec<_>>>()?;

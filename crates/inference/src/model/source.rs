@@ -97,6 +97,41 @@ impl From<&Placement> for Placement {
     }
 }
 
+/// A layer over the f32 rows `w` [out_dim, in_dim] held as `place` says: quantized to Q8_0
+/// ([`WeightMode::Q8`], when `in_dim` is whole Q8_0 blocks), rounded to bf16
+/// ([`WeightMode::Bf16`]), kept in 16 bits when every value is exactly bf16
+/// ([`WeightMode::Quantized`] on the CPU), else f32. `what` names the layer in errors.
+pub(crate) fn dense_linear(
+    place: &Placement,
+    w: &[f32],
+    out_dim: usize,
+    in_dim: usize,
+    bias: Option<Vec<f32>>,
+    what: &str,
+) -> Result<Linear> {
+    let dev = &place.device;
+    match QuantType::Q8_0.row_bytes(in_dim) {
+        Some(row_bytes) if place.mode == WeightMode::Q8 => {
+            place.check_quant(what)?;
+            let mut bytes = vec![0u8; out_dim * row_bytes];
+            for (src, dst) in w
+                .chunks_exact(in_dim)
+                .zip(bytes.chunks_exact_mut(row_bytes))
+            {
+                quantize_row(QuantType::Q8_0, src, dst)?;
+            }
+            let q = QuantMatrix::new(QuantType::Q8_0, out_dim, in_dim, &bytes)?;
+            Linear::from_quant_on(dev, vec![q], bias)
+        }
+        _ if place.mode == WeightMode::Bf16 => Linear::from_bf16_on(dev, w, out_dim, in_dim, bias),
+        _ if place.mode == WeightMode::Quantized && dev.is_cpu() => {
+            Linear::from_f32_compact(w, out_dim, in_dim, bias)
+        }
+        // Widths that are not whole Q8_0 blocks stay f32.
+        _ => Linear::from_f32_on(dev, w, out_dim, in_dim, bias),
+    }
+}
+
 /// An opened weights file or folder.
 #[derive(Debug)]
 pub enum TensorSource {
@@ -554,28 +589,7 @@ impl TensorSource {
                 if merge {
                     merge_lora(&mut rows, in_dim, &lora);
                 }
-                match QuantType::Q8_0.row_bytes(in_dim) {
-                    Some(row_bytes) if mode == WeightMode::Q8 => {
-                        place.check_quant(prefixes[0])?;
-                        let mut bytes = vec![0u8; out_dim * row_bytes];
-                        for (src, dst) in rows
-                            .chunks_exact(in_dim)
-                            .zip(bytes.chunks_exact_mut(row_bytes))
-                        {
-                            quantize_row(QuantType::Q8_0, src, dst)?;
-                        }
-                        let q = QuantMatrix::new(QuantType::Q8_0, out_dim, in_dim, &bytes)?;
-                        Linear::from_quant_on(dev, vec![q], bias_values)
-                    }
-                    _ if mode == WeightMode::Bf16 => {
-                        Linear::from_bf16_on(dev, &rows, out_dim, in_dim, bias_values)
-                    }
-                    _ if mode == WeightMode::Quantized && dev.is_cpu() => {
-                        Linear::from_f32_compact(&rows, out_dim, in_dim, bias_values)
-                    }
-                    // Widths that are not whole Q8_0 blocks stay f32.
-                    _ => Linear::from_f32_on(dev, &rows, out_dim, in_dim, bias_values),
-                }
+                dense_linear(&place, &rows, out_dim, in_dim, bias_values, prefixes[0])
             }
         }?;
         let Some(plan) = place.lora.as_ref().filter(|p| !p.merges()) else {
