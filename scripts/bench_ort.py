@@ -4,7 +4,10 @@
   .cache/venv-ref/bin/python scripts/bench_ort.py --model all-MiniLM-L6-v2 \
       --data /work/shared/data/stsb/stsb-en-dev.csv --threads 2 --batch 32 --runs 5
 
-Needs .cache/onnx/<model>.onnx from scripts/export_onnx.py. Workload: every unique sentence of the
+Needs .cache/onnx/<model>.onnx from scripts/export_onnx.py. With --int8 the peer is ONNX
+Runtime's own dynamic int8 quantization of that export (`quantize_dynamic`, int8 weights per
+output channel, activations quantized per tensor at run time; written once to
+.cache/onnx/<model>.int8.onnx), the int8 counterpart of `lattice bench --q8`. Workload: every unique sentence of the
 csv (sentence1, sentence2, score; sentence1 then sentence2 of each row, first occurrence kept), in
 that order, in batches of --batch. Tokenization uses the model's HF tokenizer like
 sentence-transformers: truncation to max_seq_length, padding to the longest text of each batch.
@@ -67,6 +70,7 @@ def main():
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--latency-n", type=int, default=200, help="sentences for the batch-1 latency")
+    ap.add_argument("--int8", action="store_true", help="ONNX Runtime's dynamic int8 quantization")
     args = ap.parse_args()
 
     import onnxruntime as ort
@@ -78,6 +82,14 @@ def main():
     onnx_path = ONNX_DIR / f"{args.model}.onnx"
     if not onnx_path.exists():
         raise SystemExit(f"missing {onnx_path}: run scripts/export_onnx.py first")
+    if args.int8:
+        from onnxruntime.quantization import QuantType, quantize_dynamic
+
+        q_path = ONNX_DIR / f"{args.model}.int8.onnx"
+        if not q_path.exists():
+            quantize_dynamic(str(onnx_path), str(q_path), weight_type=QuantType.QInt8,
+                             per_channel=True)
+        onnx_path = q_path
     max_len = json.loads((src / "sentence_bert_config.json").read_text())["max_seq_length"]
     tok = AutoTokenizer.from_pretrained(str(src))
 
@@ -138,6 +150,7 @@ def main():
     result = {
         "engine": "onnxruntime",
         "ort_version": ort.__version__,
+        "weights": "int8 (quantize_dynamic)" if args.int8 else "f32",
         "model": args.model,
         "threads": args.threads,
         "batch": args.batch,

@@ -106,7 +106,7 @@ def export(name: str) -> Path:
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", action="append", choices=MODEL_NAMES, help="default: both")
+    ap.add_argument("--model", action="append", help="folder under .cache/models (default: both real models)")
     args = ap.parse_args()
     torch.set_num_threads(2)
     for name in args.model or MODEL_NAMES:

@@ -39,8 +39,12 @@ TEXT = dict(
 
 def qwen35_chat_template() -> str:
     """The Qwen3.5 chat template llama.cpp ships (models/templates/Qwen3.5-4B.jinja in the
-    llama-cpp-python 0.3.36 sdist, fetched by scripts/fetch_models.sh)."""
+    llama-cpp-python 0.3.36 sdist, fetched by scripts/fetch_models.sh, or in the llama.cpp tree
+    unpacked from it: scripts/build_llama_cpp.sh, scripts/device/cpu_amx.sh)."""
     import tarfile
+    tree = ROOT / ".cache" / "llama.cpp" / "src" / "models" / "templates" / "Qwen3.5-4B.jinja"
+    if tree.exists():
+        return tree.read_text()
     sdist = ROOT / ".cache" / "pypi" / "llama_cpp_python-0.3.36.tar.gz"
     with tarfile.open(sdist) as t:
         member = "llama_cpp_python-0.3.36/vendor/llama.cpp/models/templates/Qwen3.5-4B.jinja"

@@ -358,12 +358,14 @@ fn bench_peaks_reports_the_machine_limits() {
     assert!(o.status.success(), "{}", stderr(&o));
     let v: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
     assert!(
-        v["isa"].is_string() && v["threads"].as_u64().unwrap() >= 1,
+        v["isa"].is_string() && v["bf16_isa"].is_string() && v["threads"].as_u64().unwrap() >= 1,
         "{v}"
     );
     for k in [
         "gemm_f32_gflops_1",
         "gemm_f32_gflops_all",
+        "gemm_bf16_gflops_1",
+        "gemm_bf16_gflops_all",
         "read_gbps_1",
         "read_gbps_all",
         "decode_f32_weights_gbps",

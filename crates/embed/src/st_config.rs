@@ -81,7 +81,13 @@ impl StConfig {
             cfg.normalize = Some(modules.iter().any(|m| m.kind.ends_with(".Normalize")));
             for m in modules.iter().filter(|m| m.kind.ends_with(".Pooling")) {
                 let path = dir.join(&m.path).join("config.json");
-                let file: PoolingFile = read_json(&path)?.unwrap_or_default();
+                let file: PoolingFile = read_json(&path)?.ok_or_else(|| Error::InvalidConfig {
+                    path: path.clone(),
+                    reason: format!(
+                        "not found (modules.json names a Pooling module in `{}`)",
+                        m.path
+                    ),
+                })?;
                 cfg.pooling = Some(pooling_mode(&file).ok_or_else(|| Error::InvalidConfig {
                     path: path.clone(),
                     reason: "unsupported pooling mode (supported: cls, mean, max, lasttoken; exactly one)".into(),

@@ -321,7 +321,9 @@ fn bench_bf16(threads: usize, quick: bool) {
     let budget = Duration::from_millis(if quick { 300 } else { 1000 });
     let m = 512;
     let shapes = [(1024, 1024), (3584, 1024), (1024, 3584), (6144, 1024)];
-    let native = if bf16::native_supported() {
+    let native = if bf16::amx_supported() {
+        "amx-bf16"
+    } else if bf16::native_supported() {
         "avx512bf16"
     } else {
         "portable"

@@ -183,7 +183,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             "model": args.model.model.display().to_string(),
             "weights": info.weight_mode.name(),
             "weight_bytes": info.weight_bytes,
+            "cpu": super::cpu_name(),
             "isa": lattice_inference::backend::cpu::isa(),
+        "bf16_isa": lattice_inference::backend::cpu::bf16::kernel_name(),
             "threads": rayon::current_num_threads(),
             "prompt_tokens": prompt.len(),
             "gen_tokens": gen_ids.len(),
@@ -201,6 +203,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         });
         println!("{v}");
     } else {
+        println!(
+            "CPU: {}; kernels: {} (bf16 products: {}); {} threads; weights {}",
+            super::cpu_name(),
+            lattice_inference::backend::cpu::isa(),
+            lattice_inference::backend::cpu::bf16::kernel_name(),
+            rayon::current_num_threads(),
+            info.weight_mode.name()
+        );
         println!("| test | tokens/s (median of {runs}) |");
         println!("|---|---|");
         println!("| pp{} | {pp_med:.1} |", prompt.len());

@@ -50,19 +50,40 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let a: Vec<f32> = (0..m * k).map(|i| (i % 7) as f32 * 0.1 - 0.3).collect();
     let b: Vec<f32> = (0..n * k).map(|i| (i % 5) as f32 * 0.1 - 0.2).collect();
     let w = cpu::pack_weights(n, k, &b, k);
-    let gemm = |threads: usize| -> anyhow::Result<f64> {
+    // GFLOP/s of `product` (one cache-resident block of `flops`, into a fresh output of `len`
+    // values) run `reps` times on each of `threads` threads at once.
+    let rate = |threads: usize,
+                len: usize,
+                flops: usize,
+                reps: usize,
+                product: &(dyn Fn(&mut [f32]) + Sync)| {
         on(threads, || {
             let per = threads.max(1);
             let secs = timed(runs, || {
                 cpu::par_chunks_mut(&mut vec![0u8; per], 1, per > 1, |_, _| {
-                    let mut c = vec![0.0f32; m * n];
+                    let mut c = vec![0.0f32; len];
                     for _ in 0..reps {
-                        cpu::gemm_bt_packed(m, &a, k, &w, &mut c, n, false, None, false);
+                        product(&mut c);
                     }
                     std::hint::black_box(&c);
                 });
             });
-            (2 * m * n * k * reps * per) as f64 / secs / 1e9
+            (flops * reps * per) as f64 / secs / 1e9
+        })
+    };
+    let gemm = |threads: usize| {
+        rate(threads, m * n, 2 * m * n * k, reps, &|c| {
+            cpu::gemm_bt_packed(m, &a, k, &w, c, n, false, None, false)
+        })
+    };
+    // The bf16 products of `--bf16` (AMX tiles, `vdpbf16ps` or portable) on a cache-resident
+    // block of prompt-sized rows (AMX takes products of 16 rows and more).
+    let (bm, bn, bk, breps) = (256usize, 512usize, 256usize, 8usize);
+    let ba: Vec<f32> = (0..bm * bk).map(|i| (i % 7) as f32 * 0.1 - 0.3).collect();
+    let bw = cpu::bf16::Bf16Weights::from_f32(bn, bk, &b[..bn * bk])?;
+    let gemm_bf16 = |threads: usize| {
+        rate(threads, bm * bn, 2 * bm * bn * bk, breps, &|c| {
+            cpu::bf16::gemm_bt_bf16(bm, bn, bk, &ba, &bw, c, bn, false).expect("shapes")
         })
     };
     // Reading memory: dot products over a buffer far larger than the caches.
@@ -114,6 +135,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let rows = [
         ("gemm_f32_gflops_1", gemm(1)?),
         ("gemm_f32_gflops_all", gemm(all)?),
+        ("gemm_bf16_gflops_1", gemm_bf16(1)?),
+        ("gemm_bf16_gflops_all", gemm_bf16(all)?),
         ("read_gbps_1", read(1)?),
         ("read_gbps_all", read(all)?),
         ("decode_f32_weights_gbps", bytes * 4.0 / f32_secs / 1e9),
@@ -121,7 +144,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     ];
     let cpu_name = super::cpu_name();
     if args.json {
-        let mut v = serde_json::json!({"cpu": cpu_name, "isa": cpu::isa(), "threads": all});
+        let mut v = serde_json::json!({"cpu": cpu_name, "isa": cpu::isa(),
+            "bf16_isa": cpu::bf16::kernel_name(), "threads": all});
         for (k, x) in rows {
             v[k] = serde_json::json!((x * 10.0).round() / 10.0);
         }
@@ -129,14 +153,23 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         return Ok(());
     }
     println!(
-        "CPU: {cpu_name}; kernels: {}; {all} threads; medians of {runs} runs",
-        cpu::isa()
+        "CPU: {cpu_name}; kernels: {} (bf16 products: {}); {all} threads; medians of {runs} runs",
+        cpu::isa(),
+        cpu::bf16::kernel_name()
     );
     println!("| probe | value |");
     println!("|---|---|");
     let label = |k: &str| match k {
         "gemm_f32_gflops_1" => "f32 GEMM, cache-resident, 1 thread (GFLOP/s)".to_owned(),
         "gemm_f32_gflops_all" => format!("f32 GEMM, cache-resident, {all} threads (GFLOP/s)"),
+        "gemm_bf16_gflops_1" => format!(
+            "bf16 GEMM ({}), cache-resident, 1 thread (GFLOP/s)",
+            cpu::bf16::kernel_name()
+        ),
+        "gemm_bf16_gflops_all" => format!(
+            "bf16 GEMM ({}), cache-resident, {all} threads (GFLOP/s)",
+            cpu::bf16::kernel_name()
+        ),
         "read_gbps_1" => "memory read, 1 thread (GB/s)".to_owned(),
         "read_gbps_all" => format!("memory read, {all} threads (GB/s)"),
         "decode_f32_weights_gbps" => "decode product (1 row), f32 weights streamed (GB/s)".into(),

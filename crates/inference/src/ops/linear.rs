@@ -151,7 +151,10 @@ impl Linear {
     }
 
     /// A layer from f32 weights `w` [out_dim, in_dim] rounded to bf16 (exact for values that
-    /// came from a bf16 checkpoint); products round the activations to bf16 and sum in f32.
+    /// came from a bf16 checkpoint). Where the CPU has bf16 dot-product instructions
+    /// (AVX512-BF16) products round the activations to bf16 and sum in f32; elsewhere the
+    /// rounded weights multiply the f32 activations in the f32 kernels (as on a GPU): the bf16
+    /// products would be emulated there, several times slower than f32, and no more exact.
     pub fn from_bf16(
         w: &[f32],
         out_dim: usize,
@@ -159,6 +162,13 @@ impl Linear {
         bias: Option<Vec<f32>>,
     ) -> Result<Self> {
         check_parts(w.len(), out_dim * in_dim, bias.as_deref(), out_dim)?;
+        if !cpu::bf16::native_supported() {
+            let rounded: Vec<f32> = w
+                .iter()
+                .map(|&v| cpu::bf16::bf16_to_f32(cpu::bf16::round_to_bf16(v)))
+                .collect();
+            return Self::from_f32_compact(&rounded, out_dim, in_dim, bias);
+        }
         Ok(Self {
             weight: LinearWeight::Bf16(Bf16Weights::from_f32(out_dim, in_dim, w)?),
             bias,

@@ -4,6 +4,7 @@
 //!
 //! Only `dispatch::kernels_for` hands these tables out, after runtime detection.
 
+pub(super) mod amx;
 pub(super) mod avx2;
 // AVX-512 intrinsics and `target_feature(enable = "avx512f")` are stable since Rust 1.89, the
 // workspace's `rust-version`.

@@ -1,0 +1,256 @@
+//! AMX (Intel Advanced Matrix Extensions, Sapphire Rapids and later): detection, with the
+//! permission Linux wants before a process touches the tile registers, the tile configuration,
+//! and the AMX-BF16 microkernel of the bf16 GEMM (`bf16.rs` owns the packed layout, the
+//! driver and the arithmetic; the activation conversion is AVX512-BF16's, `gemm_bf16.rs`).
+//!
+//! Tiles (palette 1): 8 registers of up to 16 rows × 64 bytes. `tdpbf16ps c, a, b` multiplies
+//! an A tile of 16 rows × 16 bf16 pairs by a B tile of 16 pairs × 16 columns (each 64-byte row
+//! holds one depth pair of 16 columns: exactly a half-row of a [`NR`]-wide panel of
+//! `Bf16Weights`) into a C tile of 16 × 16 f32. The microkernel computes up to 32 × 32 outputs
+//! as four C tiles (tmm0..3) from two A tiles (tmm4, 5) and two B tiles (tmm6, 7), 16 depth
+//! pairs per step; a depth tail of fewer than 16 pairs runs from scratch copies padded with
+//! pairs whose products are −0, which adding leaves every sum (and every zero's sign) as it was.
+//!
+//! Rust has no stable AMX intrinsics, so the instructions are inline assembly; nothing else
+//! in the process uses the tile registers, and each thread loads its tile configuration
+//! before its first product (and again only when the tile shapes change).
+
+use core::arch::asm;
+use core::arch::x86_64::__cpuid_count;
+use std::cell::Cell;
+use std::sync::OnceLock;
+
+use super::super::bf16::{Kernel, NR};
+
+/// Rows of the AMX microkernel's tile (two A tiles of 16).
+pub(in crate::backend::cpu) const MR: usize = 32;
+
+/// The AMX-BF16 kernel; `bf16::kernel` hands it out only after [`available`].
+pub(in crate::backend::cpu) const KERNEL: Kernel = Kernel {
+    ukr,
+    cvt: super::gemm_bf16::KERNEL.cvt,
+    mr: MR,
+};
+
+/// Whether this process may run the AMX-BF16 kernel: the CPU has AMX-TILE and AMX-BF16 (and
+/// AVX512-BF16 for the activation conversion), the OS manages the tile state (XCR0), and Linux
+/// granted the permission (`arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)`). Asked once;
+/// `LATTICE_AMX=0` turns AMX off (to measure what it brings).
+pub fn available() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| std::env::var("LATTICE_AMX").map_or(true, |v| v != "0") && detect())
+}
+
+fn detect() -> bool {
+    if !(std::is_x86_feature_detected!("avx512f")
+        && std::is_x86_feature_detected!("avx512bf16")
+        && std::is_x86_feature_detected!("xsave"))
+    {
+        return false;
+    }
+    // CPUID.(EAX=7, ECX=0):EDX bit 22 = AMX-BF16, bit 24 = AMX-TILE.
+    let leaf7 = __cpuid_count(7, 0);
+    if leaf7.edx & (1 << 22) == 0 || leaf7.edx & (1 << 24) == 0 {
+        return false;
+    }
+    // XCR0 bits 17 (XTILECFG) and 18 (XTILEDATA): the OS saves the tile state.
+    let (lo, _hi): (u32, u32);
+    // SAFETY: `xgetbv` with ECX = 0 reads XCR0; XSAVE (checked above) implies the instruction
+    // exists and OSXSAVE is what `is_x86_feature_detected!("xsave")` requires.
+    unsafe {
+        asm!("xgetbv", in("ecx") 0u32, out("eax") lo, out("edx") _hi, options(nomem, nostack));
+    }
+    if lo & (0b11 << 17) != 0b11 << 17 {
+        return false;
+    }
+    request_permission()
+}
+
+/// Linux: the tile data state is off for a process until it asks (kernel 5.16 and later).
+#[cfg(target_os = "linux")]
+fn request_permission() -> bool {
+    const ARCH_REQ_XCOMP_PERM: libc::c_long = 0x1023;
+    const XFEATURE_XTILEDATA: libc::c_long = 18;
+    // SAFETY: arch_prctl with these arguments only changes this process's permitted XSAVE
+    // features; it reads and writes no memory of ours.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_arch_prctl,
+            ARCH_REQ_XCOMP_PERM,
+            XFEATURE_XTILEDATA,
+        )
+    };
+    r == 0
+}
+
+#[cfg(not(target_os = "linux"))]
+fn request_permission() -> bool {
+    false
+}
+
+/// The palette-1 tile configuration for a microkernel call of `mr` rows (≤ 32) and `nr`
+/// columns (≤ 32): C tiles 0..3 (rows 0-15 / 16-31 × columns 0-15 / 16-31), A tiles 4, 5
+/// (their rows, 16 pairs), B tiles 6, 7 (16 pairs, their columns). Tiles of an empty part
+/// stay unconfigured (and unused).
+fn config(mr: usize, nr: usize) -> [u8; 64] {
+    let mut c = [0u8; 64];
+    c[0] = 1; // palette
+    let (top, bottom) = (mr.min(16), mr.saturating_sub(16));
+    let (left, right) = (nr.min(16), nr.saturating_sub(16));
+    let mut tile = |t: usize, rows: usize, colsb: usize| {
+        if rows > 0 && colsb > 0 {
+            c[16 + 2 * t..18 + 2 * t].copy_from_slice(&(colsb as u16).to_le_bytes());
+            c[48 + t] = rows as u8;
+        }
+    };
+    tile(0, top, 4 * left);
+    tile(1, top, 4 * right);
+    tile(2, bottom, 4 * left);
+    tile(3, bottom, 4 * right);
+    tile(4, top, 64);
+    tile(5, bottom, 64);
+    tile(6, 16, 4 * left);
+    tile(7, 16, 4 * right);
+    c
+}
+
+thread_local! {
+    /// The `(mr, nr)` this thread's tile configuration was loaded for (0 = none yet).
+    static LOADED: Cell<usize> = const { Cell::new(0) };
+}
+
+/// Loads the configuration for `(mr, nr)` unless this thread has it loaded already.
+///
+/// # Safety
+/// The CPU has AMX and this process has the permission ([`available`]).
+unsafe fn configure(mr: usize, nr: usize) {
+    let key = (mr << 8) | nr;
+    if LOADED.get() == key {
+        return;
+    }
+    let cfg = config(mr, nr);
+    // SAFETY: `cfg` is a valid 64-byte palette-1 configuration (rows ≤ 16, colsb ≤ 64).
+    unsafe { asm!("ldtilecfg [{}]", in(reg) cfg.as_ptr(), options(nostack, readonly)) };
+    LOADED.set(key);
+}
+
+/// Loads or stores one tile register (`$t`, e.g. "tmm4") from / to `$p` with a row stride of
+/// `$stride` bytes.
+macro_rules! tile_load {
+    ($t:literal, $p:expr, $stride:expr) => {
+        asm!(concat!("tileloadd ", $t, ", [{p} + {s}*1]"), p = in(reg) $p, s = in(reg) $stride,
+             options(nostack, readonly))
+    };
+}
+macro_rules! tile_store {
+    ($t:literal, $p:expr, $stride:expr) => {
+        asm!(concat!("tilestored [{p} + {s}*1], ", $t), p = in(reg) $p, s = in(reg) $stride,
+             options(nostack))
+    };
+}
+macro_rules! tile_dp {
+    ($c:literal, $a:literal, $b:literal) => {
+        asm!(
+            concat!("tdpbf16ps ", $c, ", ", $a, ", ", $b),
+            options(nostack, nomem)
+        )
+    };
+}
+
+/// The microkernel (`bf16::Ukr`) for up to [`MR`] × [`NR`] outputs.
+///
+/// # Safety
+/// The `bf16::Ukr` contract with `mr ≤ 32`; AMX available ([`available`]).
+#[allow(clippy::too_many_arguments)]
+unsafe fn ukr(
+    kcp: usize,
+    a: *const u32,
+    lda: usize,
+    b: *const u32,
+    c: *mut f32,
+    ldc: usize,
+    mr: usize,
+    nr: usize,
+    load_c: bool,
+) {
+    debug_assert!((1..=MR).contains(&mr) && (1..=NR).contains(&nr));
+    let (bottom, right) = (mr > 16, nr > 16);
+    let (sa, sb, sc) = (lda * 4, NR * 4, ldc * 4);
+    // SAFETY (whole body): AMX is available (contract) and the configuration matches (mr,
+    // nr), so every tile access stays inside its configured rows and columns: C rows < mr
+    // and columns < nr (contract: readable and writable), A rows < mr of kcp pairs (lda apart),
+    // B rows < kcp of the panel (NR pairs each), and the scratch arrays below.
+    unsafe {
+        configure(mr, nr);
+        let c1 = c.wrapping_add(16);
+        let (c2, c3) = (c.wrapping_add(16 * ldc), c.wrapping_add(16 * ldc + 16));
+        if load_c {
+            tile_load!("tmm0", c, sc);
+            if right {
+                tile_load!("tmm1", c1, sc);
+            }
+            if bottom {
+                tile_load!("tmm2", c2, sc);
+                if right {
+                    tile_load!("tmm3", c3, sc);
+                }
+            }
+        } else {
+            asm!("tilezero tmm0", options(nostack, nomem));
+            if right {
+                asm!("tilezero tmm1", options(nostack, nomem));
+            }
+            if bottom {
+                asm!("tilezero tmm2", options(nostack, nomem));
+                if right {
+                    asm!("tilezero tmm3", options(nostack, nomem));
+                }
+            }
+        }
+        let step = |a0: *const u32, sa: usize, b0: *const u32| {
+            let a1 = a0.cast::<u8>().wrapping_add(16 * sa);
+            let b1 = b0.wrapping_add(16);
+            tile_load!("tmm4", a0, sa);
+            tile_load!("tmm6", b0, sb);
+            tile_dp!("tmm0", "tmm4", "tmm6");
+            if right {
+                tile_load!("tmm7", b1, sb);
+                tile_dp!("tmm1", "tmm4", "tmm7");
+            }
+            if bottom {
+                tile_load!("tmm5", a1, sa);
+                tile_dp!("tmm2", "tmm5", "tmm6");
+                if right {
+                    tile_dp!("tmm3", "tmm5", "tmm7");
+                }
+            }
+        };
+        let full = kcp - kcp % 16;
+        for p in (0..full).step_by(16) {
+            step(a.add(p), sa, b.add(p * NR));
+        }
+        let tail = kcp - full;
+        if tail > 0 {
+            // A pads with pairs of −0, B with zeros: each padded product is −0.
+            let mut at = [0x8000_8000u32; MR * 16];
+            let mut bt = [0u32; 16 * NR];
+            for i in 0..mr {
+                let src = core::slice::from_raw_parts(a.add(i * lda + full), tail);
+                at[i * 16..i * 16 + tail].copy_from_slice(src);
+            }
+            bt[..tail * NR]
+                .copy_from_slice(core::slice::from_raw_parts(b.add(full * NR), tail * NR));
+            step(at.as_ptr(), 64, bt.as_ptr());
+        }
+        tile_store!("tmm0", c, sc);
+        if right {
+            tile_store!("tmm1", c1, sc);
+        }
+        if bottom {
+            tile_store!("tmm2", c2, sc);
+            if right {
+                tile_store!("tmm3", c3, sc);
+            }
+        }
+    }
+}
