@@ -213,8 +213,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             .and_then(|dir| Embedder::load_dir(&dir, options))
             .with_context(|| format!("cannot load embedding model `{name}`"))?;
         eprintln!(
-            "loaded embedding model {name} (dimension {})",
-            embedder.dim()
+            "loaded embedding model {name} (dimension {}, {} weights)",
+            embedder.dim(),
+            encoder_mode.name()
         );
         models.embedding = Some((names(name, None), embedder));
     }
@@ -222,7 +223,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         let reranker = Reranker::load_dir_with(&super::resolve_model(path)?, encoder_mode)
             .with_context(|| format!("cannot load cross-encoder `{}`", path.display()))?;
         let arg = path.to_string_lossy();
-        eprintln!("loaded cross-encoder {arg}");
+        eprintln!(
+            "loaded cross-encoder {arg} ({} weights)",
+            encoder_mode.name()
+        );
         models.rerank = Some((names(&arg, None), reranker));
     }
     let options = ServeOptions {
