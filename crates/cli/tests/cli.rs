@@ -254,17 +254,36 @@ fn encoder_precision_flags_act_and_conflict() {
     }
     let o = lattice(&["embed", "--model", m, "--bf16", "--q8", "x"]);
     assert_fails_with(&o, &["--bf16", "--q8"]);
+    // --q8 reranks too: scores close to f32's, not equal.
     let cross = fixture("tiny-cross-encoder");
-    let o = lattice(&[
-        "rerank",
-        "--model",
-        cross.to_str().unwrap(),
-        "--query",
-        "q",
-        "--q8",
-        "a passage",
-    ]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    let c = cross.to_str().unwrap();
+    let scores = |flag: &str| -> Vec<f64> {
+        let mut args = vec![
+            "rerank",
+            "--model",
+            c,
+            "--query",
+            "q",
+            "a passage",
+            "another one",
+        ];
+        if !flag.is_empty() {
+            args.push(flag);
+        }
+        let o = lattice(&args);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let mut lines: Vec<serde_json::Value> = stdout(&o)
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        lines.sort_by_key(|l| l["index"].as_u64().unwrap());
+        lines.iter().map(|l| l["score"].as_f64().unwrap()).collect()
+    };
+    let (exact, q8) = (scores(""), scores("--q8"));
+    assert!(
+        q8 != exact && q8.iter().zip(&exact).all(|(a, b)| (a - b).abs() < 2e-2),
+        "{q8:?} vs {exact:?}"
+    );
 }
 
 #[test]

@@ -164,7 +164,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         "weights": args.precision.mode().name(),
         "cpu": super::cpu_name(),
         "isa": lattice_inference::backend::cpu::isa(),
-        "bf16_isa": lattice_inference::backend::cpu::bf16::kernel_name(),
+        "bf16_isa": lattice_inference::backend::cpu::bf16::linear_products(),
         "threads": rayon::current_num_threads(),
         "sentences": sentences.len(),
         "tokens": n_tokens,

@@ -185,7 +185,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             "weight_bytes": info.weight_bytes,
             "cpu": super::cpu_name(),
             "isa": lattice_inference::backend::cpu::isa(),
-        "bf16_isa": lattice_inference::backend::cpu::bf16::kernel_name(),
+        "bf16_isa": lattice_inference::backend::cpu::bf16::linear_products(),
             "threads": rayon::current_num_threads(),
             "prompt_tokens": prompt.len(),
             "gen_tokens": gen_ids.len(),
@@ -207,7 +207,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             "CPU: {}; kernels: {} (bf16 products: {}); {} threads; weights {}",
             super::cpu_name(),
             lattice_inference::backend::cpu::isa(),
-            lattice_inference::backend::cpu::bf16::kernel_name(),
+            lattice_inference::backend::cpu::bf16::linear_products(),
             rayon::current_num_threads(),
             info.weight_mode.name()
         );

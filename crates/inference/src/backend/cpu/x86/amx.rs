@@ -30,6 +30,7 @@ pub(in crate::backend::cpu) const KERNEL: Kernel = Kernel {
     ukr,
     cvt: super::gemm_bf16::KERNEL.cvt,
     mr: MR,
+    name: "amx-bf16",
 };
 
 /// Whether this process may run the AMX-BF16 kernel: the CPU has AMX-TILE and AMX-BF16 (and

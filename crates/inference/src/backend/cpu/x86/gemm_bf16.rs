@@ -13,7 +13,12 @@ use core::arch::x86_64::*;
 use super::super::bf16::{cvt_rows, Kernel, MR, NR};
 
 /// The AVX512_BF16 kernel; `bf16::kernel` hands it out only after `bf16::native_supported`.
-pub(in crate::backend::cpu) const KERNEL: Kernel = Kernel { ukr, cvt, mr: MR };
+pub(in crate::backend::cpu) const KERNEL: Kernel = Kernel {
+    ukr,
+    cvt,
+    mr: MR,
+    name: "avx512bf16",
+};
 
 /// Mask of the first `n` (at most 16) lanes.
 #[inline(always)]
