@@ -21,6 +21,10 @@ cargo test --release --workspace --lib --bins --tests 2>&1 | tee "$log" || statu
 LD_LIBRARY_PATH="$nvrtc${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
   cargo test --release -p lattice-inference --features cuda --test cuda_ops --test cuda_parity \
   -- --nocapture 2>&1 | tee -a "$log" || status=$?
+# Each fuzz target for a short time on its committed corpus (libFuzzer, nightly; the long runs
+# with AddressSanitizer are recorded in docs/reliability.md). Without a sanitizer here: the
+# build is the cost, and the corpus replay above already runs every input on stable.
+FUZZ_SANITIZER=none ./scripts/fuzz.sh 10 2>&1 | tee -a "$log" || status=$?
 # The Python package (`import lattice`): built into .cache/venv-python and tested with pytest.
 ./scripts/test_python.sh 2>&1 | tee -a "$log" || status=$?
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }

@@ -13,6 +13,8 @@
 //! - [`attention`]: packed variable-length scaled dot-product attention.
 //! - [`model`]: one file per architecture (BERT, MPNet) written as calls to ops, plus heads
 //!   (pooling, sequence-classification score).
+//! - [`fuzz`]: the entry points of the fuzz targets (`fuzz/`) over every parser of untrusted
+//!   bytes.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -21,6 +23,7 @@ pub mod backend;
 pub mod chat;
 pub mod engine;
 pub mod error;
+pub mod fuzz;
 pub mod grammar;
 pub mod io;
 pub mod lora;

@@ -232,7 +232,7 @@ fn full(n: usize) -> ApiError {
 /// `POST /v1/load_lora_adapter`: `{"lora_name", "lora_path", "load_inplace"?}`; requests may
 /// pick the adapter as soon as this answers.
 pub async fn load(State(state): State<Arc<AppState>>, body: Body) -> Result<Response, ApiError> {
-    let value = read_body(body, state.options.max_body_bytes).await?;
+    let value = read_body(body, &state.options).await?;
     let req: LoadRequest = from_value(&value)?;
     let plan = plan(&state)?;
     let name = req.lora_name.trim().to_owned();
@@ -286,7 +286,7 @@ pub async fn load(State(state): State<Arc<AppState>>, body: Body) -> Result<Resp
 /// `POST /v1/unload_lora_adapter`: `{"lora_name"}`. Requests already running with the adapter
 /// finish with it; new ones no longer find it.
 pub async fn unload(State(state): State<Arc<AppState>>, body: Body) -> Result<Response, ApiError> {
-    let value = read_body(body, state.options.max_body_bytes).await?;
+    let value = read_body(body, &state.options).await?;
     let req: UnloadRequest = from_value(&value)?;
     plan(&state)?;
     let removed = {

@@ -509,7 +509,7 @@ fn generator<'a>(
 /// `POST /v1/chat/completions`.
 pub async fn chat(State(state): State<Arc<AppState>>, body: Body) -> Result<Response, ApiError> {
     let arrived = Instant::now();
-    let value = read_body(body, state.options.max_body_bytes).await?;
+    let value = read_body(body, &state.options).await?;
     let req: ChatRequest = from_value(&value)?;
     let sampling: Sampling = from_value(&value)?;
     let (gen, adapter, lora) = generator(&state, req.model.as_deref(), &sampling)?;
@@ -647,7 +647,7 @@ pub async fn completions(
     body: Body,
 ) -> Result<Response, ApiError> {
     let arrived = Instant::now();
-    let value = read_body(body, state.options.max_body_bytes).await?;
+    let value = read_body(body, &state.options).await?;
     let req: CompletionRequest = from_value(&value)?;
     let sampling: Sampling = from_value(&value)?;
     let (gen, adapter, lora) = generator(&state, req.model.as_deref(), &sampling)?;

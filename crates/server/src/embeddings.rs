@@ -67,7 +67,7 @@ pub async fn embeddings(
     State(state): State<Arc<AppState>>,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let req: EmbeddingsRequest = read_json(body, state.options.max_body_bytes).await?;
+    let req: EmbeddingsRequest = read_json(body, &state.options).await?;
     let service = service(&state, req.model.as_deref())?;
     let base64 = match req.encoding_format.as_deref() {
         None | Some("float") => false,
@@ -127,7 +127,7 @@ pub async fn tei_embed(
     State(state): State<Arc<AppState>>,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let req: TeiEmbedRequest = read_json(body, state.options.max_body_bytes).await?;
+    let req: TeiEmbedRequest = read_json(body, &state.options).await?;
     let service = service(&state, None)?;
     let inputs = req.inputs.into_vec().into_iter().map(Input::Text).collect();
     let ids = tokenize(service, inputs).await?;

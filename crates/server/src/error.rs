@@ -125,6 +125,29 @@ impl ApiError {
         )
     }
 
+    /// 408: the body did not arrive in time.
+    pub fn body_timeout(limit: std::time::Duration) -> Self {
+        Self::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "invalid_request_error",
+            format!(
+                "the request body did not arrive within {} s",
+                limit.as_secs_f64()
+            ),
+        )
+    }
+
+    /// 429: too many connections are open.
+    pub fn too_many_connections(limit: usize) -> Self {
+        let mut e = Self::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "rate_limit_error",
+            format!("the server has {limit} connections open, its limit; retry later"),
+        );
+        e.code = Some("too_many_connections");
+        e
+    }
+
     /// 429: the queue is full.
     pub fn overloaded(limit: usize) -> Self {
         let mut e = Self::new(

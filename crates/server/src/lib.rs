@@ -15,7 +15,9 @@ pub mod completions;
 pub mod embed_batcher;
 pub mod embeddings;
 mod error;
+pub mod fuzz;
 pub mod generation;
+mod listen;
 pub mod metrics;
 pub mod protocol;
 pub mod tei;
@@ -23,7 +25,6 @@ pub mod tools;
 
 use std::sync::Arc;
 
-use axum::serve::ListenerExt;
 use lattice_embed::{Embedder, Reranker};
 use lattice_inference::engine::TextModel;
 
@@ -67,6 +68,20 @@ pub struct ServeOptions {
     pub lora_dir: Option<std::path::PathBuf>,
     /// Most LoRA adapters served at once.
     pub max_loras: usize,
+    /// Connections open at once; one more is answered 429 and closed.
+    pub max_connections: usize,
+    /// Time a client has to send a request's headers, and the longest a kept-alive connection
+    /// may sit idle (a client trickling bytes cannot hold a connection longer).
+    pub header_timeout: std::time::Duration,
+    /// Time a client has to send a request's body once its headers arrived (408 beyond).
+    pub body_timeout: std::time::Duration,
+    /// Most headers in a request (431 beyond).
+    pub max_headers: usize,
+    /// Most bytes of a request's start line and headers (431 beyond).
+    pub max_header_bytes: usize,
+    /// On SIGINT / SIGTERM, how long in-flight requests may take to finish before the
+    /// remaining connections are closed.
+    pub drain_timeout: std::time::Duration,
 }
 
 impl Default for ServeOptions {
@@ -87,6 +102,12 @@ impl Default for ServeOptions {
             adapters: Vec::new(),
             lora_dir: None,
             max_loras: 32,
+            max_connections: 512,
+            header_timeout: std::time::Duration::from_secs(10),
+            body_timeout: std::time::Duration::from_secs(30),
+            max_headers: 64,
+            max_header_bytes: 16 << 10,
+            drain_timeout: std::time::Duration::from_secs(30),
         }
     }
 }
@@ -116,6 +137,18 @@ fn served<T>(names: Vec<String>, engine: T) -> Served<T> {
 /// serves until SIGINT or SIGTERM; then stops accepting, lets in-flight requests finish, and
 /// returns. The first name of each model is the id it is reported under.
 pub fn serve(models: Models, options: ServeOptions) -> Result<()> {
+    let addr = format!("{}:{}", options.host, options.port);
+    let state = start(models, options)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    runtime.block_on(listen::run(&addr, state))
+}
+
+/// Starts the engines' threads (scheduler, embedding batcher) and returns the state every
+/// route shares.
+pub fn start(models: Models, options: ServeOptions) -> Result<Arc<AppState>> {
     if models.generation.is_none() && models.embedding.is_none() && models.rerank.is_none() {
         return Err(Error::NoModel);
     }
@@ -135,38 +168,13 @@ pub fn serve(models: Models, options: ServeOptions) -> Result<()> {
     let rerank = models
         .rerank
         .map(|(names, model)| served(names, Arc::new(model)));
-    let addr = format!("{}:{}", options.host, options.port);
-    let state = Arc::new(AppState::new(
+    Ok(Arc::new(AppState::new(
         generation, embedding, rerank, metrics, options,
-    ));
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()?;
-    runtime.block_on(async move {
-        let listener = tokio::net::TcpListener::bind(&addr)
-            .await
-            .map_err(|source| Error::Bind {
-                addr: addr.clone(),
-                source,
-            })?;
-        let local = listener.local_addr()?;
-        // Stream chunks are small writes: without TCP_NODELAY each waits for the client's
-        // delayed ACK (~40 ms) on a kept-alive connection.
-        let listener = listener.tap_io(|tcp| {
-            let _ = tcp.set_nodelay(true);
-        });
-        eprintln!("lattice serve: listening on http://{local}");
-        axum::serve(listener, app::router(state))
-            .with_graceful_shutdown(shutdown_signal())
-            .await?;
-        eprintln!("lattice serve: stopped");
-        Ok(())
-    })
+    )))
 }
 
 /// Resolves on SIGINT (Ctrl-C) or SIGTERM.
-async fn shutdown_signal() {
+pub(crate) async fn shutdown_signal() {
     let ctrl_c = async {
         let _ = tokio::signal::ctrl_c().await;
     };
@@ -185,5 +193,4 @@ async fn shutdown_signal() {
         _ = ctrl_c => {},
         _ = term => {},
     }
-    eprintln!("lattice serve: shutting down, finishing in-flight requests");
 }

@@ -9,13 +9,19 @@ use serde::Deserialize;
 // `#[serde(flatten)]` would lose the path, so shared fields are read separately.
 
 use crate::error::ApiError;
+use crate::ServeOptions;
 
-/// Reads a JSON body of at most `limit` bytes; a body that is not JSON gives a 400, an
-/// oversized one a 413. Fields are read from the value with [`from_value`].
-pub async fn read_body(body: Body, limit: usize) -> Result<serde_json::Value, ApiError> {
-    let bytes = match axum::body::to_bytes(body, limit).await {
-        Ok(b) => b,
-        Err(e) => {
+/// Reads a JSON body of at most `limits.max_body_bytes` bytes that arrives within
+/// `limits.body_timeout`; a body that is not JSON gives a 400, an oversized one a 413 (as soon
+/// as the limit is passed, not after buffering the rest), a slow one a 408. Fields are read
+/// from the value with [`from_value`].
+pub async fn read_body(body: Body, limits: &ServeOptions) -> Result<serde_json::Value, ApiError> {
+    let limit = limits.max_body_bytes;
+    let read = tokio::time::timeout(limits.body_timeout, axum::body::to_bytes(body, limit));
+    let bytes = match read.await {
+        Err(_) => return Err(ApiError::body_timeout(limits.body_timeout)),
+        Ok(Ok(b)) => b,
+        Ok(Err(e)) => {
             let over = std::error::Error::source(&e)
                 .is_some_and(|s| s.is::<http_body_util::LengthLimitError>());
             return Err(if over {
@@ -48,8 +54,11 @@ pub fn from_value<T: DeserializeOwned>(value: &serde_json::Value) -> Result<T, A
 }
 
 /// [`read_body`] then [`from_value`].
-pub async fn read_json<T: DeserializeOwned>(body: Body, limit: usize) -> Result<T, ApiError> {
-    from_value(&read_body(body, limit).await?)
+pub async fn read_json<T: DeserializeOwned>(
+    body: Body,
+    limits: &ServeOptions,
+) -> Result<T, ApiError> {
+    from_value(&read_body(body, limits).await?)
 }
 
 /// One string or several.

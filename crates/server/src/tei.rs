@@ -57,7 +57,7 @@ fn ranking(scores: &[f32]) -> Vec<usize> {
 
 /// `POST /rerank` (text-embeddings-inference): `[{"index", "score", "text"?}]`, best first.
 pub async fn rerank(State(state): State<Arc<AppState>>, body: Body) -> Result<Response, ApiError> {
-    let req: TeiRerankRequest = read_json(body, state.options.max_body_bytes).await?;
+    let req: TeiRerankRequest = read_json(body, &state.options).await?;
     let raw = req.raw_scores.unwrap_or(false);
     let (scores, texts, _) = score(&state, None, req.query, req.texts, raw).await?;
     let with_text = req.return_text.unwrap_or(false);
@@ -80,7 +80,7 @@ pub async fn rerank_v1(
     State(state): State<Arc<AppState>>,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let req: RerankRequest = read_json(body, state.options.max_body_bytes).await?;
+    let req: RerankRequest = read_json(body, &state.options).await?;
     let texts: Vec<String> = req
         .documents
         .into_iter()
@@ -129,7 +129,7 @@ pub async fn tokenize(
     State(state): State<Arc<AppState>>,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let req: TeiTokenizeRequest = read_json(body, state.options.max_body_bytes).await?;
+    let req: TeiTokenizeRequest = read_json(body, &state.options).await?;
     let inputs = req.inputs.into_vec();
     if inputs.len() > 2048 {
         return Err(ApiError::invalid_param(

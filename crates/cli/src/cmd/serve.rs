@@ -2,6 +2,7 @@
 //! lattice-server (OpenAI and text-embeddings-inference routes) until SIGINT / SIGTERM.
 
 use std::path::Path;
+use std::time::Duration;
 
 use anyhow::Context;
 use lattice_embed::{Embedder, EmbedderOptions, Reranker};
@@ -90,9 +91,39 @@ pub struct Args {
     /// Most LoRA adapters served at once.
     #[arg(long, default_value_t = 32)]
     max_loras: usize,
+    /// Connections open at once; one more is answered 429 and closed.
+    #[arg(long, default_value_t = 512)]
+    max_connections: usize,
+    /// Seconds a client has to send a request's headers; also the longest a kept-alive
+    /// connection may sit idle.
+    #[arg(long, default_value_t = 10.0, value_parser = parse_seconds)]
+    header_timeout: f64,
+    /// Seconds a client has to send a request's body once its headers arrived (408 beyond).
+    #[arg(long, default_value_t = 30.0, value_parser = parse_seconds)]
+    body_timeout: f64,
+    /// Most headers in a request (431 beyond).
+    #[arg(long, default_value_t = 64)]
+    max_headers: usize,
+    /// Most bytes of a request's start line and headers (431 beyond).
+    #[arg(long, default_value_t = 16 << 10)]
+    max_header_bytes: usize,
+    /// On SIGINT / SIGTERM, seconds in-flight requests may take to finish before the server
+    /// closes what remains and exits.
+    #[arg(long, default_value_t = 30.0, value_parser = parse_seconds)]
+    drain_timeout: f64,
     /// Worker threads for the forward passes (default: all cores).
     #[arg(long)]
     threads: Option<usize>,
+}
+
+/// A positive, finite number of seconds (at most a day).
+fn parse_seconds(text: &str) -> Result<f64, String> {
+    match text.trim().parse::<f64>() {
+        Ok(s) if s.is_finite() && s > 0.0 && s <= 86_400.0 => Ok(s),
+        _ => Err(format!(
+            "`{text}` is not a number of seconds between 0 and 86400"
+        )),
+    }
 }
 
 /// The names a model answers to: the argument as written, then its last path component.
@@ -249,6 +280,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         },
         lora_dir: args.lora_dir,
         max_loras: args.max_loras,
+        max_connections: args.max_connections.max(1),
+        header_timeout: Duration::from_secs_f64(args.header_timeout),
+        body_timeout: Duration::from_secs_f64(args.body_timeout),
+        max_headers: args.max_headers.max(1),
+        max_header_bytes: args.max_header_bytes.max(1024),
+        drain_timeout: Duration::from_secs_f64(args.drain_timeout),
     };
     lattice_server::serve(models, options)?;
     Ok(())

@@ -95,6 +95,11 @@ impl std::fmt::Debug for ChatTemplate {
 
 /// The name the template is registered under; it appears in error locations.
 const NAME: &str = "chat_template";
+/// Instructions a render may execute (minijinja's fuel): a real template over a long
+/// conversation with tools uses well under 1% of it; a looping one stops with an error.
+pub const RENDER_FUEL: u64 = 5_000_000;
+/// Nesting depth of macro calls and includes a render may reach.
+pub const RENDER_RECURSION: usize = 64;
 /// Marks errors raised by the template's own `raise_exception(msg)`.
 const RAISED: &str = "\u{1}raised:";
 
@@ -253,7 +258,8 @@ fn rewrite_generation_blocks(source: &str) -> String {
     while let Some(start) = rest.find("{%") {
         out.push_str(&rest[..start]);
         let tag = &rest[start..];
-        let Some(close) = tag.find("%}") else {
+        // The closing `%}` comes after the opening `{%` (`{%}` does not close itself).
+        let Some(close) = tag[2..].find("%}").map(|i| i + 2) else {
             break;
         };
         let inner = &tag[2..close];
@@ -310,6 +316,9 @@ fn environment() -> Result<Environment<'static>> {
         .build()
         .map_err(|e| Error::ChatTemplate(format!("syntax config: {e}")))?;
     env.set_syntax(syntax);
+    // Templates come with model files: bound the work a hostile one may do per render.
+    env.set_fuel(Some(RENDER_FUEL));
+    env.set_recursion_limit(RENDER_RECURSION);
     env.set_auto_escape_callback(|_| minijinja::AutoEscape::None);
     env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
     env.set_formatter(python_formatter);
