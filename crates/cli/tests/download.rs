@@ -172,3 +172,123 @@ fn download_command_and_clear_failures() {
     let out = ok_stdout(&o);
     assert!(Path::new(out.trim()).join("config.json").is_file(), "{out}");
 }
+
+/// The blobs folder of the test repo in a cache under `home` (HF_HOME).
+fn blobs(home: &Path) -> std::path::PathBuf {
+    home.join("hub/models--sentence-transformers--all-MiniLM-L6-v2/blobs")
+}
+
+/// Sizes of the `.incomplete` transfers and the names of the finished blobs.
+fn blob_state(home: &Path) -> (Vec<u64>, Vec<String>) {
+    let mut partial = Vec::new();
+    let mut done = Vec::new();
+    if let Ok(rd) = std::fs::read_dir(blobs(home)) {
+        for e in rd.filter_map(|e| e.ok()) {
+            let name = e.file_name().to_string_lossy().into_owned();
+            match name.strip_suffix(".incomplete") {
+                Some(_) => partial.push(e.metadata().unwrap().len()),
+                None => done.push(name),
+            }
+        }
+    }
+    (partial, done)
+}
+
+/// Faults while downloading (issue 19): a `lattice download` killed with SIGKILL in the middle
+/// of the weights, and one whose disk fills up (a file-size limit: writes fail with EFBIG),
+/// leave only an `.incomplete` transfer — never a finished blob, never a file in the snapshot —
+/// and the next run resumes from it and verifies the whole file.
+#[test]
+fn kill_9_and_a_full_disk_leave_no_corrupt_file_and_resume() {
+    let home = tempfile::tempdir().unwrap();
+    let hub = FakeHub::start();
+    let weights = common::minilm_files()
+        .iter()
+        .find(|f| f.name == "model.safetensors")
+        .unwrap();
+    let at = 8 << 20;
+    hub.rules.lock().unwrap().stall = Some(("model.safetensors".into(), at));
+    let mut child = Command::new(env!("CARGO_BIN_EXE_lattice"))
+        .args(["download", REPO])
+        .env("HF_ENDPOINT", &hub.endpoint)
+        .env("HF_HOME", home.path())
+        .env_remove("HF_TOKEN")
+        .env_remove("HF_HUB_CACHE")
+        .env_remove("HF_HUB_OFFLINE")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let t0 = std::time::Instant::now();
+    while !blob_state(home.path()).0.contains(&at) {
+        assert!(
+            t0.elapsed().as_secs() < 30,
+            "the transfer never reached {at} bytes: {:?}",
+            blob_state(home.path())
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    hub.rules.lock().unwrap().stall = None;
+    let (partial, done) = blob_state(home.path());
+    assert_eq!(partial, vec![at], "after kill -9");
+    assert!(
+        !done.contains(&weights.etag),
+        "a finished blob after kill -9: {done:?}"
+    );
+
+    // The disk fills up: a 12 MiB file-size limit (SIGXFSZ ignored, so writes fail with EFBIG).
+    let o = Command::new("bash")
+        .args([
+            "-c",
+            "trap '' XFSZ; ulimit -f 12288; exec \"$0\" download \"$1\"",
+            env!("CARGO_BIN_EXE_lattice"),
+            REPO,
+        ])
+        .env("HF_ENDPOINT", &hub.endpoint)
+        .env("HF_HOME", home.path())
+        .env_remove("HF_TOKEN")
+        .env_remove("HF_HUB_CACHE")
+        .env_remove("HF_HUB_OFFLINE")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "the download succeeded past the limit");
+    eprintln!("full disk: {}", err.trim());
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(
+        err.contains("model.safetensors") || err.contains("incomplete"),
+        "the error does not name the file: {err}"
+    );
+    let (partial, done) = blob_state(home.path());
+    assert!(
+        !done.contains(&weights.etag),
+        "a finished blob after a full disk: {done:?}"
+    );
+    assert!(
+        partial.iter().all(|&n| n <= 12 << 20),
+        "partial {partial:?}"
+    );
+
+    // The next run resumes where the transfer stopped and checks the hash.
+    let out = ok_stdout(&lattice(
+        &["download", REPO],
+        &hub.endpoint,
+        home.path(),
+        false,
+    ));
+    let snapshot = Path::new(out.trim());
+    let got = std::fs::read(snapshot.join("model.safetensors")).unwrap();
+    assert_eq!(got, std::fs::read(&weights.disk).unwrap());
+    let resumed = hub
+        .seen()
+        .iter()
+        .any(|s| s.path.ends_with("model.safetensors") && s.range.is_some());
+    assert!(resumed, "no ranged request: the transfer restarted from 0");
+    let (partial, _) = blob_state(home.path());
+    assert!(
+        partial.is_empty(),
+        "leftover partial transfers: {partial:?}"
+    );
+}

@@ -299,6 +299,28 @@ fn broken_templates_give_clear_errors() {
         ),
         ("{{ messages | tojson(bogus=1) }}", "bogus"),
         ("{% include 'other' %}", "other"),
+        // Hostile templates stop with an error instead of looping, recursing or following a
+        // value that contains itself (found by fuzzing: a stack overflow).
+        (
+            "{% for i in range(10000) %}{% for j in range(10000) %}{% endfor %}{% endfor %}",
+            "fuel",
+        ),
+        (
+            "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}",
+            "recursion",
+        ),
+        (
+            "{% set ns = namespace(a=0) %}{% set ns.a = ns %}{{ ns }}",
+            "contain itself",
+        ),
+        (
+            "{% set ns = namespace(a=0) %}{% set ns.a = ns %}{{ ns | string }}",
+            "contain itself",
+        ),
+        (
+            "{% set ns = namespace(a=0) %}{% set ns.a = [ns] %}{{ ns | tojson }}",
+            "contain itself",
+        ),
     ];
     for (src, needle) in cases {
         let e = render(src).unwrap_err();

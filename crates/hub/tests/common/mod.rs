@@ -111,6 +111,9 @@ pub struct Rules {
     /// (file, absolute offset, times): cut the connection at that offset of the file's
     /// content, for the next `times` transfers of it.
     pub cut: Option<(String, u64, usize)>,
+    /// (file, absolute offset): send the file's content up to that offset, then hold the
+    /// connection without sending more until the rule is cleared (at most 30 s), then close it.
+    pub stall: Option<(String, u64)>,
     /// Files served with one byte flipped.
     pub corrupt: HashSet<String>,
     /// Files listed in `siblings` but answered 404.
@@ -411,7 +414,16 @@ fn serve_file(
         }
         (cut_at, corrupt)
     };
-    let end = cut_at.map_or(f.size, |c| c.clamp(start, f.size));
+    let stall_at = {
+        let r = rules.lock().unwrap();
+        r.stall
+            .as_ref()
+            .filter(|(name, at)| *name == f.name && *at > start)
+            .map(|(_, at)| *at)
+    };
+    let end = cut_at
+        .or(stall_at)
+        .map_or(f.size, |c| c.clamp(start, f.size));
     log(end - start);
     let mut file = std::fs::File::open(&f.disk)?;
     file.seek(SeekFrom::Start(start))?;
@@ -429,7 +441,13 @@ fn serve_file(
         pos += n as u64;
     }
     out.flush()?;
-    if cut_at.is_some() {
+    if cut_at.is_none() && stall_at.is_some() {
+        let t0 = std::time::Instant::now();
+        while rules.lock().unwrap().stall.is_some() && t0.elapsed().as_secs() < 30 {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+    if cut_at.is_some() || stall_at.is_some() {
         let _ = out.shutdown(std::net::Shutdown::Both);
     }
     Ok(end - start)

@@ -324,6 +324,13 @@ fn environment() -> Result<Environment<'static>> {
     env.set_formatter(python_formatter);
     env.add_filter("tojson", tojson);
     env.add_filter("truncate", truncate);
+    env.add_filter(
+        "string",
+        |v: Value| -> std::result::Result<String, minijinja::Error> {
+            check_nesting(&v)?;
+            Ok(v.to_string())
+        },
+    );
     // Jinja2's tests, where minijinja's differ: `none` is not iterable; strings and dicts are
     // sequences (they have a length and item access).
     env.add_test("iterable", |v: &Value| !v.is_none() && v.try_iter().is_ok());
@@ -340,12 +347,59 @@ fn environment() -> Result<Environment<'static>> {
     Ok(env)
 }
 
+/// How deep lists and maps may nest in a value a template prints or serializes.
+const MAX_NESTING: usize = 64;
+/// How many items such a value may hold in all (shared parts counted each time they appear).
+const MAX_ITEMS: usize = 1 << 20;
+
+/// Refuses a value nested deeper than [`MAX_NESTING`] or holding more than [`MAX_ITEMS`]
+/// items before it is printed or serialized: a template can build a namespace that contains
+/// itself (`{% set ns.x = ns %}`), which minijinja's printing would follow until the stack
+/// overflows.
+fn check_nesting(value: &Value) -> std::result::Result<(), minijinja::Error> {
+    fn walk(v: &Value, depth: usize, budget: &mut usize) -> std::result::Result<(), ()> {
+        if !matches!(
+            v.kind(),
+            ValueKind::Seq | ValueKind::Map | ValueKind::Iterable
+        ) {
+            return Ok(());
+        }
+        if depth >= MAX_NESTING {
+            return Err(());
+        }
+        let Ok(items) = v.try_iter() else {
+            return Ok(());
+        };
+        let is_map = v.kind() == ValueKind::Map;
+        for item in items {
+            *budget = budget.checked_sub(1).ok_or(())?;
+            walk(&item, depth + 1, budget)?;
+            if is_map {
+                if let Ok(inner) = v.get_item(&item) {
+                    walk(&inner, depth + 1, budget)?;
+                }
+            }
+        }
+        Ok(())
+    }
+    walk(value, 0, &mut MAX_ITEMS.clone()).map_err(|()| {
+        minijinja::Error::new(
+            ErrorKind::InvalidOperation,
+            format!(
+                "a value nests deeper than {MAX_NESTING} levels or holds more than {MAX_ITEMS} \
+                 items (does a namespace contain itself?)"
+            ),
+        )
+    })
+}
+
 /// Prints values as Jinja2 does in Python: `None`, `True`, `False`, `repr` floats.
 fn python_formatter(
     out: &mut Output,
     state: &mut State,
     value: &Value,
 ) -> std::result::Result<(), minijinja::Error> {
+    check_nesting(value)?;
     let text = match value.kind() {
         ValueKind::None => "None".to_string(),
         ValueKind::Bool => if value.is_true() { "True" } else { "False" }.to_string(),
@@ -401,6 +455,7 @@ fn tojson(
     if value.is_undefined() {
         return Err(invalid("tojson: the value is undefined".into()));
     }
+    check_nesting(&value)?;
     let indent = match indent {
         None => None,
         Some(v) if v.is_none() => None,
