@@ -13,7 +13,8 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 use support::server::{fixture, http, parse_response, Response, Server};
 
-/// The server under test: tiny Qwen3 and tiny BERT, short deadlines so the test is quick.
+/// The server under test: tiny Qwen3 and tiny BERT, short deadlines (1 s unless `extra` sets
+/// `--header-timeout`) so the test is quick.
 fn start(extra: &[&str]) -> Server {
     let gen = fixture("tiny-qwen3");
     let emb = fixture("tiny-bert");
@@ -22,13 +23,14 @@ fn start(extra: &[&str]) -> Server {
         &gen,
         "--embedding-model",
         &emb,
-        "--header-timeout",
-        "1",
         "--body-timeout",
         "1",
         "--max-body-bytes",
         "65536",
     ];
+    if !extra.contains(&"--header-timeout") {
+        args.extend(["--header-timeout", "1"]);
+    }
     args.extend_from_slice(extra);
     Server::start(&args)
 }
@@ -270,7 +272,9 @@ fn slow_clients_are_cut_off_beside_normal_traffic() {
 
 #[test]
 fn excess_connections_header_floods_and_pipelining() {
-    let server = start(&["--max-connections", "8"]);
+    // Idle connections hold their slots until the header deadline: 5 s here, so the 9th
+    // connection surely meets 8 open ones.
+    let server = start(&["--max-connections", "8", "--header-timeout", "5"]);
     let port = server.port;
     // Eight connections hold every slot; the ninth is answered 429 and closed.
     let held: Vec<TcpStream> = (0..8)
