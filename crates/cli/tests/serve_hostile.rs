@@ -1,5 +1,6 @@
 //! Hostile clients against a real `lattice serve` on loopback (bounded in time): malformed and
-//! oversized bodies, slow headers and bodies beside normal traffic, idle and excess
+//! oversized bodies, slow headers and bodies and a reader that never reads beside normal
+//! traffic, idle and excess
 //! connections, header floods, pipelining, abandoned streams. The server must answer every
 //! probe it can answer with the right 4xx in the OpenAI error shape, close what it must, keep
 //! serving normal requests within a second or two, never panic, and keep its memory bounded.
@@ -222,6 +223,20 @@ fn slow_clients_are_cut_off_beside_normal_traffic() {
     let mut idle = TcpStream::connect(("127.0.0.1", port)).unwrap();
     idle.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
         .unwrap();
+    // A reader that never reads: its long stream fills the socket buffers while it decodes.
+    let deaf_body =
+        json!({"prompt": "Once", "max_tokens": 4000, "stream": true, "ignore_eos": true})
+            .to_string();
+    let mut deaf = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    deaf.write_all(
+        format!(
+            "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
+             Content-Length: {}\r\n\r\n{deaf_body}",
+            deaf_body.len()
+        )
+        .as_bytes(),
+    )
+    .unwrap();
     let t0 = Instant::now();
     // Normal traffic goes on meanwhile, answered promptly.
     while t0.elapsed() < Duration::from_millis(2500) {
@@ -250,6 +265,7 @@ fn slow_clients_are_cut_off_beside_normal_traffic() {
             }
         }
     }
+    drop(deaf);
     // The slow body got a 408.
     slow_body
         .set_read_timeout(Some(Duration::from_secs(2)))
