@@ -13,6 +13,13 @@ shopt -s nullglob
 cd "$(dirname "$0")/.."
 seconds=${1:-20}
 shift || true
+if ! cargo +nightly --version >/dev/null 2>&1; then
+  echo "installing the nightly toolchain (rustup)" >&2
+  rustup toolchain install nightly --profile minimal >&2 || {
+    echo "scripts/fuzz.sh: cargo fuzz needs the nightly toolchain: rustup toolchain install nightly" >&2
+    exit 1
+  }
+fi
 if ! cargo +nightly fuzz --version >/dev/null 2>&1; then
   echo "installing cargo-fuzz (crates.io)" >&2
   cargo install cargo-fuzz --locked --quiet

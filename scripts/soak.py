@@ -23,6 +23,8 @@ import sys
 import threading
 import time
 
+from bench_lora import cpu_model  # scripts/ is on the path when this file runs
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.path.join(ROOT, "target", "release", "lattice")
 
@@ -152,7 +154,7 @@ def main():
         slope = sum((s[0] - mx) * (s[1] - my) for s in half) / den if den else 0.0
     peak = max((s[1] for s in samples), default=start_rss)
     total = sum(counts.values())
-    print(f"CPU: {open('/proc/cpuinfo').read().split('model name')[1].split(':')[1].splitlines()[0].strip()}")
+    print(f"CPU: {cpu_model()}")
     print(f"serve {' '.join(args)}")
     print(f"{a.clients} clients, {a.seconds:.0f} s, {total} requests: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
     print(f"failures: {len(failures)} {failures[:10]}")

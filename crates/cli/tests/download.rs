@@ -21,12 +21,7 @@ fn lattice_with_token(
     offline: bool,
     token: Option<&str>,
 ) -> Output {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_lattice"));
-    cmd.args(args)
-        .env("HF_ENDPOINT", endpoint)
-        .env("HF_HOME", hf_home)
-        .env_remove("HF_TOKEN")
-        .env_remove("HF_HUB_CACHE");
+    let mut cmd = hub_command(env!("CARGO_BIN_EXE_lattice"), args, endpoint, hf_home);
     if let Some(t) = token {
         cmd.env("HF_TOKEN", t);
     }
@@ -36,6 +31,23 @@ fn lattice_with_token(
         cmd.env_remove("HF_HUB_OFFLINE");
     }
     cmd.output().expect("the lattice binary runs")
+}
+
+/// `program args` with the hub at `endpoint`, the cache under `hf_home`, no token, online.
+fn hub_command<S: AsRef<std::ffi::OsStr>>(
+    program: &str,
+    args: &[S],
+    endpoint: &str,
+    hf_home: &Path,
+) -> Command {
+    let mut cmd = Command::new(program);
+    cmd.args(args)
+        .env("HF_ENDPOINT", endpoint)
+        .env("HF_HOME", hf_home)
+        .env_remove("HF_TOKEN")
+        .env_remove("HF_HUB_CACHE")
+        .env_remove("HF_HUB_OFFLINE");
+    cmd
 }
 
 fn ok_stdout(o: &Output) -> String {
@@ -173,27 +185,6 @@ fn download_command_and_clear_failures() {
     assert!(Path::new(out.trim()).join("config.json").is_file(), "{out}");
 }
 
-/// The blobs folder of the test repo in a cache under `home` (HF_HOME).
-fn blobs(home: &Path) -> std::path::PathBuf {
-    home.join("hub/models--sentence-transformers--all-MiniLM-L6-v2/blobs")
-}
-
-/// Sizes of the `.incomplete` transfers and the names of the finished blobs.
-fn blob_state(home: &Path) -> (Vec<u64>, Vec<String>) {
-    let mut partial = Vec::new();
-    let mut done = Vec::new();
-    if let Ok(rd) = std::fs::read_dir(blobs(home)) {
-        for e in rd.filter_map(|e| e.ok()) {
-            let name = e.file_name().to_string_lossy().into_owned();
-            match name.strip_suffix(".incomplete") {
-                Some(_) => partial.push(e.metadata().unwrap().len()),
-                None => done.push(name),
-            }
-        }
-    }
-    (partial, done)
-}
-
 /// Faults while downloading (issue 19): a `lattice download` killed with SIGKILL in the middle
 /// of the weights, and one whose disk fills up (a file-size limit: writes fail with EFBIG),
 /// leave only an `.incomplete` transfer — never a finished blob, never a file in the snapshot —
@@ -208,30 +199,25 @@ fn kill_9_and_a_full_disk_leave_no_corrupt_file_and_resume() {
         .unwrap();
     let at = 8 << 20;
     hub.rules.lock().unwrap().stall = Some(("model.safetensors".into(), at));
-    let mut child = Command::new(env!("CARGO_BIN_EXE_lattice"))
-        .args(["download", REPO])
-        .env("HF_ENDPOINT", &hub.endpoint)
-        .env("HF_HOME", home.path())
-        .env_remove("HF_TOKEN")
-        .env_remove("HF_HUB_CACHE")
-        .env_remove("HF_HUB_OFFLINE")
+    let lattice_bin = env!("CARGO_BIN_EXE_lattice");
+    let mut child = hub_command(lattice_bin, &["download", REPO], &hub.endpoint, home.path())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
     let t0 = std::time::Instant::now();
-    while !blob_state(home.path()).0.contains(&at) {
+    while !common::blob_state(&home.path().join("hub")).0.contains(&at) {
         assert!(
             t0.elapsed().as_secs() < 30,
             "the transfer never reached {at} bytes: {:?}",
-            blob_state(home.path())
+            common::blob_state(&home.path().join("hub"))
         );
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
     child.kill().unwrap(); // SIGKILL
     child.wait().unwrap();
     hub.rules.lock().unwrap().stall = None;
-    let (partial, done) = blob_state(home.path());
+    let (partial, done) = common::blob_state(&home.path().join("hub"));
     assert_eq!(partial, vec![at], "after kill -9");
     assert!(
         !done.contains(&weights.etag),
@@ -239,20 +225,15 @@ fn kill_9_and_a_full_disk_leave_no_corrupt_file_and_resume() {
     );
 
     // The disk fills up: a 12 MiB file-size limit (SIGXFSZ ignored, so writes fail with EFBIG).
-    let o = Command::new("bash")
-        .args([
-            "-c",
-            "trap '' XFSZ; ulimit -f 12288; exec \"$0\" download \"$1\"",
-            env!("CARGO_BIN_EXE_lattice"),
-            REPO,
-        ])
-        .env("HF_ENDPOINT", &hub.endpoint)
-        .env("HF_HOME", home.path())
-        .env_remove("HF_TOKEN")
-        .env_remove("HF_HUB_CACHE")
-        .env_remove("HF_HUB_OFFLINE")
-        .output()
-        .unwrap();
+    let limited = "trap '' XFSZ; ulimit -f 12288; exec \"$0\" download \"$1\"";
+    let o = hub_command(
+        "bash",
+        &["-c", limited, lattice_bin, REPO],
+        &hub.endpoint,
+        home.path(),
+    )
+    .output()
+    .unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success(), "the download succeeded past the limit");
     eprintln!("full disk: {}", err.trim());
@@ -261,7 +242,7 @@ fn kill_9_and_a_full_disk_leave_no_corrupt_file_and_resume() {
         err.contains("model.safetensors") || err.contains("incomplete"),
         "the error does not name the file: {err}"
     );
-    let (partial, done) = blob_state(home.path());
+    let (partial, done) = common::blob_state(&home.path().join("hub"));
     assert!(
         !done.contains(&weights.etag),
         "a finished blob after a full disk: {done:?}"
@@ -286,7 +267,7 @@ fn kill_9_and_a_full_disk_leave_no_corrupt_file_and_resume() {
         .iter()
         .any(|s| s.path.ends_with("model.safetensors") && s.range.is_some());
     assert!(resumed, "no ranged request: the transfer restarted from 0");
-    let (partial, _) = blob_state(home.path());
+    let (partial, _) = common::blob_state(&home.path().join("hub"));
     assert!(
         partial.is_empty(),
         "leftover partial transfers: {partial:?}"

@@ -12,7 +12,7 @@ use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use support::server::{fixture, http, parse_response, Response, Server};
+use support::server::{fixture, http, parse_response, read_until_closed, Response, Server};
 
 /// The server under test: tiny Qwen3 and tiny BERT, short deadlines (1 s unless `extra` sets
 /// `--header-timeout`) so the test is quick.
@@ -54,6 +54,25 @@ fn assert_serving(server: &Server, what: &str) {
     );
 }
 
+/// The bytes of a JSON `POST /v1/completions` announcing `length` bytes of body, followed by
+/// `body` (which may be shorter than announced, or empty).
+fn completion_bytes(length: usize, body: &[u8]) -> Vec<u8> {
+    let mut out = format!(
+        "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
+         Content-Length: {length}\r\n\r\n"
+    )
+    .into_bytes();
+    out.extend_from_slice(body);
+    out
+}
+
+/// A request for a 4,000-token stream (the tiny model decodes it in well under a second).
+fn long_stream() -> Vec<u8> {
+    let body = json!({"prompt": "Once", "max_tokens": 4000, "stream": true, "ignore_eos": true})
+        .to_string();
+    completion_bytes(body.len(), body.as_bytes())
+}
+
 /// Sends raw bytes on a new connection and reads the answer until the server closes or
 /// `wait` passes; returns the parsed answer (if any) and when the connection ended.
 fn raw(port: u16, bytes: &[u8], wait: Duration) -> (Option<Response>, Duration) {
@@ -61,18 +80,7 @@ fn raw(port: u16, bytes: &[u8], wait: Duration) -> (Option<Response>, Duration) 
     s.set_read_timeout(Some(wait)).unwrap();
     let t0 = Instant::now();
     let _ = s.write_all(bytes);
-    let mut out = Vec::new();
-    let mut buf = [0u8; 8192];
-    loop {
-        match s.read(&mut buf) {
-            Ok(0) => break,
-            Ok(n) => out.extend_from_slice(&buf[..n]),
-            Err(_) => break,
-        }
-        if t0.elapsed() > wait {
-            break;
-        }
-    }
+    let out = read_until_closed(&mut s, Some(t0 + wait)).unwrap_or_default();
     (parse_response(&out), t0.elapsed())
 }
 
@@ -85,23 +93,15 @@ fn rss_kib(pid: u32) -> u64 {
         .expect("VmRSS in /proc")
 }
 
-fn error_of(r: &Response, status: u16, what: &str) -> Value {
-    r.error(status, what)
-}
-
 #[test]
 fn malformed_and_oversized_requests_get_4xx() {
     let server = start(&[]);
     let port = server.port;
     let post = |path: &str, body: &[u8]| http(port, "POST", path, &[], body);
     // Not JSON, not an object, wrong types, values out of range or not numbers.
-    error_of(
-        &post("/v1/completions", b"{\"prompt\": "),
-        400,
-        "truncated JSON",
-    );
-    error_of(&post("/v1/completions", b"[1, 2]"), 400, "a JSON list");
-    error_of(&post("/v1/completions", b"\xff\xfe"), 400, "not UTF-8");
+    post("/v1/completions", b"{\"prompt\": ").error(400, "truncated JSON");
+    post("/v1/completions", b"[1, 2]").error(400, "a JSON list");
+    post("/v1/completions", b"\xff\xfe").error(400, "not UTF-8");
     let cases: &[(&str, Value, &str)] = &[
         ("/v1/completions", json!({"prompt": 5}), "prompt"),
         (
@@ -155,7 +155,7 @@ fn malformed_and_oversized_requests_get_4xx() {
     ];
     for (path, body, param) in cases {
         let r = post(path, body.to_string().as_bytes());
-        let e = error_of(&r, 400, &format!("{path} {body}"));
+        let e = r.error(400, &format!("{path} {body}"));
         let named = e["param"].as_str().unwrap_or("").contains(param)
             || e["message"].as_str().unwrap_or("").contains(param);
         assert!(
@@ -165,16 +165,10 @@ fn malformed_and_oversized_requests_get_4xx() {
     }
     // A body over the limit is refused as soon as the limit passes: the client announces 100 MB
     // and the answer comes before it has sent them.
-    let head = format!(
-        "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
-         Content-Length: {}\r\n\r\n",
-        100 << 20
-    );
-    let mut bytes = head.into_bytes();
-    bytes.extend(std::iter::repeat_n(b' ', 70_000));
+    let bytes = completion_bytes(100 << 20, &[b' '; 70_000]);
     let (r, took) = raw(port, &bytes, Duration::from_secs(5));
     let r = r.expect("an answer to the oversized body");
-    error_of(&r, 413, "100 MB announced");
+    r.error(413, "100 MB announced");
     assert!(took < Duration::from_secs(3), "413 took {took:?}");
     // The same, chunked (no length announced).
     let mut chunked =
@@ -185,11 +179,8 @@ fn malformed_and_oversized_requests_get_4xx() {
         chunked.extend_from_slice(b"\r\n");
     }
     let (r, _) = raw(port, &chunked, Duration::from_secs(5));
-    error_of(
-        &r.expect("an answer to the chunked body"),
-        413,
-        "chunked 80 KiB",
-    );
+    r.expect("an answer to the chunked body")
+        .error(413, "chunked 80 KiB");
     // Not HTTP at all, an unknown route, a wrong method.
     let (r, _) = raw(port, b"HELLO THERE\r\n\r\n", Duration::from_secs(3));
     assert_eq!(r.expect("an answer to garbage").status, 400);
@@ -215,28 +206,15 @@ fn slow_clients_are_cut_off_beside_normal_traffic() {
     // A slow body: headers complete, 10 of the 100 bytes announced, then nothing.
     let mut slow_body = TcpStream::connect(("127.0.0.1", port)).unwrap();
     slow_body
-        .write_all(
-            b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"prompt\":",
-        )
+        .write_all(&completion_bytes(100, b"{\"prompt\":"))
         .unwrap();
     // An idle kept-alive connection: one request answered, then silence.
     let mut idle = TcpStream::connect(("127.0.0.1", port)).unwrap();
     idle.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
         .unwrap();
     // A reader that never reads: its long stream fills the socket buffers while it decodes.
-    let deaf_body =
-        json!({"prompt": "Once", "max_tokens": 4000, "stream": true, "ignore_eos": true})
-            .to_string();
     let mut deaf = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    deaf.write_all(
-        format!(
-            "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
-             Content-Length: {}\r\n\r\n{deaf_body}",
-            deaf_body.len()
-        )
-        .as_bytes(),
-    )
-    .unwrap();
+    deaf.write_all(&long_stream()).unwrap();
     let t0 = Instant::now();
     // Normal traffic goes on meanwhile, answered promptly.
     while t0.elapsed() < Duration::from_millis(2500) {
@@ -273,7 +251,7 @@ fn slow_clients_are_cut_off_beside_normal_traffic() {
     let mut out = Vec::new();
     let _ = slow_body.read_to_end(&mut out);
     let r = parse_response(&out).expect("an answer to the slow body");
-    error_of(&r, 408, "a body that stopped");
+    r.error(408, "a body that stopped");
     // The idle connection got its answer and was then closed.
     idle.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
     let mut out = Vec::new();
@@ -302,7 +280,9 @@ fn excess_connections_header_floods_and_pipelining() {
         b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n",
         Duration::from_secs(3),
     );
-    let e = error_of(&r.expect("an answer over the limit"), 429, "9th connection");
+    let e = r
+        .expect("an answer over the limit")
+        .error(429, "9th connection");
     assert_eq!(e["code"], "too_many_connections", "{e}");
     drop(held);
     // Slots come back as connections close.
@@ -327,14 +307,7 @@ fn excess_connections_header_floods_and_pipelining() {
     // Three pipelined requests in one write are answered in order.
     let body = completion();
     let mut pipe = b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n".to_vec();
-    pipe.extend_from_slice(
-        format!(
-            "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
-            body.len()
-        )
-        .as_bytes(),
-    );
-    pipe.extend_from_slice(&body);
+    pipe.extend_from_slice(&completion_bytes(body.len(), &body));
     pipe.extend_from_slice(b"GET /v1/models HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
     let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
@@ -364,20 +337,14 @@ fn abandoned_streams_and_repeated_abuse_keep_memory_bounded() {
     let pid = server.child.id();
     assert_serving(&server, "warm-up");
     let base = rss_kib(pid);
-    let stream_body =
-        json!({"prompt": "Once", "max_tokens": 4000, "stream": true, "ignore_eos": true})
-            .to_string();
-    let head = format!(
-        "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{stream_body}",
-        stream_body.len()
-    );
+    let stream = long_stream();
     let mut peak = base;
     for round in 0..5 {
         // 16 streams opened and dropped after their first bytes.
         for _ in 0..16 {
             let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
             s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-            s.write_all(head.as_bytes()).unwrap();
+            s.write_all(&stream).unwrap();
             let mut buf = [0u8; 256];
             let _ = s.read(&mut buf);
         }
@@ -385,7 +352,7 @@ fn abandoned_streams_and_repeated_abuse_keep_memory_bounded() {
         for _ in 0..16 {
             let _ = raw(
                 port,
-                b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 60000\r\n\r\n{",
+                &completion_bytes(60_000, b"{"),
                 Duration::from_millis(10),
             );
             let _ = http(

@@ -34,14 +34,7 @@ fn main_ref() -> RepoRef {
 
 /// Files left in `blobs/` whose name ends with `.incomplete`, with their sizes.
 fn incomplete(cache: &Path) -> Vec<u64> {
-    std::fs::read_dir(repo_dir(cache).join("blobs"))
-        .map(|rd| {
-            rd.filter_map(|e| e.ok())
-                .filter(|e| e.file_name().to_string_lossy().ends_with(".incomplete"))
-                .map(|e| e.metadata().unwrap().len())
-                .collect()
-        })
-        .unwrap_or_default()
+    common::blob_state(cache).0
 }
 
 /// Every file a sentence-transformers model needs is in the snapshot with the source's exact

@@ -94,9 +94,7 @@ pub fn gguf(data: &[u8]) {
     }
     let _ = DecoderConfig::from_gguf(&file);
     if let Ok(tok) = Tokenizer::from_gguf(&file) {
-        let enc = tok.encode("Hello, world! 12 ünïcode\n\tтекст 漢字", true);
-        let _ = tok.decode(&enc.ids, false);
-        let _ = tok.decode(&[0, 1, 2, 3, u32::MAX], true);
+        exercise(&tok, "Hello, world! 12 ünïcode\n\tтекст 漢字".as_bytes());
     }
     if let Some(src) = file
         .metadata("tokenizer.chat_template")
@@ -125,6 +123,8 @@ pub fn tokenizer_json(data: &[u8]) {
     exercise(&tok, text);
 }
 
+/// Encodes `text` (lossily UTF-8) alone and split as a pair, decodes its ids with and without
+/// special tokens, and decodes the bytes read as arbitrary ids.
 fn exercise(tok: &Tokenizer, text: &[u8]) {
     let s = String::from_utf8_lossy(text);
     let enc = tok.encode(&s, true);

@@ -4,7 +4,7 @@
 //! an answer that is not a server error; a panic, a hang or a 5xx is a finding.
 
 use std::path::PathBuf;
-use std::sync::{Arc, OnceLock};
+use std::sync::OnceLock;
 
 use axum::body::Body;
 use axum::http::Request;
@@ -13,7 +13,7 @@ use lattice_inference::engine::TextModel;
 use lattice_inference::model::source::WeightMode;
 use tower::ServiceExt;
 
-use crate::{AppState, Models, ServeOptions};
+use crate::{Models, ServeOptions};
 
 /// The routes a fuzz input may pick (its first byte, modulo their number).
 pub const ROUTES: [&str; 9] = [
@@ -42,10 +42,10 @@ fn fixtures() -> PathBuf {
     )
 }
 
-/// The server state (tiny Qwen3 generating at most 4 tokens, tiny BERT embeddings, tiny
-/// cross-encoder) and a runtime, built once per process.
-fn server() -> &'static (Arc<AppState>, tokio::runtime::Runtime) {
-    static SERVER: OnceLock<(Arc<AppState>, tokio::runtime::Runtime)> = OnceLock::new();
+/// The router over a server state (tiny Qwen3 generating at most 4 tokens, tiny BERT
+/// embeddings, tiny cross-encoder) and a runtime, built once per process.
+fn server() -> &'static (axum::Router, tokio::runtime::Runtime) {
+    static SERVER: OnceLock<(axum::Router, tokio::runtime::Runtime)> = OnceLock::new();
     SERVER.get_or_init(|| {
         let dir = fixtures();
         let load = |what: &str| dir.join(what);
@@ -79,7 +79,7 @@ fn server() -> &'static (Arc<AppState>, tokio::runtime::Runtime) {
             .enable_all()
             .build()
             .expect("a tokio runtime");
-        (state, runtime)
+        (crate::app::router(state), runtime)
     })
 }
 
@@ -89,14 +89,15 @@ pub fn request(data: &[u8]) {
     let Some((&route, body)) = data.split_first() else {
         return;
     };
-    let (state, runtime) = server();
+    let (router, runtime) = server();
     let path = ROUTES[route as usize % ROUTES.len()];
     let req = Request::post(path)
         .header("content-type", "application/json")
         .body(Body::from(body.to_vec()))
         .expect("a request");
     runtime.block_on(async {
-        let response = crate::app::router(Arc::clone(state))
+        let response = router
+            .clone()
             .oneshot(req)
             .await
             .expect("the router is infallible");

@@ -314,23 +314,33 @@ pub fn http(
 ) -> Response {
     let mut s = connect(port);
     write_request(&mut s, port, method, path, headers, body);
-    let mut raw = Vec::new();
-    let mut buf = [0u8; 16384];
-    loop {
-        match s.read(&mut buf) {
-            Ok(0) => break,
-            Ok(n) => raw.extend_from_slice(&buf[..n]),
-            // A reset after the answer arrived (the server closed with our body unread).
-            Err(_) if !raw.is_empty() => break,
-            Err(e) => panic!("{method} {path}: {e}"),
-        }
-    }
+    let raw = read_until_closed(&mut s, None).unwrap_or_else(|e| panic!("{method} {path}: {e}"));
     parse_response(&raw).unwrap_or_else(|| {
         panic!(
             "{method} {path}: malformed response: {:?}",
             String::from_utf8_lossy(&raw)
         )
     })
+}
+
+/// Reads until the server closes the connection (or `deadline` passes). A reset or timeout
+/// after some bytes arrived ends the answer (the server closed with our body unread); before
+/// any, it is the error.
+pub fn read_until_closed(s: &mut TcpStream, deadline: Option<Instant>) -> std::io::Result<Vec<u8>> {
+    let mut raw = Vec::new();
+    let mut buf = [0u8; 16384];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => raw.extend_from_slice(&buf[..n]),
+            Err(_) if !raw.is_empty() => break,
+            Err(e) => return Err(e),
+        }
+        if deadline.is_some_and(|d| Instant::now() > d) {
+            break;
+        }
+    }
+    Ok(raw)
 }
 
 pub fn parse_response(raw: &[u8]) -> Option<Response> {

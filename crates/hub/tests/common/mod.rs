@@ -452,3 +452,21 @@ fn serve_file(
     }
     Ok(end - start)
 }
+
+/// The test repo's blobs in the cache at `cache` (HF_HUB_CACHE, or HF_HOME/hub): the sizes of
+/// the `.incomplete` transfers and the names of the finished blobs.
+pub fn blob_state(cache: &Path) -> (Vec<u64>, Vec<String>) {
+    let blobs = cache.join(format!("models--{}/blobs", REPO.replace('/', "--")));
+    let mut partial = Vec::new();
+    let mut done = Vec::new();
+    if let Ok(rd) = std::fs::read_dir(blobs) {
+        for e in rd.filter_map(|e| e.ok()) {
+            let name = e.file_name().to_string_lossy().into_owned();
+            match name.strip_suffix(".incomplete") {
+                Some(_) => partial.push(e.metadata().unwrap().len()),
+                None => done.push(name),
+            }
+        }
+    }
+    (partial, done)
+}

@@ -382,7 +382,8 @@ fn check_nesting(value: &Value) -> std::result::Result<(), minijinja::Error> {
         }
         Ok(())
     }
-    walk(value, 0, &mut MAX_ITEMS.clone()).map_err(|()| {
+    let mut budget = MAX_ITEMS;
+    walk(value, 0, &mut budget).map_err(|()| {
         minijinja::Error::new(
             ErrorKind::InvalidOperation,
             format!(
