@@ -90,6 +90,10 @@ pub enum Error {
     /// A chat template that does not compile, or whose render failed (incl. `raise_exception`).
     #[error("chat template: {0}")]
     ChatTemplate(String),
+    /// An image that cannot be used: not an image, truncated or corrupt, an unsupported format,
+    /// or beyond a size limit (the message names which).
+    #[error("image: {0}")]
+    InvalidImage(String),
     /// A compute device that cannot be used: not built in, no driver, no such device, or a
     /// failed device call (the message names which).
     #[error("device: {0}")]

@@ -13,6 +13,8 @@
 //! - [`attention`]: packed variable-length scaled dot-product attention.
 //! - [`model`]: one file per architecture (BERT, MPNet) written as calls to ops, plus heads
 //!   (pooling, sequence-classification score).
+//! - [`vision`]: images for vision-language models: decoding, the reference processor's resize,
+//!   normalization and patches.
 //! - [`fuzz`]: the entry points of the fuzz targets (`fuzz/`) over every parser of untrusted
 //!   bytes.
 #![deny(unsafe_code)]
@@ -35,5 +37,6 @@ pub mod sentencepiece;
 pub mod state;
 pub mod tensor;
 pub mod tokenizer;
+pub mod vision;
 
 pub use error::{Error, Result};

@@ -165,6 +165,8 @@ pub struct QkvHeads<'a> {
     pub rope: &'a Rope,
     /// Position of every row.
     pub positions: &'a [usize],
+    /// 3-D positions of every row (multimodal rotary embeddings), when the batch has them.
+    pub positions_3d: Option<&'a [[usize; 3]]>,
 }
 
 /// Attention from a layer's fused Q/K/V product `qkv` [rows, (n_heads + 2 n_kv_heads) *
@@ -200,6 +202,14 @@ pub fn attend_qkv(
     match qkv.storage() {
         #[cfg(feature = "cuda")]
         Storage::Cuda(s) => {
+            if heads
+                .positions_3d
+                .is_some_and(|p| p.iter().any(|x| x[0] != x[1] || x[1] != x[2]))
+            {
+                return Err(Error::Device(
+                    "multimodal (3-D) rotary positions do not run on the GPU yet".into(),
+                ));
+            }
             let norms = match heads.norms {
                 Some((qn, kn)) => {
                     Some((qn.cuda_weight(&s.dev)?, kn.cuda_weight(&s.dev)?, qn.eps()))
@@ -237,10 +247,18 @@ pub fn attend_qkv(
                 q = q.reshape(rows, q_dim)?;
                 k = k.reshape(rows, kv_dim)?;
             }
-            heads.rope.rotate(&mut q, shape.n_heads, heads.positions)?;
-            heads
-                .rope
-                .rotate(&mut k, shape.n_kv_heads, heads.positions)?;
+            match heads.positions_3d {
+                Some(p3) => {
+                    heads.rope.rotate_3d(&mut q, shape.n_heads, p3)?;
+                    heads.rope.rotate_3d(&mut k, shape.n_kv_heads, p3)?;
+                }
+                None => {
+                    heads.rope.rotate(&mut q, shape.n_heads, heads.positions)?;
+                    heads
+                        .rope
+                        .rotate(&mut k, shape.n_kv_heads, heads.positions)?;
+                }
+            }
             attend_tensors(&q, &k, &v, seq_lens, states, layer, shape, scale)
         }
     }

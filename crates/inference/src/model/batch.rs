@@ -10,6 +10,7 @@
 //! and the row helpers here, so every decoder checks a batch the same way.
 
 use crate::state::SeqState;
+use crate::tensor::{Storage, Tensor};
 use crate::{Error, Result};
 
 /// What the rows of a batch are made of.
@@ -46,6 +47,44 @@ pub enum RowOutputs {
     AllHidden,
 }
 
+/// Rows whose input embedding is given instead of looked up (the image patches of a
+/// multimodal prompt), with the features DeepStack (Qwen3-VL) adds to them after the first
+/// decoder layers.
+#[derive(Debug, Clone, Default)]
+pub struct InjectedRows {
+    /// Rows of the batch, ascending.
+    pub rows: Vec<usize>,
+    /// f32 [rows.len(), hidden]: the input embedding of each row.
+    pub embeds: Vec<f32>,
+    /// One entry per decoder layer from the first: f32 [rows.len(), hidden] added to that
+    /// layer's output at these rows.
+    pub deepstack: Vec<Vec<f32>>,
+}
+
+impl InjectedRows {
+    /// Writes (or with `add`, adds) `values` [rows.len(), width] into those rows of `x`.
+    fn put(&self, x: &mut Tensor, values: &[f32], add: bool) -> Result<()> {
+        let width = x.cols();
+        match x.storage_mut() {
+            Storage::Cpu(v) => {
+                for (&r, src) in self.rows.iter().zip(values.chunks_exact(width)) {
+                    let dst = &mut v[r * width..(r + 1) * width];
+                    if add {
+                        dst.iter_mut().zip(src).for_each(|(d, s)| *d += s);
+                    } else {
+                        dst.copy_from_slice(src);
+                    }
+                }
+                Ok(())
+            }
+            #[cfg(feature = "cuda")]
+            Storage::Cuda(_) => Err(Error::Device(
+                "image inputs do not run on the GPU yet".into(),
+            )),
+        }
+    }
+}
+
 /// The input of one decoder forward pass over several sequences.
 #[derive(Debug, Clone)]
 pub struct ForwardBatch<'a> {
@@ -60,6 +99,8 @@ pub struct ForwardBatch<'a> {
     /// The LoRA adapters of every sequence (`None`, or an empty selection: the model's
     /// default; see [`crate::lora::Selection`]).
     pub adapters: Option<Vec<crate::lora::Selection>>,
+    /// Rows whose input embedding is given (image patches), if any.
+    pub injected: Option<InjectedRows>,
 }
 
 impl<'a> ForwardBatch<'a> {
@@ -71,6 +112,32 @@ impl<'a> ForwardBatch<'a> {
             positions: Positions::Implicit,
             outputs,
             adapters: None,
+            injected: None,
+        }
+    }
+
+    /// The 3-D positions of the rows, when the batch gives them.
+    pub fn rope3d(&self) -> Option<&[[usize; 3]]> {
+        match &self.positions {
+            Positions::Rope3d(p) => Some(p),
+            _ => None,
+        }
+    }
+
+    /// Replaces the input embedding of the injected rows of `x` [rows, hidden].
+    pub fn inject_embeddings(&self, x: &mut Tensor) -> Result<()> {
+        match &self.injected {
+            Some(inj) => inj.put(x, &inj.embeds, false),
+            None => Ok(()),
+        }
+    }
+
+    /// Adds the DeepStack features of decoder layer `layer` to the injected rows of its
+    /// output `x` [rows, hidden] (nothing past the layers that have them).
+    pub fn add_deepstack(&self, layer: usize, x: &mut Tensor) -> Result<()> {
+        match &self.injected {
+            Some(inj) if layer < inj.deepstack.len() => inj.put(x, &inj.deepstack[layer], true),
+            _ => Ok(()),
         }
     }
 
@@ -148,6 +215,20 @@ impl<'a> ForwardBatch<'a> {
                     "adapters for {} sequences in a batch of {}",
                     a.len(),
                     self.seq_lens.len()
+                ));
+            }
+        }
+        if let Some(inj) = &self.injected {
+            let n = inj.rows.len();
+            let sorted = inj.rows.windows(2).all(|w| w[0] < w[1]);
+            if !sorted || inj.rows.last().is_some_and(|&r| r >= rows) {
+                return bad(format!("injected rows must be ascending and below {rows}"));
+            }
+            if inj.embeds.len() != n * hidden
+                || inj.deepstack.iter().any(|d| d.len() != n * hidden)
+            {
+                return bad(format!(
+                    "injected embeddings must be {n} rows of {hidden} values"
                 ));
             }
         }

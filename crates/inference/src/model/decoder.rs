@@ -9,7 +9,7 @@ use serde_json::Value;
 
 use crate::backend::Device;
 use crate::io::gguf::GgufFile;
-use crate::ops::{Linear, RmsNorm, RopeConfig, RopeScaling};
+use crate::ops::{Linear, Mrope, RmsNorm, RopeConfig, RopeScaling};
 use crate::state::SeqState;
 use crate::{Error, Result};
 
@@ -76,6 +76,8 @@ pub struct DecoderConfig {
     pub eos_token_ids: Vec<u32>,
     /// Hybrid models (Qwen3.5): the linear-attention settings and layer kinds.
     pub hybrid: Option<HybridConfig>,
+    /// Multimodal rotary embeddings (`mrope_section`): the model takes 3-D positions.
+    pub mrope: Option<Mrope>,
 }
 
 impl DecoderConfig {
@@ -214,6 +216,25 @@ impl DecoderConfig {
             bos_token_id: ids("bos_token_id").first().copied(),
             eos_token_ids: ids("eos_token_id"),
             hybrid: None,
+            mrope: match rope_params.and_then(|p| p.get("mrope_section")) {
+                None | Some(Value::Null) => None,
+                Some(sec) => {
+                    let section: Vec<usize> = sec
+                        .as_array()
+                        .map(|a| a.iter().filter_map(Value::as_u64).map(|x| x as usize).collect())
+                        .unwrap_or_default();
+                    let section: [usize; 3] = section.try_into().map_err(|_| {
+                        bad(format!("`mrope_section` must be 3 non-negative integers, not {sec}"))
+                    })?;
+                    // Qwen3-VL and Qwen3.5 interleave whatever the flag says; Qwen2-VL's
+                    // contiguous sections are written with `mrope_interleaved: false`.
+                    let interleaved = rope_params
+                        .and_then(|p| p.get("mrope_interleaved"))
+                        .and_then(Value::as_bool)
+                        .unwrap_or(true);
+                    Some(Mrope { section, interleaved })
+                }
+            },
         };
         if arch == DecoderArch::Qwen35 {
             cfg.hybrid = Some(HybridConfig::from_hf_json(top, cfg.n_layers).map_err(bad)?);
@@ -310,6 +331,7 @@ impl DecoderConfig {
             bos_token_id: id("tokenizer.ggml.bos_token_id"),
             eos_token_ids: id("tokenizer.ggml.eos_token_id").into_iter().collect(),
             hybrid: None,
+            mrope: None,
         };
         if arch == DecoderArch::Qwen35 {
             cfg.hybrid = Some(HybridConfig::from_gguf(file, cfg.n_layers).map_err(bad)?);
@@ -558,16 +580,22 @@ pub(crate) fn embed_rows(
     batch: &ForwardBatch<'_>,
     width: usize,
 ) -> Result<Vec<f32>> {
-    match batch.input {
+    let x = match batch.input {
         BatchInput::Tokens(ids) => {
             let mut x = vec![0.0f32; ids.len() * width];
             for (&id, row) in ids.iter().zip(x.chunks_exact_mut(width)) {
                 table.lookup(id, row)?;
             }
-            Ok(x)
+            x
         }
-        BatchInput::Embeddings(x) => Ok(x.to_vec()),
+        BatchInput::Embeddings(x) => x.to_vec(),
+    };
+    if batch.injected.is_none() {
+        return Ok(x);
     }
+    let mut t = Tensor::from_host(&Device::Cpu, x.len() / width.max(1), width, x)?;
+    batch.inject_embeddings(&mut t)?;
+    t.into_host()
 }
 
 /// [`embed_rows`] as a tensor on `device`.
@@ -577,12 +605,14 @@ pub(crate) fn embed_tensor(
     width: usize,
     device: &Device,
 ) -> Result<Tensor> {
-    match batch.input {
-        BatchInput::Tokens(ids) => table.lookup_tensor(ids, device),
+    let mut x = match batch.input {
+        BatchInput::Tokens(ids) => table.lookup_tensor(ids, device)?,
         BatchInput::Embeddings(x) => {
-            Tensor::from_host(device, x.len() / width.max(1), width, x.to_vec())
+            Tensor::from_host(device, x.len() / width.max(1), width, x.to_vec())?
         }
-    }
+    };
+    batch.inject_embeddings(&mut x)?;
+    Ok(x)
 }
 
 /// [`finish_batch`] over a tensor `x` [rows, width] on any device; the result stays there.

@@ -128,7 +128,10 @@ impl LlamaModel {
         } else {
             Some(src.linear(&["lm_head"], &[cfg.vocab_size], h, false, place, &[])?)
         };
-        let rope = Rope::new(&cfg.rope, hd)?;
+        let rope = match &cfg.mrope {
+            Some(m) => Rope::new(&cfg.rope, hd)?.with_mrope(m)?,
+            None => Rope::new(&cfg.rope, hd)?,
+        };
         let weight_bytes = layers
             .iter()
             .map(|l| {
@@ -173,7 +176,7 @@ impl LlamaModel {
         layer: usize,
         x: Tensor,
         lens: &[usize],
-        positions: &[usize],
+        positions: (&[usize], Option<&[[usize; 3]]>),
         caches: &mut [&mut SeqState],
     ) -> Result<Tensor> {
         let cfg = self.config();
@@ -182,7 +185,8 @@ impl LlamaModel {
         let heads = QkvHeads {
             norms: l.q_norm.as_ref().zip(l.k_norm.as_ref()),
             rope: &self.rope,
-            positions,
+            positions: positions.0,
+            positions_3d: positions.1,
         };
         let shape = CausalShape {
             n_heads: cfg.n_heads,
@@ -244,10 +248,12 @@ impl LlamaModel {
     /// The pass: what `batch.outputs` asks for, on the model's device.
     fn run(&self, batch: &ForwardBatch<'_>, states: &mut [&mut SeqState]) -> Result<Tensor> {
         let cfg = self.config();
-        let positions = batch.validate(states, cfg.kv_dim(), cfg.hidden_size, false)?;
+        let positions = batch.validate(states, cfg.kv_dim(), cfg.hidden_size, self.rope.is_3d())?;
+        let p3 = batch.rope3d();
         let mut x = embed_tensor(&self.embed, batch, cfg.hidden_size, self.device())?;
         for layer in 0..self.layers.len() {
-            x = self.forward_layer(layer, x, &batch.seq_lens, &positions, states)?;
+            x = self.forward_layer(layer, x, &batch.seq_lens, (&positions, p3), states)?;
+            batch.add_deepstack(layer, &mut x)?;
         }
         finish_tensor(x, batch, states, &self.norm, self.lm_head.as_ref())
     }

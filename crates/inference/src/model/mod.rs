@@ -20,6 +20,7 @@ pub mod llama;
 pub mod mpnet;
 pub mod qwen35;
 pub mod source;
+pub mod vision;
 
 use std::path::{Path, PathBuf};
 
@@ -71,7 +72,7 @@ pub const DECODER_FAMILIES: &[DecoderFamily] = &[
     },
     DecoderFamily {
         arch: DecoderArch::Qwen3,
-        hf_model_types: &["qwen3"],
+        hf_model_types: &["qwen3", "qwen3_vl", "qwen3_vl_text"],
         gguf_archs: &["qwen3"],
         load: load_llama,
     },

@@ -180,7 +180,10 @@ impl Qwen35Model {
         } else {
             src.linear(&["lm_head"], &[cfg.vocab_size], h, false, place, &[])?
         };
-        let rope = Rope::new(&cfg.rope, hd)?;
+        let rope = match &cfg.mrope {
+            Some(m) => Rope::new(&cfg.rope, hd)?.with_mrope(m)?,
+            None => Rope::new(&cfg.rope, hd)?,
+        };
         let weight_bytes = layers
             .iter()
             .map(|l| {
@@ -286,7 +289,7 @@ impl Qwen35Model {
         hn: &[f32],
         x: &[f32],
         lens: &[usize],
-        positions: &[usize],
+        positions: (&[usize], Option<&[[usize; 3]]>),
         caches: &mut [&mut SeqState],
     ) -> Result<Vec<f32>> {
         let cfg = self.config();
@@ -296,8 +299,9 @@ impl Qwen35Model {
         let [mut k, v] = split_columns(&a.kv_proj.forward(hn), [kv_dim, kv_dim]);
         a.q_norm.forward_inplace(&mut q);
         a.k_norm.forward_inplace(&mut k);
-        self.rope.apply(&mut q, cfg.n_heads, positions);
-        self.rope.apply(&mut k, cfg.n_kv_heads, positions);
+        let (p1, p3) = positions;
+        self.rope.apply_rows(&mut q, cfg.n_heads, p1, p3)?;
+        self.rope.apply_rows(&mut k, cfg.n_kv_heads, p1, p3)?;
         let shape = CausalShape {
             n_heads: cfg.n_heads,
             n_kv_heads: cfg.n_kv_heads,
@@ -327,7 +331,8 @@ impl Decoder for Qwen35Model {
         caches: &mut [&mut SeqState],
     ) -> Result<Vec<f32>> {
         let cfg = self.config();
-        let positions = batch.validate(caches, cfg.kv_dim(), cfg.hidden_size, false)?;
+        let positions = batch.validate(caches, cfg.kv_dim(), cfg.hidden_size, self.rope.is_3d())?;
+        let p3 = batch.rope3d();
         let lens = &batch.seq_lens;
         let mut x = embed_rows(&self.embed, batch, cfg.hidden_size)?;
         for (layer, l) in self.layers.iter().enumerate() {
@@ -335,7 +340,9 @@ impl Decoder for Qwen35Model {
             l.input_norm.forward_inplace(&mut hn);
             x = match &l.mixer {
                 Mixer::Linear(g) => self.gdn(layer, g, &hn, &x, lens, caches),
-                Mixer::Full(a) => self.attention(layer, a, &hn, &x, lens, &positions, caches)?,
+                Mixer::Full(a) => {
+                    self.attention(layer, a, &hn, &x, lens, (&positions, p3), caches)?
+                }
             };
             let mut hn = x.clone();
             l.post_norm.forward_inplace(&mut hn);

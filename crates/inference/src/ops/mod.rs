@@ -14,7 +14,7 @@ pub use conv::causal_conv1d;
 pub use embed::Embedding;
 pub use linear::Linear;
 pub use norm::{LayerNorm, RmsNorm};
-pub use rope::{Rope, RopeConfig, RopeScaling};
+pub use rope::{Mrope, Rope, RopeConfig, RopeScaling};
 pub use split::{put_columns, split_columns, take_columns};
 
 /// A GGUF / Q8_0 quantized weight matrix in the CPU kernels' layout (what quantized

@@ -63,12 +63,57 @@ pub struct RopeConfig {
     pub scaling: RopeScaling,
 }
 
+/// Multimodal rotary embeddings (M-RoPE, Qwen2-VL and later): each rotated pair takes its
+/// angle from one of three position axes (temporal, height, width).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Mrope {
+    /// Pairs per axis (`mrope_section`, summing to the rotated pairs).
+    pub section: [usize; 3],
+    /// Qwen3-VL's layout: pair `i` reads height when `i % 3 == 1` and `i < 3 * section[1]`,
+    /// width when `i % 3 == 2` and `i < 3 * section[2]`, else time; otherwise the sections
+    /// lie back to back (Qwen2-VL).
+    pub interleaved: bool,
+}
+
+impl Mrope {
+    /// The axis (0 time, 1 height, 2 width) of each of `pairs` rotated pairs.
+    pub fn axes(&self, pairs: usize) -> Result<Vec<u8>> {
+        let [t, h, w] = self.section;
+        if t + h + w != pairs {
+            return Err(Error::InvalidInput(format!(
+                "mrope_section {:?} sums to {}, but {pairs} pairs rotate",
+                self.section,
+                t + h + w
+            )));
+        }
+        Ok((0..pairs)
+            .map(|i| {
+                if self.interleaved {
+                    match i % 3 {
+                        1 if i < 3 * h => 1,
+                        2 if i < 3 * w => 2,
+                        _ => 0,
+                    }
+                } else if i < t {
+                    0
+                } else if i < t + h {
+                    1
+                } else {
+                    2
+                }
+            })
+            .collect())
+    }
+}
+
 /// Precomputed inverse frequencies and the cos/sin scale.
 #[derive(Debug, Clone)]
 pub struct Rope {
     inv_freq: Vec<f32>, // [rotary_dim / 2]
     attention_scaling: f32,
     head_dim: usize,
+    /// The position axis of each pair (3-D positions); `None`: 1-D positions only.
+    axes: Option<Vec<u8>>,
     #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
     inv_freq_dev: Mirror,
 }
@@ -214,8 +259,43 @@ impl Rope {
             inv_freq,
             attention_scaling,
             head_dim,
+            axes: None,
             inv_freq_dev: Mirror::new(),
         })
+    }
+
+    /// This rotation over 3-D positions, each pair reading the axis `mrope` gives it.
+    pub fn with_mrope(mut self, mrope: &Mrope) -> Result<Self> {
+        self.axes = Some(mrope.axes(self.inv_freq.len())?);
+        Ok(self)
+    }
+
+    /// The 2-D rotation of Qwen-VL vision towers: over the whole head, the first half of the
+    /// pairs rotated by the row (height) position, the second half by the column, both with
+    /// the frequencies `1 / theta^(2i / (head_dim / 2))` (positions are `[0, row, col]`).
+    pub fn vision_2d(theta: f32, head_dim: usize) -> Result<Self> {
+        if head_dim == 0 || !head_dim.is_multiple_of(4) {
+            return Err(Error::InvalidInput(format!(
+                "vision head_dim {head_dim} must be a positive multiple of 4"
+            )));
+        }
+        let spatial = head_dim / 2;
+        let inv: Vec<f32> = (0..spatial / 2)
+            .map(|i| 1.0 / theta.powf((2 * i) as f32 / spatial as f32))
+            .collect();
+        let quarter = inv.len();
+        Ok(Self {
+            inv_freq: inv.iter().chain(&inv).copied().collect(),
+            attention_scaling: 1.0,
+            head_dim,
+            axes: Some((0..2 * quarter).map(|i| 1 + u8::from(i >= quarter)).collect()),
+            inv_freq_dev: Mirror::new(),
+        })
+    }
+
+    /// Whether this rotation reads 3-D positions.
+    pub fn is_3d(&self) -> bool {
+        self.axes.is_some()
     }
 
     /// The inverse frequencies on a GPU (for kernels that fuse the rotation).
@@ -267,6 +347,81 @@ impl Rope {
         }
     }
 
+    /// [`Rope::rotate`] at 3-D positions (see [`Rope::with_mrope`]); on the CPU only, except
+    /// where every row's three positions agree (text), which is the 1-D rotation.
+    pub fn rotate_3d(&self, x: &mut Tensor, n_heads: usize, positions: &[[usize; 3]]) -> Result<()> {
+        if positions.iter().all(|p| p[0] == p[1] && p[1] == p[2]) && !self.is_vision() {
+            let flat: Vec<usize> = positions.iter().map(|p| p[0]).collect();
+            return self.rotate(x, n_heads, &flat);
+        }
+        if x.rows() != positions.len() || x.cols() != n_heads * self.head_dim {
+            return Err(Error::Shape {
+                op: "Rope::rotate_3d",
+                reason: format!(
+                    "[{}, {}] for {} positions of {n_heads} heads of {}",
+                    x.rows(),
+                    x.cols(),
+                    positions.len(),
+                    self.head_dim
+                ),
+            });
+        }
+        match x.storage_mut() {
+            Storage::Cpu(v) => self.apply_3d(v, n_heads, positions),
+            #[cfg(feature = "cuda")]
+            Storage::Cuda(_) => Err(Error::Device(
+                "multimodal (3-D) rotary positions do not run on the GPU yet".into(),
+            )),
+        }
+    }
+
+    /// [`Rope::apply`] at `positions`, or at the 3-D positions `p3` when given.
+    pub fn apply_rows(
+        &self,
+        x: &mut [f32],
+        n_heads: usize,
+        positions: &[usize],
+        p3: Option<&[[usize; 3]]>,
+    ) -> Result<()> {
+        match p3 {
+            Some(p) => self.apply_3d(x, n_heads, p),
+            None => {
+                self.apply(x, n_heads, positions);
+                Ok(())
+            }
+        }
+    }
+
+    /// Whether the rotation is a vision tower's (no time axis: rows never reduce to 1-D).
+    fn is_vision(&self) -> bool {
+        self.axes.as_ref().is_some_and(|a| !a.contains(&0))
+    }
+
+    /// [`Rope::apply`] at 3-D positions: pair `i` of row `r` turns by
+    /// `positions[r][axis(i)] * inv_freq[i]`.
+    pub fn apply_3d(&self, x: &mut [f32], n_heads: usize, positions: &[[usize; 3]]) -> Result<()> {
+        let axes = self.axes.as_ref().ok_or_else(|| {
+            Error::InvalidInput(
+                "3-D positions are for multimodal rotary embeddings, which this model does not use"
+                    .into(),
+            )
+        })?;
+        let hd = self.head_dim;
+        let half = self.inv_freq.len();
+        debug_assert_eq!(x.len(), positions.len() * n_heads * hd);
+        let mut cos = vec![0.0f32; half];
+        let mut sin = vec![0.0f32; half];
+        for (row, pos) in x.chunks_exact_mut(n_heads * hd).zip(positions) {
+            for (i, &f) in self.inv_freq.iter().enumerate() {
+                let angle = pos[axes[i] as usize] as f32 * f;
+                cos[i] = angle.cos() * self.attention_scaling;
+                sin[i] = angle.sin() * self.attention_scaling;
+            }
+            rotate_heads(row, hd, &cos, &sin);
+        }
+        Ok(())
+    }
+
     /// The inverse frequencies, one per rotated pair.
     pub fn inv_freq(&self) -> &[f32] {
         &self.inv_freq
@@ -291,15 +446,22 @@ impl Rope {
                 *c = angle.cos() * self.attention_scaling;
                 *s = angle.sin() * self.attention_scaling;
             }
-            for head in row.chunks_exact_mut(hd) {
-                let (x1, rest) = head.split_at_mut(half);
-                let x2 = &mut rest[..half];
-                for i in 0..half {
-                    let (a, b) = (x1[i], x2[i]);
-                    x1[i] = a * cos[i] - b * sin[i];
-                    x2[i] = b * cos[i] + a * sin[i];
-                }
-            }
+            rotate_heads(row, hd, &cos, &sin);
+        }
+    }
+}
+
+/// Rotates each head of `row` (heads of `hd` features) pair-wise by the given cos / sin: the
+/// first `cos.len()` features pair with the next as many ("rotate half").
+fn rotate_heads(row: &mut [f32], hd: usize, cos: &[f32], sin: &[f32]) {
+    let half = cos.len();
+    for head in row.chunks_exact_mut(hd) {
+        let (x1, rest) = head.split_at_mut(half);
+        let x2 = &mut rest[..half];
+        for i in 0..half {
+            let (a, b) = (x1[i], x2[i]);
+            x1[i] = a * cos[i] - b * sin[i];
+            x2[i] = b * cos[i] + a * sin[i];
         }
     }
 }
