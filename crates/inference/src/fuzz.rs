@@ -16,6 +16,7 @@ use crate::model::mpnet::MpnetConfig;
 use crate::sentencepiece::model_proto::ModelProto;
 use crate::sentencepiece::SentencePieceModel;
 use crate::tokenizer::Tokenizer;
+use crate::vision::{ImageLimits, ImageProcessorConfig};
 
 /// The parts of a two-part input: before and after its first NUL byte (all of it and nothing
 /// when there is none).
@@ -247,4 +248,28 @@ pub fn constraint(data: &[u8]) {
         }
         logits.fill(0.0);
     }
+}
+
+/// An image (the format told by its content) decoded under the default limits, then
+/// preprocessed with the Qwen3-VL layout at small sizes (32*32 to 64*64*4 pixels, so any
+/// accepted image costs one small resize): an accepted image gives finite pixel values of the
+/// shape its grid implies.
+pub fn image(data: &[u8]) {
+    let cfg = ImageProcessorConfig {
+        min_pixels: 32 * 32,
+        max_pixels: 64 * 64 * 4,
+        ..ImageProcessorConfig::default()
+    };
+    let Ok(p) = crate::vision::load(data, &ImageLimits::default(), &cfg) else {
+        return;
+    };
+    assert_eq!(
+        p.pixel_values.len(),
+        p.n_patches() * cfg.patch_dim(),
+        "pixel_values length"
+    );
+    assert!(
+        p.pixel_values.iter().all(|v| v.is_finite()),
+        "non-finite pixel value"
+    );
 }

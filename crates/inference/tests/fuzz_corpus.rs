@@ -46,3 +46,8 @@ fn chat_template_corpus() {
 fn constraint_corpus() {
     replay("constraint", fuzz::constraint);
 }
+
+#[test]
+fn image_corpus() {
+    replay("image", fuzz::image);
+}
