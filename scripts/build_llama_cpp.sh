@@ -62,6 +62,8 @@ fi
 # 4. Native build of the tools (and the shared libraries the Python bindings load).
 targets=(llama-bench llama-completion llama-simple llama-tokenize)
 if [ "${WITH_CLI:-0}" = 1 ]; then targets+=(llama-cli); fi
+# WITH_MTMD=1: the multimodal CLI (vision towers from an mmproj GGUF), the image peer.
+if [ "${WITH_MTMD:-0}" = 1 ]; then targets+=(llama-mtmd-cli); fi
 missing=0
 for t in "${targets[@]}"; do [ -x "$build/bin/$t" ] || missing=1; done
 [ -f "$build/bin/libllama.so" ] || missing=1

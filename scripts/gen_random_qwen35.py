@@ -12,18 +12,30 @@ Shape: hidden 1024, 24 layers (Gated DeltaNet x3 then full attention, repeated),
 heads of 256 (partial rotary 0.25), GDN 16 key / 16 value heads of 128, conv kernel 4,
 intermediate 3584, vocab 248,320.
 
-Usage: .cache/venv-ref/bin/python scripts/gen_random_qwen35.py
+With --vision the checkpoint also gets a vision tower of the Qwen3.5-0.8B shape (12 blocks of
+768, 12 heads, MLP 3072, patch 16, merge 2, 48 x 48 learned positions, out 1024: ~0.1 B
+parameters, model.visual.*), preprocessor_config.json and the image token ids, in
+.cache/models/qwen35-0.8b-vl-random/.
+
+Usage: .cache/venv-ref/bin/python scripts/gen_random_qwen35.py [--vision]
 """
 
 import json
 import shutil
+import sys
 from pathlib import Path
 
 import numpy as np
 from safetensors.numpy import save_file
 
 ROOT = Path(__file__).resolve().parent.parent
-OUT = ROOT / ".cache" / "models" / "qwen35-0.8b-random"
+VISION = "--vision" in sys.argv
+OUT = ROOT / ".cache" / "models" / ("qwen35-0.8b-vl-random" if VISION else "qwen35-0.8b-random")
+VISION_CFG = dict(
+    model_type="qwen3_5", depth=12, hidden_size=768, intermediate_size=3072, num_heads=12,
+    in_channels=3, patch_size=16, spatial_merge_size=2, temporal_patch_size=2, out_hidden_size=1024,
+    num_position_embeddings=2304, hidden_act="gelu_pytorch_tanh",
+)
 TEXT = dict(
     model_type="qwen3_5_text", vocab_size=248320, hidden_size=1024, intermediate_size=3584,
     num_hidden_layers=24, num_attention_heads=8, num_key_value_heads=2, head_dim=256,
@@ -96,6 +108,28 @@ def main():
             tensors[a + "A_log"] = bf16((nv,), rng, 0.5, 0.5)
             tensors[a + "norm.weight"] = bf16((dv,), rng, 0.02, 1.0)
             tensors[a + "out_proj.weight"] = bf16((h, nv * dv), rng)
+    if VISION:
+        v = VISION_CFG
+        vh, vi, wide = v["hidden_size"], v["intermediate_size"], 4 * v["hidden_size"]
+        pv = "model.visual."
+        tensors[pv + "patch_embed.proj.weight"] = bf16((vh, 3, 2, 16, 16), rng)
+        tensors[pv + "patch_embed.proj.bias"] = bf16((vh,), rng)
+        tensors[pv + "pos_embed.weight"] = bf16((v["num_position_embeddings"], vh), rng)
+        for i in range(v["depth"]):
+            b = f"{pv}blocks.{i}."
+            for n in ("norm1", "norm2"):
+                tensors[b + n + ".weight"] = bf16((vh,), rng, 0.02, 1.0)
+                tensors[b + n + ".bias"] = bf16((vh,), rng)
+            for n, shape in (("attn.qkv", (3 * vh, vh)), ("attn.proj", (vh, vh)),
+                             ("mlp.linear_fc1", (vi, vh)), ("mlp.linear_fc2", (vh, vi))):
+                tensors[b + n + ".weight"] = bf16(shape, rng)
+                tensors[b + n + ".bias"] = bf16((shape[0],), rng)
+        m = pv + "merger."
+        tensors[m + "norm.weight"] = bf16((vh,), rng, 0.02, 1.0)
+        tensors[m + "norm.bias"] = bf16((vh,), rng)
+        for n, shape in (("linear_fc1", (wide, wide)), ("linear_fc2", (v["out_hidden_size"], wide))):
+            tensors[m + n + ".weight"] = bf16(shape, rng)
+            tensors[m + n + ".bias"] = bf16((shape[0],), rng)
     OUT.mkdir(parents=True, exist_ok=True)
     # safetensors.numpy has no bf16 dtype: write uint16 and patch the header's dtype.
     tmp = OUT / "model.safetensors.tmp"
@@ -115,6 +149,13 @@ def main():
     tmp.unlink()
     config = {"architectures": ["Qwen3_5ForConditionalGeneration"], "model_type": "qwen3_5",
               "text_config": t, "tie_word_embeddings": True}
+    if VISION:
+        config.update(vision_config=VISION_CFG, image_token_id=248056, video_token_id=248057,
+                      vision_start_token_id=248053, vision_end_token_id=248054)
+        (OUT / "preprocessor_config.json").write_text(json.dumps({
+            "image_processor_type": "Qwen2VLImageProcessor", "patch_size": 16, "temporal_patch_size": 2,
+            "merge_size": 2, "image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5],
+            "size": {"shortest_edge": 65536, "longest_edge": 16777216}}, indent=2) + "\n")
     (OUT / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     shutil.copy(ROOT / ".cache" / "qwen35" / "tokenizer.json", OUT / "tokenizer.json")
     tok_cfg = {"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>", "bos_token": None,

@@ -2,8 +2,9 @@
 """Generates the tiny random-weight vision-language checkpoints and their transformers references.
 
 Output (committed) under crates/inference/tests/fixtures/:
-  vlm-images/            two odd-sized test images (pillow): a.png (101 x 67 RGB), b.jpg (75 x 90,
-                         4:2:0, quality 90), and the processor's pixel_values of each as raw
+  vlm-images/            two odd-sized test images (pillow): a.png (101 x 67 RGB), b.png (75 x 90
+                         RGB; PNG because JPEG decoders differ by a few levels, see
+                         tests/vision_preprocess.rs), and the processor's pixel_values of each as raw
                          little-endian f32 (<name>.pixels.bin, [patches, 3 * 2 * 16 * 16])
   tiny-qwen3-vl/         Qwen3VLForConditionalGeneration: a 3-layer Qwen3 text model (GQA 4/2,
                          head_dim 32, interleaved M-RoPE sections [6, 5, 5], untied head) behind a
@@ -76,10 +77,8 @@ def make_images() -> list[Path]:
     Image.fromarray(np.clip(a, 0, 255).astype(np.uint8), "RGB").save(IMAGES / "a.png")
     y, x = np.mgrid[0:90, 0:75]
     b = np.stack([255 - x * 3, (x * y) % 256, y * 2.8], -1) + rng.normal(0, 15, (90, 75, 3))
-    Image.fromarray(np.clip(b, 0, 255).astype(np.uint8), "RGB").save(
-        IMAGES / "b.jpg", quality=90, subsampling=2
-    )
-    return [IMAGES / "a.png", IMAGES / "b.jpg"]
+    Image.fromarray(np.clip(b, 0, 255).astype(np.uint8), "RGB").save(IMAGES / "b.png")
+    return [IMAGES / "a.png", IMAGES / "b.png"]
 
 
 def write_tokenizer(folder: Path) -> dict[str, int]:
@@ -245,7 +244,7 @@ def main() -> None:
 
         cases = [
             ("one_image", ["a.png"], "Describe the picture."),
-            ("two_images", ["a.png", "b.jpg"], "What differs between them?"),
+            ("two_images", ["a.png", "b.png"], "What differs between them?"),
             ("text_only", [], "The capital of France is"),
         ]
         refs = []

@@ -11,7 +11,7 @@ use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
-use lattice_inference::chat::{ChatMessage, RenderOptions};
+use lattice_inference::chat::{ChatMessage, ContentPart, RenderOptions};
 use lattice_inference::engine::{Drafter, GenerateRequest, Generation, TextModel, TokenLogprob};
 use lattice_inference::grammar::{Constraint, Spec};
 use lattice_inference::lora::Selection;
@@ -22,6 +22,7 @@ use tokio::sync::mpsc::UnboundedReceiver;
 use crate::app::AppState;
 use crate::error::ApiError;
 use crate::generation::{GenEvent, Generator};
+use crate::images::ImageRef;
 use crate::protocol::{
     from_value, read_body, ChatRequest, CompletionRequest, Content, Input, Message, Sampling,
 };
@@ -454,19 +455,39 @@ fn stop_strings(stop: &Option<crate::protocol::OneOrMany>) -> Result<Vec<String>
     Ok(v.into_iter().filter(|s| !s.is_empty()).collect())
 }
 
-fn chat_message(m: Message, i: usize) -> Result<ChatMessage, ApiError> {
+/// A chat message of the API as the chat template sees it; its image parts' URLs are added
+/// to `images`.
+fn chat_message(m: Message, i: usize, images: &mut Vec<ImageRef>) -> Result<ChatMessage, ApiError> {
+    let mut parts = Vec::new();
     let content = match m.content {
         None => String::new(),
         Some(Content::Text(t)) => t,
-        Some(Content::Parts(parts)) => {
+        Some(Content::Parts(list)) => {
             let mut text = String::new();
-            for (j, p) in parts.into_iter().enumerate() {
-                match (p.kind.as_str(), p.text) {
-                    ("text", Some(t)) => text.push_str(&t),
-                    (kind, _) => {
+            for (j, p) in list.into_iter().enumerate() {
+                let path = format!("messages[{i}].content[{j}]");
+                match (p.kind.as_str(), p.text, p.image_url) {
+                    ("text", Some(t), _) => {
+                        text.push_str(&t);
+                        parts.push(ContentPart::Text(t));
+                    }
+                    ("image_url", _, Some(u)) => {
+                        images.push(ImageRef {
+                            path: format!("{path}.image_url.url"),
+                            url: u.url,
+                        });
+                        parts.push(ContentPart::Image);
+                    }
+                    ("image_url", _, None) => {
                         return Err(ApiError::invalid_param(
-                            format!("messages[{i}].content[{j}]"),
-                            format!("content parts of type `{kind}` are not supported (text only)"),
+                            path,
+                            "an `image_url` part needs `image_url: {\"url\": ...}`",
+                        ))
+                    }
+                    (kind, _, _) => {
+                        return Err(ApiError::invalid_param(
+                            path,
+                            format!("content parts of type `{kind}` are not supported (`text`, `image_url`)"),
                         ))
                     }
                 }
@@ -474,6 +495,9 @@ fn chat_message(m: Message, i: usize) -> Result<ChatMessage, ApiError> {
             text
         }
     };
+    if !parts.iter().any(|p| matches!(p, ContentPart::Image)) {
+        parts.clear();
+    }
     Ok(ChatMessage {
         role: m.role,
         content,
@@ -481,6 +505,7 @@ fn chat_message(m: Message, i: usize) -> Result<ChatMessage, ApiError> {
         tool_calls: m.tool_calls,
         name: m.name,
         tool_call_id: m.tool_call_id,
+        parts,
     })
 }
 
@@ -528,11 +553,12 @@ pub async fn chat(State(state): State<Arc<AppState>>, body: Body) -> Result<Resp
         .logprobs
         .unwrap_or(false)
         .then(|| req.top_logprobs.unwrap_or(0) as usize);
+    let mut image_refs = Vec::new();
     let messages = req
         .messages
         .into_iter()
         .enumerate()
-        .map(|(i, m)| chat_message(m, i))
+        .map(|(i, m)| chat_message(m, i, &mut image_refs))
         .collect::<Result<Vec<_>, _>>()?;
     // Tools: rendered by the template unless `tool_choice` is "none"; calls in the output are
     // parsed; "required" or a named function forces one under a grammar of the parameters.
@@ -598,9 +624,15 @@ pub async fn chat(State(state): State<Arc<AppState>>, body: Body) -> Result<Resp
         opts.extra = kw;
     }
     let model = Arc::clone(&gen.model);
-    let ids = {
+    let (ids, images) = {
         let model = Arc::clone(&model);
-        blocking(move || Ok(model.encode_chat(&messages, &opts)?)).await?
+        let options = state.options.clone();
+        blocking(move || {
+            let images = crate::images::prepare(&model, &image_refs, &options)?;
+            let ids = model.encode_chat(&messages, &opts)?;
+            Ok((model.expand_images(ids, &images)?, images))
+        })
+        .await?
     };
     let prompt_tokens = ids.len();
     let max_tokens = req.max_completion_tokens.or(sampling.max_tokens);
@@ -632,6 +664,9 @@ pub async fn chat(State(state): State<Arc<AppState>>, body: Body) -> Result<Resp
     }
     reply.tools = parse_tools;
     let mut requests = requests;
+    for r in &mut requests {
+        r.images = images.clone();
+    }
     if parse_tools.is_some() {
         // Tool-call markers are special tokens in some vocabularies (Qwen2.5's GGUF, Mistral).
         for r in &mut requests {

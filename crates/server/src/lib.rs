@@ -17,6 +17,7 @@ pub mod embeddings;
 mod error;
 pub mod fuzz;
 pub mod generation;
+pub mod images;
 mod listen;
 pub mod metrics;
 pub mod protocol;
@@ -82,6 +83,14 @@ pub struct ServeOptions {
     /// On SIGINT / SIGTERM, how long in-flight requests may take to finish before the
     /// remaining connections are closed.
     pub drain_timeout: std::time::Duration,
+    /// Most images in one chat request (400 beyond).
+    pub max_images: usize,
+    /// Most bytes of one image, encoded (400 beyond).
+    pub max_image_bytes: usize,
+    /// Most pixels (width × height) of one decoded image (400 beyond).
+    pub max_image_pixels: u64,
+    /// Fetch `http(s)` image URLs (refused otherwise: data URLs only).
+    pub allow_image_urls: bool,
 }
 
 impl Default for ServeOptions {
@@ -108,6 +117,10 @@ impl Default for ServeOptions {
             max_headers: 64,
             max_header_bytes: 16 << 10,
             drain_timeout: std::time::Duration::from_secs(30),
+            max_images: 8,
+            max_image_bytes: 20 << 20,
+            max_image_pixels: 40_000_000,
+            allow_image_urls: false,
         }
     }
 }

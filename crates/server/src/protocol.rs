@@ -135,18 +135,29 @@ pub struct EmbeddingsRequest {
 pub enum Content {
     /// Plain text.
     Text(String),
-    /// Typed parts; only `text` parts are supported.
+    /// Typed parts: `text` and `image_url`.
     Parts(Vec<ContentPart>),
 }
 
 /// One part of a message's content.
 #[derive(Debug, Deserialize)]
 pub struct ContentPart {
-    /// `text` (others are refused).
+    /// `text` or `image_url` (others are refused).
     #[serde(rename = "type")]
     pub kind: String,
     /// The text of a `text` part.
     pub text: Option<String>,
+    /// The image of an `image_url` part.
+    pub image_url: Option<ImageUrl>,
+}
+
+/// The `image_url` of a content part.
+#[derive(Debug, Deserialize)]
+pub struct ImageUrl {
+    /// A `data:image/...;base64,` URL (or `http(s)` where the server allows it).
+    pub url: String,
+    /// OpenAI's resolution hint (`auto`, `low`, `high`); images are always used whole.
+    pub detail: Option<String>,
 }
 
 /// A chat message as the API sends it.

@@ -1,13 +1,17 @@
 //! `lattice chat`: an interactive conversation on stdin/stdout with the model's chat template.
 //! Replies stream as they are generated; the KV cache of the conversation so far is reused
-//! between turns. Commands: `/reset` starts over, `/exit` (or end of input) quits.
+//! between turns. Commands: `/reset` starts over, `/exit` (or end of input) quits. Images
+//! (`--image`, vision-language models) go into the first user message, before its text.
 
 use std::io::{BufRead, Write};
 
 use lattice_inference::chat::{ChatMessage, RenderOptions};
 use lattice_inference::engine::{generate_in, GenerateRequest, Session};
 
-use super::generate::{report_speed, ConstraintArgs, ModelArgs, SamplingArgs, SpeculativeArgs};
+use super::generate::{
+    read_images, report_speed, user_message, ConstraintArgs, ModelArgs, SamplingArgs,
+    SpeculativeArgs,
+};
 
 /// Arguments of `lattice chat`.
 #[derive(clap::Args)]
@@ -32,12 +36,16 @@ pub struct Args {
     constraint: ConstraintArgs,
     #[command(flatten)]
     speculative: SpeculativeArgs,
+    /// An image for a vision-language model (repeatable): part of the first user message.
+    #[arg(long)]
+    image: Vec<std::path::PathBuf>,
 }
 
 /// Runs the subcommand.
 pub fn run(args: Args) -> anyhow::Result<()> {
     args.sampling.params().validate()?;
     let model = args.model.load()?;
+    let images = read_images(&model, &args.image)?;
     let constraint = args.constraint.compile(&model)?;
     args.speculative.check(&model)?;
     if model.chat_template.is_none() {
@@ -82,8 +90,19 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             }
             _ => {}
         }
-        messages.push(ChatMessage::new("user", text));
-        let prompt_ids = match model.encode_chat(&messages, &opts) {
+        // The images belong to the first user message of the conversation.
+        let first = !messages.iter().any(|m| m.role == "user");
+        let shown = if first { images.len() } else { 0 };
+        messages.push(user_message(text, shown));
+        let sent = if messages.iter().any(|m| !m.parts.is_empty()) {
+            images.clone()
+        } else {
+            Vec::new()
+        };
+        let encoded = model
+            .encode_chat(&messages, &opts)
+            .and_then(|ids| model.expand_images(ids, &sent));
+        let prompt_ids = match encoded {
             Ok(ids) => ids,
             Err(e) => {
                 messages.pop();
@@ -98,6 +117,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             args.sampling.params(),
         );
         req.constraint = constraint.clone();
+        req.images = sent;
         args.speculative.apply(&mut req);
         let mut out = stdout.lock();
         let result = generate_in(&model, &req, &mut session, &mut |piece| {

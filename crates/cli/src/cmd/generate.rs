@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use lattice_inference::backend::Device;
-use lattice_inference::chat::{ChatMessage, RenderOptions};
+use lattice_inference::chat::{ChatMessage, ContentPart, RenderOptions};
 use lattice_inference::engine::{generate, Drafter, GenerateRequest, Generation, TextModel};
 use lattice_inference::grammar::{Constraint, Spec};
 use lattice_inference::model::source::{Placement, WeightMode};
@@ -316,6 +316,10 @@ pub struct Args {
     /// Wrap the prompt as a user message in the model's chat template.
     #[arg(long)]
     chat: bool,
+    /// An image for a vision-language model (PNG, JPEG or WebP; repeatable): with --chat it
+    /// goes into the user message before the text, else before the prompt.
+    #[arg(long)]
+    image: Vec<std::path::PathBuf>,
     /// Most tokens to generate.
     #[arg(long, default_value_t = 256)]
     max_tokens: usize,
@@ -364,20 +368,56 @@ pub fn report_speed(g: &Generation) {
     );
 }
 
+/// Reads and prepares the images of `paths` for `model`; errors name the file.
+pub fn read_images(model: &TextModel, paths: &[std::path::PathBuf]) -> anyhow::Result<Images> {
+    let limits = lattice_inference::vision::ImageLimits::default();
+    paths
+        .iter()
+        .map(|p| {
+            let bytes = std::fs::read(p).map_err(|e| anyhow::anyhow!("{}: {e}", p.display()))?;
+            model
+                .prepare_image(&bytes, &limits)
+                .map_err(|e| anyhow::anyhow!("{}: {e}", p.display()))
+        })
+        .collect()
+}
+
+/// Prepared images of a prompt.
+pub type Images = Vec<std::sync::Arc<lattice_inference::vision::PreparedImage>>;
+
+/// A user message: `images` images (their placeholders), then `text`.
+pub fn user_message(text: &str, images: usize) -> ChatMessage {
+    let mut m = ChatMessage::new("user", text);
+    if images > 0 {
+        m.parts = std::iter::repeat_n(ContentPart::Image, images)
+            .chain([ContentPart::Text(text.to_string())])
+            .collect();
+    }
+    m
+}
+
 /// Runs the subcommand.
 pub fn run(args: Args) -> anyhow::Result<()> {
     args.sampling.params().validate()?;
     let model = args.model.load()?;
+    let images = read_images(&model, &args.image)?;
     let prompt_ids = if args.chat {
         let opts = RenderOptions {
             add_generation_prompt: true,
             ..Default::default()
         };
-        model.encode_chat(&[ChatMessage::new("user", &args.prompt)], &opts)?
+        model.encode_chat(&[user_message(&args.prompt, images.len())], &opts)?
     } else {
-        model.encode_prompt(&args.prompt, true)?
+        let mut ids = Vec::new();
+        for _ in &images {
+            ids.extend(model.image_marker()?);
+        }
+        ids.extend(model.encode_prompt(&args.prompt, images.is_empty())?);
+        ids
     };
+    let prompt_ids = model.expand_images(prompt_ids, &images)?;
     let mut req = GenerateRequest::new(prompt_ids, args.max_tokens, args.sampling.params());
+    req.images = images;
     req.stop = args.stop.clone();
     req.ignore_eos = args.ignore_eos;
     req.constraint = args.constraint.compile(&model)?;

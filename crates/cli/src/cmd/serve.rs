@@ -111,6 +111,20 @@ pub struct Args {
     /// closes what remains and exits.
     #[arg(long, default_value_t = 30.0, value_parser = parse_seconds)]
     drain_timeout: f64,
+    /// Most images in one chat request (vision-language models; 400 beyond).
+    #[arg(long, default_value_t = 8)]
+    max_images: usize,
+    /// Most bytes of one image as sent (400 beyond; the body limit --max-body-bytes applies
+    /// to the whole request first).
+    #[arg(long, default_value_t = 20 << 20)]
+    max_image_bytes: usize,
+    /// Most pixels (width × height) of one decoded image (400 beyond).
+    #[arg(long, default_value_t = 40_000_000)]
+    max_image_pixels: u64,
+    /// Fetch `http(s)` image URLs of chat requests (10 s and --max-image-bytes each);
+    /// without it only `data:` URLs are taken.
+    #[arg(long)]
+    allow_image_urls: bool,
     /// Worker threads for the forward passes (default: all cores).
     #[arg(long)]
     threads: Option<usize>,
@@ -286,6 +300,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         max_headers: args.max_headers.max(1),
         max_header_bytes: args.max_header_bytes.max(1024),
         drain_timeout: Duration::from_secs_f64(args.drain_timeout),
+        max_images: args.max_images,
+        max_image_bytes: args.max_image_bytes,
+        max_image_pixels: args.max_image_pixels,
+        allow_image_urls: args.allow_image_urls,
     };
     lattice_server::serve(models, options)?;
     Ok(())

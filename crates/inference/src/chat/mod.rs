@@ -42,6 +42,19 @@ pub struct ChatMessage {
     /// The call a `tool` message answers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_call_id: Option<String>,
+    /// Content with images: the parts in order (templates then see `content` as the list of
+    /// `{"type": "text", "text": ...}` and `{"type": "image"}` items); empty for plain text.
+    #[serde(skip)]
+    pub parts: Vec<ContentPart>,
+}
+
+/// One part of a message's content.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ContentPart {
+    /// Text.
+    Text(String),
+    /// An image (its pixels travel beside the prompt; the template writes its placeholder).
+    Image,
 }
 
 fn null_as_empty<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<String, D::Error> {
@@ -215,9 +228,20 @@ impl ChatTemplate {
         for m in messages {
             let plain = serde_json::to_value(m)
                 .map_err(|e| Error::ChatTemplate(format!("message not serializable: {e}")))?;
-            let J::Object(fields) = plain else {
+            let J::Object(mut fields) = plain else {
                 unreachable!("a struct serializes to a map")
             };
+            if !m.parts.is_empty() {
+                let parts = m
+                    .parts
+                    .iter()
+                    .map(|p| match p {
+                        ContentPart::Text(t) => serde_json::json!({"type": "text", "text": t}),
+                        ContentPart::Image => serde_json::json!({"type": "image"}),
+                    })
+                    .collect();
+                fields.insert("content".into(), J::Array(parts));
+            }
             let msg = match &m.reasoning_content {
                 // transformers: {"thinking": r, **message, "reasoning_content": r}
                 Some(r) => {

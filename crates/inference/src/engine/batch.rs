@@ -11,11 +11,12 @@ use std::collections::{HashMap, VecDeque};
 use std::time::Instant;
 
 use crate::attention::ROW_BY_ROW;
-use crate::model::batch::{ForwardBatch, RowOutputs};
+use crate::model::batch::{ForwardBatch, InjectedRows, Positions, RowOutputs};
 use crate::state::SeqState;
 use crate::{Error, Result};
 
 use super::memory::{KvMemory, MemoryConfig, MemoryStats};
+use super::multimodal::PromptImages;
 use super::request::{FinishReason, GenerateRequest, Generation, TokenLogprob};
 use super::scheduler::{Schedule, Scheduler, Slot};
 use super::sequence::Sequence;
@@ -114,6 +115,9 @@ fn verifies(slot: &Slot<'_>, n: usize) -> bool {
     !slot.draft.is_empty() && n == slot.todo() + slot.draft.len()
 }
 
+/// A step's 3-D row positions and image rows (see `BatchEngine::image_rows`).
+type ImageStep = (Option<Vec<[usize; 3]>>, Option<InjectedRows>);
+
 /// What a step's forward pass returned (see `BatchEngine::forward`).
 enum StepOutput {
     /// Logits f32 [rows, vocab]: of each scheduled request's last row, and of every row of a
@@ -152,11 +156,18 @@ impl<'m> BatchEngine<'m> {
 
     /// An engine over existing memory (a chat session's); `config.memory` is ignored.
     pub fn with_memory(model: &'m TextModel, config: EngineConfig, memory: KvMemory) -> Self {
+        // A recurrent model's prompt chunks end at snapshot positions: a smaller step budget
+        // could never fit one (the request would wait forever).
+        let floor = if memory.layout().is_recurrent() {
+            memory.snapshot_every()
+        } else {
+            1
+        };
         Self {
             model,
             scheduler: Scheduler {
                 max_running: config.max_running.max(1),
-                token_budget: config.prefill_chunk.max(1),
+                token_budget: config.prefill_chunk.max(floor),
             },
             memory,
             waiting: VecDeque::new(),
@@ -186,6 +197,31 @@ impl<'m> BatchEngine<'m> {
 
     fn check(&self, req: &GenerateRequest) -> Result<usize> {
         req.sampling.validate()?;
+        if let Some(v) = &self.model.vision {
+            let placeholders = req
+                .prompt_ids
+                .iter()
+                .filter(|&&t| t == v.image_token_id)
+                .count();
+            if placeholders > 0 && req.images.is_empty() {
+                return Err(Error::InvalidInput(format!(
+                    "the prompt has {placeholders} image tokens but no images"
+                )));
+            }
+        }
+        if !req.images.is_empty() {
+            if self.model.vision.is_none() {
+                return Err(Error::InvalidInput(
+                    "this model takes no images (it has no vision tower)".into(),
+                ));
+            }
+            let device = &self.model.decoder.info().device;
+            if !device.is_cpu() {
+                return Err(Error::InvalidInput(format!(
+                    "images do not run on {device} yet; use the CPU"
+                )));
+            }
+        }
         if !req.lora.is_empty() {
             match &self.model.lora {
                 Some(plan) => plan.check(&req.lora)?,
@@ -236,8 +272,11 @@ impl<'m> BatchEngine<'m> {
         let max_len = self.check(&req)?;
         let id = self.next_id;
         self.next_id += 1;
+        let images = self.prompt_images(&req)?;
         let seq = Sequence::new(self.model, req, 0);
-        self.waiting.push_back(Slot::new(id, seq, max_len));
+        let mut slot = Slot::new(id, seq, max_len);
+        slot.images = images;
+        self.waiting.push_back(slot);
         Ok(id)
     }
 
@@ -255,14 +294,28 @@ impl<'m> BatchEngine<'m> {
         let id = self.next_id;
         self.next_id += 1;
         let cached = state.len();
+        let images = self.prompt_images(&req)?;
         let seq = Sequence::new(self.model, req, cached);
         let mut slot = Slot::new(id, seq, state.max_len());
+        slot.images = images;
         slot.computed = cached;
         slot.state = Some(state);
         slot.keep_state = true;
         slot.started = Some(Instant::now());
         self.waiting.push_back(slot);
         Ok(id)
+    }
+
+    /// The plan of a request's images (positions, placeholder rows, cache key), if it has any.
+    fn prompt_images(&self, req: &GenerateRequest) -> Result<Option<Box<PromptImages>>> {
+        match (&self.model.vision, req.images.is_empty()) {
+            (Some(v), false) => Ok(Some(Box::new(PromptImages::new(
+                v,
+                &req.prompt_ids,
+                req.images.clone(),
+            )?))),
+            _ => Ok(None),
+        }
     }
 
     /// The state of a request submitted with [`BatchEngine::submit_with_state`] once it ended.
@@ -400,6 +453,7 @@ impl<'m> BatchEngine<'m> {
     /// picks them where the logits are, so a GPU sends back ids, not logits), else the logits
     /// (every row of a request that verifies a draft).
     fn forward(&mut self, schedule: &Schedule) -> Result<StepOutput> {
+        let (positions, injected) = self.image_rows(schedule)?;
         let drafts = schedule.work.iter().any(|&(i, n)| self.verifies(i, n));
         let greedy = !drafts
             && schedule
@@ -452,6 +506,10 @@ impl<'m> BatchEngine<'m> {
         if picks_adapters {
             batch.adapters = Some(adapters);
         }
+        if let Some(p) = positions {
+            batch.positions = Positions::Rope3d(p);
+        }
+        batch.injected = injected;
         Ok(if greedy {
             StepOutput::Tokens(self.model.decoder.forward_greedy(&batch, &mut states)?)
         } else {
@@ -460,6 +518,39 @@ impl<'m> BatchEngine<'m> {
                 rows,
             }
         })
+    }
+
+    /// A step with images in it: the 3-D position of every row and the image rows of this
+    /// step's prompt chunks (their images encoded when first needed). `(None, None)` when no
+    /// scheduled request has images.
+    fn image_rows(&mut self, schedule: &Schedule) -> Result<ImageStep> {
+        let Some(vision) = &self.model.vision else {
+            return Ok((None, None));
+        };
+        if !schedule
+            .work
+            .iter()
+            .any(|&(i, _)| self.running[i].images.is_some())
+        {
+            return Ok((None, None));
+        }
+        let mut positions = Vec::new();
+        let mut injected = InjectedRows::default();
+        let mut at = 0;
+        for &(i, n) in &schedule.work {
+            let slot = &mut self.running[i];
+            let from = slot.computed;
+            match slot.images.as_mut() {
+                Some(m) => {
+                    positions.extend((from..from + n).map(|idx| m.position(idx)));
+                    m.inject(vision, from, from + n, at, &mut injected)?;
+                }
+                None => positions.extend((from..from + n).map(|idx| [idx; 3])),
+            }
+            at += n;
+        }
+        let injected = (!injected.rows.is_empty()).then_some(injected);
+        Ok((Some(positions), injected))
     }
 
     /// Takes the step's output: advances each request's computed tokens, keeps finished pages
@@ -535,7 +626,8 @@ impl<'m> BatchEngine<'m> {
                 slot.seq.count_draft(draft.len(), kept);
                 slot.draft_len.update(draft.len(), kept);
                 if self.memory.caches_prefixes() {
-                    let history = &slot.seq.history()[..slot.computed];
+                    let keyed = slot.images.as_ref().map(|m| m.key(slot.seq.history()));
+                    let history = &keyed.as_deref().unwrap_or(slot.seq.history())[..slot.computed];
                     let salt = slot.seq.request().lora.key();
                     self.memory.publish(
                         history,
@@ -552,7 +644,8 @@ impl<'m> BatchEngine<'m> {
             let prompt_len = slot.seq.request().prompt_ids.len();
             let state = slot.state.as_ref().expect("scheduled slots have state");
             if self.memory.caches_prefixes() {
-                let history = &slot.seq.history()[..slot.computed];
+                let keyed = slot.images.as_ref().map(|m| m.key(slot.seq.history()));
+                let history = &keyed.as_deref().unwrap_or(slot.seq.history())[..slot.computed];
                 let salt = slot.seq.request().lora.key();
                 self.memory
                     .publish(history, state, &mut slot.hashes, &mut slot.published, salt);

@@ -12,6 +12,7 @@
 mod batch;
 mod generate;
 mod memory;
+mod multimodal;
 mod request;
 mod scheduler;
 mod sequence;
@@ -22,6 +23,7 @@ mod text_model;
 pub use batch::{BatchEngine, EngineConfig, KeptState, StepUpdate};
 pub use generate::{generate, generate_in, Session};
 pub use memory::{available_memory, default_budget, KvMemory, MemoryConfig, MemoryStats};
+pub use multimodal::VisionModel;
 pub use request::{FinishReason, GenerateRequest, Generation, TokenLogprob};
 pub use sequence::Sequence;
 pub use speculate::Drafter;

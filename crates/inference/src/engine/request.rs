@@ -42,6 +42,10 @@ pub struct GenerateRequest {
     /// a selectable plan). Requests with different adapters share a batch; cached prompt
     /// prefixes are shared only between requests with the same adapters and scales.
     pub lora: crate::lora::Selection,
+    /// The images of a vision-language model's prompt, in the order of their placeholder
+    /// runs in `prompt_ids` (each placeholder expanded to the image's token count, see
+    /// [`VisionModel::expand_placeholders`](super::VisionModel::expand_placeholders)).
+    pub images: Vec<std::sync::Arc<crate::vision::PreparedImage>>,
 }
 
 impl GenerateRequest {
@@ -73,6 +77,7 @@ impl GenerateRequest {
             draft_tokens: 0,
             drafter: super::speculate::Drafter::Ngram,
             lora: crate::lora::Selection::default(),
+            images: Vec::new(),
         }
     }
 }

@@ -53,6 +53,8 @@ pub(crate) struct Slot<'m> {
     pub draft_len: super::speculate::DraftLength,
     /// The history indexed for suffix drafts (filled as they are made).
     pub suffix: super::suffix::SuffixIndex,
+    /// The images of its prompt, if any.
+    pub images: Option<Box<super::multimodal::PromptImages>>,
 }
 
 impl<'m> Slot<'m> {
@@ -76,6 +78,17 @@ impl<'m> Slot<'m> {
             checkpoint: None,
             started: None,
             first_token: None,
+            images: None,
+        }
+    }
+
+    /// The first `upto` tokens of the history as the prefix cache keys them (image tokens
+    /// by their image's content).
+    pub fn cache_key(&self, upto: usize) -> std::borrow::Cow<'_, [u32]> {
+        let history = &self.seq.history()[..upto];
+        match &self.images {
+            Some(m) => m.key(history),
+            None => std::borrow::Cow::Borrowed(history),
         }
     }
 
@@ -261,13 +274,14 @@ impl Scheduler {
         } else {
             p
         };
-        let prompt = &slot.seq.request().prompt_ids;
+        let prompt_len = slot.prompt_len();
         memory.caches_prefixes()
-            && prompt.len() > reusable
+            && prompt_len > reusable
             && running.iter().any(|r| {
                 r.prefilling()
                     && !r.finished()
-                    && r.seq.request().prompt_ids.get(..p) == prompt.get(..p)
+                    && r.prompt_len() >= p
+                    && r.cache_key(p) == slot.cache_key(p)
             })
     }
 }
@@ -279,10 +293,10 @@ fn admit(slot: &mut Slot<'_>, memory: &mut KvMemory) -> Result<()> {
         return Ok(()); // a session's own state
     }
     let mut state = memory.new_state(slot.max_len)?;
-    let history = slot.seq.history();
+    let history = slot.cache_key(slot.seq.history().len());
     // Always run at least the last token (its logits pick the next one).
     // Keys and values depend on the request's adapters: their prefixes are cached apart.
-    let hit = memory.lookup(history, history.len() - 1, slot.seq.request().lora.key());
+    let hit = memory.lookup(&history, history.len() - 1, slot.seq.request().lora.key());
     let reused = hit.tokens;
     if reused > 0 {
         state.adopt_prefix(hit.pages, reused, hit.snapshot.as_deref());

@@ -29,6 +29,8 @@ pub struct TextModel {
     pub kv_dtype: KvDtype,
     /// The LoRA adapters it was loaded with (requests pick one of a selectable plan).
     pub lora: Option<std::sync::Arc<crate::lora::LoraPlan>>,
+    /// The vision tower and image settings of a vision-language checkpoint.
+    pub vision: Option<super::VisionModel>,
     /// The vocabulary as output constraints see it, built on first use.
     vocabulary: std::sync::OnceLock<std::result::Result<crate::grammar::Vocabulary, String>>,
 }
@@ -79,6 +81,12 @@ impl TextModel {
         let source = TensorSource::open(path)?;
         let decoder = load_decoder_from(&source, place)?;
         let mut stop_token_ids = decoder.info().config.eos_token_ids.clone();
+        let vision = match &source {
+            TensorSource::Safetensors { store, config, .. } => {
+                super::VisionModel::load(path, config, store)?
+            }
+            TensorSource::Gguf(_) => None,
+        };
         let (tokenizer, chat_template, bos_prefix) = match &source {
             TensorSource::Safetensors { .. } => {
                 let tokenizer = Tokenizer::from_dir(path)?;
@@ -147,6 +155,7 @@ impl TextModel {
             bos_prefix,
             kv_dtype: KvDtype::F32,
             lora: place.lora.clone(),
+            vision,
             vocabulary: std::sync::OnceLock::new(),
         })
     }
@@ -202,6 +211,52 @@ impl TextModel {
         }
         ids.extend_from_slice(&enc.ids);
         Ok(ids)
+    }
+
+    /// Reads an image for this vision-language model: decoded within `limits`, resized and
+    /// cut into patches as the model's image processor does.
+    pub fn prepare_image(
+        &self,
+        bytes: &[u8],
+        limits: &crate::vision::ImageLimits,
+    ) -> Result<std::sync::Arc<crate::vision::PreparedImage>> {
+        let v = self.vision.as_ref().ok_or_else(|| {
+            Error::InvalidInput("this model takes no images (it has no vision tower)".into())
+        })?;
+        Ok(std::sync::Arc::new(crate::vision::load(
+            bytes,
+            limits,
+            &v.processor,
+        )?))
+    }
+
+    /// The tokens that stand for one image in a raw prompt: `<|vision_start|>`, the image
+    /// placeholder, `<|vision_end|>` (expanded by [`TextModel::expand_images`]).
+    pub fn image_marker(&self) -> Result<Vec<u32>> {
+        let v = self.vision.as_ref().ok_or_else(|| {
+            Error::InvalidInput("this model takes no images (it has no vision tower)".into())
+        })?;
+        Ok(v.vision_start_id
+            .into_iter()
+            .chain([v.image_token_id])
+            .chain(v.vision_end_id)
+            .collect())
+    }
+
+    /// `ids` with each image placeholder repeated once per token of its image (`images` in
+    /// the order of the placeholders); unchanged without images.
+    pub fn expand_images(
+        &self,
+        ids: Vec<u32>,
+        images: &[std::sync::Arc<crate::vision::PreparedImage>],
+    ) -> Result<Vec<u32>> {
+        match &self.vision {
+            Some(v) => v.expand_placeholders(&ids, images),
+            None if images.is_empty() => Ok(ids),
+            None => Err(Error::InvalidInput(
+                "this model takes no images (it has no vision tower)".into(),
+            )),
+        }
     }
 
     /// Renders `messages` with the chat template (ending with the assistant header) and

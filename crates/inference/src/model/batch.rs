@@ -224,8 +224,7 @@ impl<'a> ForwardBatch<'a> {
             if !sorted || inj.rows.last().is_some_and(|&r| r >= rows) {
                 return bad(format!("injected rows must be ascending and below {rows}"));
             }
-            if inj.embeds.len() != n * hidden
-                || inj.deepstack.iter().any(|d| d.len() != n * hidden)
+            if inj.embeds.len() != n * hidden || inj.deepstack.iter().any(|d| d.len() != n * hidden)
             {
                 return bad(format!(
                     "injected embeddings must be {n} rows of {hidden} values"

@@ -221,10 +221,17 @@ impl DecoderConfig {
                 Some(sec) => {
                     let section: Vec<usize> = sec
                         .as_array()
-                        .map(|a| a.iter().filter_map(Value::as_u64).map(|x| x as usize).collect())
+                        .map(|a| {
+                            a.iter()
+                                .filter_map(Value::as_u64)
+                                .map(|x| x as usize)
+                                .collect()
+                        })
                         .unwrap_or_default();
                     let section: [usize; 3] = section.try_into().map_err(|_| {
-                        bad(format!("`mrope_section` must be 3 non-negative integers, not {sec}"))
+                        bad(format!(
+                            "`mrope_section` must be 3 non-negative integers, not {sec}"
+                        ))
                     })?;
                     // Qwen3-VL and Qwen3.5 interleave whatever the flag says; Qwen2-VL's
                     // contiguous sections are written with `mrope_interleaved: false`.
@@ -232,7 +239,10 @@ impl DecoderConfig {
                         .and_then(|p| p.get("mrope_interleaved"))
                         .and_then(Value::as_bool)
                         .unwrap_or(true);
-                    Some(Mrope { section, interleaved })
+                    Some(Mrope {
+                        section,
+                        interleaved,
+                    })
                 }
             },
         };

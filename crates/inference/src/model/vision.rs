@@ -73,9 +73,7 @@ impl VisionConfig {
         };
         let num = |key: &str, default: Option<usize>| -> Result<usize> {
             match v.get(key) {
-                None | Some(Value::Null) => {
-                    default.ok_or_else(|| bad(format!("missing `{key}`")))
-                }
+                None | Some(Value::Null) => default.ok_or_else(|| bad(format!("missing `{key}`"))),
                 Some(x) => x
                     .as_u64()
                     .filter(|&n| n > 0 && n < 1 << 20)
@@ -95,7 +93,11 @@ impl VisionConfig {
                 .map(|x| x.as_u64().map(|n| n as usize))
                 .collect::<Option<Vec<_>>>()
                 .ok_or_else(|| bad("`deepstack_visual_indexes` must be integers".into()))?,
-            Some(x) => return Err(bad(format!("`deepstack_visual_indexes` must be a list, not {x}"))),
+            Some(x) => {
+                return Err(bad(format!(
+                    "`deepstack_visual_indexes` must be a list, not {x}"
+                )))
+            }
         };
         let rope_theta = v
             .get("rope_parameters")
@@ -133,7 +135,10 @@ impl VisionConfig {
             )));
         }
         if let Some(&i) = cfg.deepstack_indexes.iter().find(|&&i| i >= cfg.depth) {
-            return Err(bad(format!("DeepStack index {i} is past the {} blocks", cfg.depth)));
+            return Err(bad(format!(
+                "DeepStack index {i} is past the {} blocks",
+                cfg.depth
+            )));
         }
         Ok(Some(cfg))
     }
@@ -244,9 +249,15 @@ impl VisionTower {
         let (c, t, p) = (cfg.in_channels, cfg.temporal_patch_size, cfg.patch_size);
         let w = pe.get("weight", &[h, c, t, p, p])?;
         let b = pe.get("bias", &[h])?;
-        let patch_embed =
-            Linear::from_f32_compact(w.as_slice(), h, cfg.patch_values(), Some(b.as_slice().to_vec()))?;
-        let pos_embed = root.pp("pos_embed").get("weight", &[cfg.num_position_embeddings, h])?;
+        let patch_embed = Linear::from_f32_compact(
+            w.as_slice(),
+            h,
+            cfg.patch_values(),
+            Some(b.as_slice().to_vec()),
+        )?;
+        let pos_embed = root
+            .pp("pos_embed")
+            .get("weight", &[cfg.num_position_embeddings, h])?;
         let mut blocks = Vec::with_capacity(cfg.depth);
         for i in 0..cfg.depth {
             let s = root.pp(&format!("blocks.{i}"));
@@ -443,4 +454,54 @@ impl VisionTower {
         }
         Ok(features)
     }
+}
+
+/// The 3-D rotary positions of a prompt whose runs of `image_token` tokens are the images of
+/// `grids` in order (transformers' `get_rope_index` for Qwen3-VL / Qwen3.5): text tokens
+/// count on from the previous position on all three axes; an image's tokens sit at
+/// `(start, start + row, start + col)` over its merged grid, and the text after it starts at
+/// `start + max(rows, cols)`. Also returns the delta of later tokens: position = index + delta.
+pub fn mrope_positions(
+    ids: &[u32],
+    image_token: u32,
+    grids: &[[usize; 3]],
+    merge: usize,
+) -> Result<(Vec<[usize; 3]>, i64)> {
+    let mut out = Vec::with_capacity(ids.len());
+    let mut next = 0usize;
+    let mut grid = grids.iter();
+    let mut i = 0;
+    while i < ids.len() {
+        if ids[i] != image_token {
+            out.push([next; 3]);
+            next += 1;
+            i += 1;
+            continue;
+        }
+        let &[t, h, w] = grid.next().ok_or_else(|| {
+            Error::InvalidInput("more image token runs in the prompt than images".into())
+        })?;
+        let (gh, gw) = (h / merge, w / merge);
+        let n = t * gh * gw;
+        if ids.len() - i < n || ids[i..i + n].iter().any(|&x| x != image_token) {
+            return Err(Error::InvalidInput(format!(
+                "an image of {n} tokens has fewer placeholder tokens in the prompt"
+            )));
+        }
+        for ti in 0..t {
+            for r in 0..gh {
+                for c in 0..gw {
+                    out.push([next + ti, next + r, next + c]);
+                }
+            }
+        }
+        next += gh.max(gw);
+        i += n;
+    }
+    if grid.next().is_some() {
+        return Err(Error::InvalidInput(
+            "fewer image token runs in the prompt than images".into(),
+        ));
+    }
+    Ok((out, next as i64 - ids.len() as i64))
 }

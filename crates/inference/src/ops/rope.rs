@@ -79,7 +79,9 @@ impl Mrope {
     /// The axis (0 time, 1 height, 2 width) of each of `pairs` rotated pairs.
     pub fn axes(&self, pairs: usize) -> Result<Vec<u8>> {
         let [t, h, w] = self.section;
-        if t + h + w != pairs {
+        // Interleaved sections only bound where height and width may appear (transformers
+        // slices them to the pairs there are); contiguous ones must cover every pair.
+        if !self.interleaved && t + h + w != pairs {
             return Err(Error::InvalidInput(format!(
                 "mrope_section {:?} sums to {}, but {pairs} pairs rotate",
                 self.section,
@@ -288,7 +290,11 @@ impl Rope {
             inv_freq: inv.iter().chain(&inv).copied().collect(),
             attention_scaling: 1.0,
             head_dim,
-            axes: Some((0..2 * quarter).map(|i| 1 + u8::from(i >= quarter)).collect()),
+            axes: Some(
+                (0..2 * quarter)
+                    .map(|i| 1 + u8::from(i >= quarter))
+                    .collect(),
+            ),
             inv_freq_dev: Mirror::new(),
         })
     }
@@ -349,7 +355,12 @@ impl Rope {
 
     /// [`Rope::rotate`] at 3-D positions (see [`Rope::with_mrope`]); on the CPU only, except
     /// where every row's three positions agree (text), which is the 1-D rotation.
-    pub fn rotate_3d(&self, x: &mut Tensor, n_heads: usize, positions: &[[usize; 3]]) -> Result<()> {
+    pub fn rotate_3d(
+        &self,
+        x: &mut Tensor,
+        n_heads: usize,
+        positions: &[[usize; 3]],
+    ) -> Result<()> {
         if positions.iter().all(|p| p[0] == p[1] && p[1] == p[2]) && !self.is_vision() {
             let flat: Vec<usize> = positions.iter().map(|p| p[0]).collect();
             return self.rotate(x, n_heads, &flat);
