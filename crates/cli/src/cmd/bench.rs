@@ -57,6 +57,8 @@ pub enum BenchCommand {
     Grammar(super::bench_grammar::Args),
     /// This machine's limits as the kernels reach them: GEMM GFLOP/s, read GB/s, decode GB/s.
     Peaks(super::bench_peaks::Args),
+    /// A vision-language model on one image: preprocessing, the tower, time to first token.
+    Vision(super::bench_vision::Args),
 }
 
 /// Median of `v` (sorts it).
@@ -77,6 +79,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         Some(BenchCommand::Serve(a)) => return super::bench_serve::run(a),
         Some(BenchCommand::Grammar(a)) => return super::bench_grammar::run(a),
         Some(BenchCommand::Peaks(a)) => return super::bench_peaks::run(a),
+        Some(BenchCommand::Vision(a)) => return super::bench_vision::run(a),
         None => {}
     }
     let (Some(model), Some(data)) = (args.model, args.data) else {

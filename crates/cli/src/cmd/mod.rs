@@ -5,6 +5,7 @@ pub mod bench_generate;
 pub mod bench_grammar;
 pub mod bench_peaks;
 pub mod bench_serve;
+pub mod bench_vision;
 pub mod chat;
 #[cfg(feature = "download")]
 pub mod download;

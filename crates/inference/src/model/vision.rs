@@ -233,9 +233,13 @@ impl Merger {
 /// `gelu_pytorch_tanh`: `0.5 x (1 + tanh(√(2/π) (x + 0.044715 x³)))`, in f32.
 fn gelu_tanh(x: &mut [f32]) {
     const BETA: f32 = 0.797_884_6; // √2 · (2/√π) · 0.5
-    for v in x.iter_mut() {
-        let inner = BETA * (*v + 0.044715 * *v * *v * *v);
-        *v = 0.5 * *v * (1.0 + inner.tanh());
+    let mut t: Vec<f32> = x
+        .iter()
+        .map(|&v| BETA * (v + 0.044715 * v * v * v))
+        .collect();
+    crate::ops::tanh(&mut t);
+    for (v, t) in x.iter_mut().zip(&t) {
+        *v = 0.5 * *v * (1.0 + t);
     }
 }
 
@@ -289,6 +293,22 @@ impl VisionTower {
     /// The tower's settings.
     pub fn config(&self) -> &VisionConfig {
         &self.cfg
+    }
+
+    /// Floating-point operations (multiply-adds counted as 2) of encoding one image of
+    /// `grid_thw` patches: the products and the attention scores and sums.
+    pub fn flops(&self, grid_thw: [usize; 3]) -> f64 {
+        let c = &self.cfg;
+        let [t, h, w] = grid_thw;
+        let (n, frame) = ((t * h * w) as f64, (h * w) as f64);
+        let (hd, inter) = (c.hidden_size as f64, c.intermediate_size as f64);
+        let wide = hd * (c.merge_size * c.merge_size) as f64;
+        let tokens = n / (c.merge_size * c.merge_size) as f64;
+        let block = 2.0 * n * (4.0 * hd * hd + 2.0 * hd * inter) + 4.0 * n * frame * hd;
+        let merger = 2.0 * tokens * wide * (wide + c.out_hidden_size as f64);
+        2.0 * n * c.patch_values() as f64 * hd
+            + c.depth as f64 * block
+            + (1 + self.deepstack.len()) as f64 * merger
     }
 
     /// Checks an image's patches against the tower: values per patch, a grid of whole
@@ -504,4 +524,61 @@ pub fn mrope_positions(
         ));
     }
     Ok((out, next as i64 - ids.len() as i64))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn text_only_positions_count_up_with_no_delta() {
+        let (p, delta) = mrope_positions(&[5, 6, 7], 9, &[], 2).unwrap();
+        assert_eq!(p, vec![[0, 0, 0], [1, 1, 1], [2, 2, 2]]);
+        assert_eq!(delta, 0);
+    }
+
+    #[test]
+    fn an_image_sits_on_its_merged_grid_and_text_resumes_past_its_longer_side() {
+        // Two text tokens, an image of 4 x 6 patches (2 x 3 tokens), one text token.
+        let ids = [1, 2, 9, 9, 9, 9, 9, 9, 3];
+        let (p, delta) = mrope_positions(&ids, 9, &[[1, 4, 6]], 2).unwrap();
+        assert_eq!(&p[..2], &[[0, 0, 0], [1, 1, 1]]);
+        assert_eq!(
+            &p[2..8],
+            &[
+                [2, 2, 2],
+                [2, 2, 3],
+                [2, 2, 4],
+                [2, 3, 2],
+                [2, 3, 3],
+                [2, 3, 4]
+            ]
+        );
+        assert_eq!(p[8], [5, 5, 5]);
+        assert_eq!(delta, 6 - 9);
+    }
+
+    #[test]
+    fn placeholder_counts_that_disagree_with_the_images_are_refused() {
+        assert!(mrope_positions(&[9, 9, 9], 9, &[[1, 4, 6]], 2).is_err());
+        assert!(mrope_positions(&[1, 2], 9, &[[1, 2, 2]], 2).is_err());
+        assert!(mrope_positions(&[9, 1, 9], 9, &[[1, 2, 2]], 2).is_err());
+    }
+
+    #[test]
+    fn gelu_tanh_matches_its_formula() {
+        let mut x = vec![-3.0f32, -0.5, 0.0, 0.7, 2.5];
+        let want: Vec<f32> = x
+            .iter()
+            .map(|&v: &f32| {
+                let inner = (2.0f64 / std::f64::consts::PI).sqrt()
+                    * (v as f64 + 0.044715 * (v as f64).powi(3));
+                (0.5 * v as f64 * (1.0 + inner.tanh())) as f32
+            })
+            .collect();
+        gelu_tanh(&mut x);
+        for (a, b) in x.iter().zip(&want) {
+            assert!((a - b).abs() < 1e-6, "{a} vs {b}");
+        }
+    }
 }

@@ -516,6 +516,47 @@ mod tests {
     }
 
     #[test]
+    fn mrope_axes_interleave_or_follow_sections() {
+        let inter = Mrope {
+            section: [2, 1, 1],
+            interleaved: true,
+        };
+        assert_eq!(inter.axes(4).unwrap(), vec![0, 1, 2, 0]);
+        // Qwen3.5's sections [11, 11, 10] over 32 pairs: h at 1, 4, .., 31; w at 2, .., 29.
+        let q35 = Mrope {
+            section: [11, 11, 10],
+            interleaved: true,
+        };
+        let axes = q35.axes(32).unwrap();
+        assert_eq!(axes.iter().filter(|&&a| a == 1).count(), 11);
+        assert_eq!(axes.iter().filter(|&&a| a == 2).count(), 10);
+        assert_eq!(axes[30], 0);
+        let flat = Mrope {
+            section: [1, 1, 2],
+            interleaved: false,
+        };
+        assert_eq!(flat.axes(4).unwrap(), vec![0, 1, 2, 2]);
+        assert!(flat.axes(5).is_err());
+    }
+
+    #[test]
+    fn equal_3d_positions_rotate_as_1d() {
+        let rope = Rope::new(&cfg(RopeScaling::None), 8)
+            .unwrap()
+            .with_mrope(&Mrope {
+                section: [2, 1, 1],
+                interleaved: true,
+            })
+            .unwrap();
+        let x: Vec<f32> = (0..16).map(|i| (i as f32 * 0.37).sin()).collect();
+        let (mut a, mut b) = (x.clone(), x);
+        rope.apply(&mut a, 1, &[3, 11]);
+        rope.apply_3d(&mut b, 1, &[[3, 3, 3], [11, 11, 11]])
+            .unwrap();
+        assert_eq!(a, b);
+    }
+
+    #[test]
     fn rejects_bad_parameters() {
         assert!(Rope::new(&cfg(RopeScaling::None), 6).is_err());
         let mut c = cfg(RopeScaling::Linear { factor: 0.0 });
