@@ -13,7 +13,9 @@ use lattice_inference::engine::{BatchEngine, GenerateRequest, TextModel};
 use lattice_inference::io::store::WeightStore;
 use lattice_inference::model::batch::{ForwardBatch, InjectedRows, Positions, RowOutputs};
 use lattice_inference::model::source::WeightMode;
-use lattice_inference::model::vision::{mrope_positions, ImagePatches, VisionConfig, VisionTower};
+use lattice_inference::model::vision::{
+    mrope_positions, ImagePatches, VisionConfig, VisionTower, VisionWeights,
+};
 use lattice_inference::sample::SamplingParams;
 use lattice_inference::vision::{ImageLimits, PreparedImage};
 
@@ -24,7 +26,7 @@ fn tower(name: &str) -> VisionTower {
         .unwrap()
         .expect("a vision config");
     let store = WeightStore::open_dir(&dir).unwrap();
-    VisionTower::load(cfg, &store, "model.visual").unwrap()
+    VisionTower::load(cfg, &store, "model.visual", VisionWeights::Exact).unwrap()
 }
 
 /// The processor's pixel values of a fixture image (raw little-endian f32).
@@ -82,7 +84,9 @@ fn vision_towers_match_transformers() {
 /// the processor's pixel values.
 fn prepared(model: &TextModel, file: &str) -> Arc<PreparedImage> {
     let bytes = std::fs::read(fixture("vlm-images").join(file)).unwrap();
-    let img = model.prepare_image(&bytes, &ImageLimits::default()).unwrap();
+    let img = model
+        .prepare_image(&bytes, &ImageLimits::default())
+        .unwrap();
     assert_eq!(img.pixel_values, pixels(file), "{file}: pixel values");
     img
 }
@@ -118,10 +122,7 @@ fn cases_match_transformers(name: &str) {
             .iter()
             .map(|f| f.as_str().unwrap())
             .collect();
-        let images: Vec<Arc<PreparedImage>> = files
-            .iter()
-            .map(|f| prepared(&model, f))
-            .collect();
+        let images: Vec<Arc<PreparedImage>> = files.iter().map(|f| prepared(&model, f)).collect();
         for (img, f) in images.iter().zip(&files) {
             assert_eq!(img.grid_thw, grid_of(&r, f), "{label}: {f} grid");
         }
@@ -203,4 +204,38 @@ fn qwen3_vl_matches_transformers() {
 #[test]
 fn qwen35_vl_matches_transformers() {
     cases_match_transformers("tiny-qwen35-vl");
+}
+
+/// `--bf16` towers (bf16 products where the CPU has them, else bf16-rounded weights) stay
+/// within a stated distance of the exact tower: 1 − cos of every image token.
+#[test]
+fn bf16_tower_stays_close_to_exact() {
+    let name = "tiny-qwen3-vl";
+    let dir = fixture(name);
+    let cfg_path = dir.join("config.json");
+    let cfg = VisionConfig::from_hf_json(&read_json(&cfg_path), &cfg_path)
+        .unwrap()
+        .unwrap();
+    let store = WeightStore::open_dir(&dir).unwrap();
+    let exact =
+        VisionTower::load(cfg.clone(), &store, "model.visual", VisionWeights::Exact).unwrap();
+    let bf16 = VisionTower::load(cfg, &store, "model.visual", VisionWeights::Bf16).unwrap();
+    let r = read_json(&dir.join("reference.json"));
+    let mut worst = 0f64;
+    for file in ["a.png", "b.png"] {
+        let px = pixels(file);
+        let img = ImagePatches {
+            pixel_values: &px,
+            grid_thw: grid_of(&r, file),
+        };
+        let (a, b) = (
+            &exact.encode(&[img]).unwrap()[0],
+            &bf16.encode(&[img]).unwrap()[0],
+        );
+        for (x, y) in a.embeds.chunks(64).zip(b.embeds.chunks(64)) {
+            worst = worst.max(common::one_minus_cos(x, y));
+        }
+    }
+    eprintln!("bf16 tower: max 1 - cos {worst:e} per image token");
+    assert!(worst < 1e-3, "bf16 tower: 1 - cos {worst:e}");
 }

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use crate::io::store::WeightStore;
 use crate::model::batch::InjectedRows;
 use crate::model::vision::{
-    mrope_positions, ImageFeatures, ImagePatches, VisionConfig, VisionTower,
+    mrope_positions, ImageFeatures, ImagePatches, VisionConfig, VisionTower, VisionWeights,
 };
 use crate::vision::{ImageProcessorConfig, PreparedImage};
 use crate::{Error, Result};
@@ -36,7 +36,13 @@ pub struct VisionModel {
 impl VisionModel {
     /// Loads the tower of the checkpoint in `dir` when its `config.json` (`top`) has a
     /// `vision_config` and its weights hold the tower; `None` for text-only checkpoints.
-    pub fn load(dir: &Path, top: &serde_json::Value, store: &WeightStore) -> Result<Option<Self>> {
+    /// `mode` picks how the tower multiplies (`--bf16`: bf16 products).
+    pub fn load(
+        dir: &Path,
+        top: &serde_json::Value,
+        store: &WeightStore,
+        mode: VisionWeights,
+    ) -> Result<Option<Self>> {
         let config_path = dir.join("config.json");
         // A text-only save of a multimodal architecture has a vision config but no tower.
         let Some(prefix) = ["model.visual", "visual"]
@@ -72,7 +78,7 @@ impl VisionModel {
             });
         }
         Ok(Some(Self {
-            tower: VisionTower::load(cfg, store, prefix)?,
+            tower: VisionTower::load(cfg, store, prefix, mode)?,
             processor,
             image_token_id,
             vision_start_id: id("vision_start_token_id"),

@@ -8,6 +8,7 @@ use crate::chat::{ChatMessage, ChatTemplate, RenderOptions};
 use crate::model::decoder::{load_decoder_from, Decoder};
 use crate::model::source::WeightMode;
 use crate::model::source::{Placement, TensorSource};
+use crate::model::vision::VisionWeights;
 use crate::state::{KvDtype, MemoryLayout, SeqState};
 use crate::tokenizer::Tokenizer;
 use crate::{Error, Result};
@@ -83,7 +84,11 @@ impl TextModel {
         let mut stop_token_ids = decoder.info().config.eos_token_ids.clone();
         let vision = match &source {
             TensorSource::Safetensors { store, config, .. } => {
-                super::VisionModel::load(path, config, store)?
+                let mode = match place.mode {
+                    crate::model::source::WeightMode::Bf16 => VisionWeights::Bf16,
+                    _ => VisionWeights::Exact,
+                };
+                super::VisionModel::load(path, config, store, mode)?
             }
             TensorSource::Gguf(_) => None,
         };

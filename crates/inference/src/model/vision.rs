@@ -204,19 +204,42 @@ pub struct VisionTower {
     rope: Rope,
 }
 
-fn linear(s: &Scope, out_dim: usize, in_dim: usize) -> Result<Linear> {
-    let w = s.get("weight", &[out_dim, in_dim])?;
-    let b = s.get("bias", &[out_dim])?;
-    Linear::from_f32_compact(w.as_slice(), out_dim, in_dim, Some(b.as_slice().to_vec()))
+/// How the tower's matrices multiply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum VisionWeights {
+    /// Exact f32 products (bf16 checkpoints kept in 16 bits, widened as they load).
+    #[default]
+    Exact,
+    /// bf16 products (`--bf16`: activations rounded to bf16 where the CPU multiplies bf16).
+    Bf16,
 }
 
-fn merger(s: &Scope, cfg: &VisionConfig, postshuffle: bool) -> Result<Merger> {
+fn dense(
+    w: &[f32],
+    out_dim: usize,
+    in_dim: usize,
+    bias: Vec<f32>,
+    mode: VisionWeights,
+) -> Result<Linear> {
+    match mode {
+        VisionWeights::Exact => Linear::from_f32_compact(w, out_dim, in_dim, Some(bias)),
+        VisionWeights::Bf16 => Linear::from_bf16(w, out_dim, in_dim, Some(bias)),
+    }
+}
+
+fn linear(s: &Scope, out_dim: usize, in_dim: usize, mode: VisionWeights) -> Result<Linear> {
+    let w = s.get("weight", &[out_dim, in_dim])?;
+    let b = s.get("bias", &[out_dim])?;
+    dense(w.as_slice(), out_dim, in_dim, b.as_slice().to_vec(), mode)
+}
+
+fn merger(s: &Scope, cfg: &VisionConfig, postshuffle: bool, mode: VisionWeights) -> Result<Merger> {
     let wide = cfg.hidden_size * cfg.merge_size * cfg.merge_size;
     let norm_dim = if postshuffle { wide } else { cfg.hidden_size };
     Ok(Merger {
         norm: LayerNorm::load(&s.pp("norm"), norm_dim, 1e-6)?,
-        fc1: linear(&s.pp("linear_fc1"), wide, wide)?,
-        fc2: linear(&s.pp("linear_fc2"), cfg.out_hidden_size, wide)?,
+        fc1: linear(&s.pp("linear_fc1"), wide, wide, mode)?,
+        fc2: linear(&s.pp("linear_fc2"), cfg.out_hidden_size, wide, mode)?,
     })
 }
 
@@ -246,18 +269,25 @@ fn gelu_tanh(x: &mut [f32]) {
 impl VisionTower {
     /// Loads the tower from `store` under `prefix` (`model.visual`, or `visual` in older
     /// saves); bf16 weights stay in 16 bits and multiply exactly as f32.
-    pub fn load(cfg: VisionConfig, store: &WeightStore, prefix: &str) -> Result<Self> {
+    /// `mode` picks exact f32 products or bf16 ones.
+    pub fn load(
+        cfg: VisionConfig,
+        store: &WeightStore,
+        prefix: &str,
+        mode: VisionWeights,
+    ) -> Result<Self> {
         let root = store.scope(prefix);
         let h = cfg.hidden_size;
         let pe = root.pp("patch_embed").pp("proj");
         let (c, t, p) = (cfg.in_channels, cfg.temporal_patch_size, cfg.patch_size);
         let w = pe.get("weight", &[h, c, t, p, p])?;
         let b = pe.get("bias", &[h])?;
-        let patch_embed = Linear::from_f32_compact(
+        let patch_embed = dense(
             w.as_slice(),
             h,
             cfg.patch_values(),
-            Some(b.as_slice().to_vec()),
+            b.as_slice().to_vec(),
+            mode,
         )?;
         let pos_embed = root
             .pp("pos_embed")
@@ -267,16 +297,33 @@ impl VisionTower {
             let s = root.pp(&format!("blocks.{i}"));
             blocks.push(Block {
                 norm1: LayerNorm::load(&s.pp("norm1"), h, 1e-6)?,
-                qkv: linear(&s.pp("attn").pp("qkv"), 3 * h, h)?,
-                proj: linear(&s.pp("attn").pp("proj"), h, h)?,
+                qkv: linear(&s.pp("attn").pp("qkv"), 3 * h, h, mode)?,
+                proj: linear(&s.pp("attn").pp("proj"), h, h, mode)?,
                 norm2: LayerNorm::load(&s.pp("norm2"), h, 1e-6)?,
-                fc1: linear(&s.pp("mlp").pp("linear_fc1"), cfg.intermediate_size, h)?,
-                fc2: linear(&s.pp("mlp").pp("linear_fc2"), h, cfg.intermediate_size)?,
+                fc1: linear(
+                    &s.pp("mlp").pp("linear_fc1"),
+                    cfg.intermediate_size,
+                    h,
+                    mode,
+                )?,
+                fc2: linear(
+                    &s.pp("mlp").pp("linear_fc2"),
+                    h,
+                    cfg.intermediate_size,
+                    mode,
+                )?,
             });
         }
-        let merger_ = merger(&root.pp("merger"), &cfg, false)?;
+        let merger_ = merger(&root.pp("merger"), &cfg, false, mode)?;
         let deepstack = (0..cfg.deepstack_indexes.len())
-            .map(|j| merger(&root.pp(&format!("deepstack_merger_list.{j}")), &cfg, true))
+            .map(|j| {
+                merger(
+                    &root.pp(&format!("deepstack_merger_list.{j}")),
+                    &cfg,
+                    true,
+                    mode,
+                )
+            })
             .collect::<Result<Vec<_>>>()?;
         let rope = Rope::vision_2d(cfg.rope_theta, h / cfg.n_heads)?;
         Ok(Self {
