@@ -119,9 +119,15 @@ pub fn prepare(
     refs.iter()
         .map(|r| {
             let bytes = bytes_of(r, options)?;
-            model
-                .prepare_image(&bytes, &limits)
-                .map_err(|e| ApiError::invalid_param(r.path.clone(), e.to_string()))
+            model.prepare_image(&bytes, &limits).map_err(|e| {
+                ApiError::invalid_param(
+                    r.path.clone(),
+                    format!(
+                        "{e} (this server's limits: --max-image-bytes {}, --max-image-pixels {})",
+                        options.max_image_bytes, options.max_image_pixels
+                    ),
+                )
+            })
         })
         .collect()
 }
