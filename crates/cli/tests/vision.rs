@@ -622,3 +622,78 @@ fn bad_images_over_http_are_400s() {
         .ok("the text-only model after the refusal");
     server.assert_no_panic();
 }
+
+/// Serves `body` to every GET on a local port, for `--allow-image-urls`; `stall` answers with
+/// headers and never sends the body (the fetch must give up, not hang the request).
+fn image_host(body: Vec<u8>, stall: bool) -> (String, std::thread::JoinHandle<()>) {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/img.png", listener.local_addr().unwrap());
+    let handle = std::thread::spawn(move || {
+        for stream in listener.incoming().take(4) {
+            let Ok(mut s) = stream else { continue };
+            let mut buf = [0u8; 4096];
+            let _ = s.read(&mut buf);
+            let head = format!(
+                "HTTP/1.1 200 OK\r\nContent-Type: image/png\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                body.len()
+            );
+            let _ = s.write_all(head.as_bytes());
+            if stall {
+                std::thread::sleep(std::time::Duration::from_secs(15));
+            } else {
+                let _ = s.write_all(&body);
+            }
+        }
+    });
+    (url, handle)
+}
+
+/// With `--allow-image-urls` an `http` image is fetched and answers as its data URL does; one
+/// over `--max-image-bytes` is a 400; a host that never sends the body times out with a 400.
+#[test]
+fn allowed_image_urls_are_fetched_within_limits() {
+    let vl = fixture("tiny-qwen3-vl");
+    let text = "Describe the picture.";
+    let server = Server::start(&[
+        "--model",
+        &vl,
+        "--allow-image-urls",
+        "--max-image-bytes",
+        "60000",
+    ]);
+    let by_data = server
+        .post("/v1/chat/completions", &chat_with(&["a.png"], text))
+        .ok("data URL");
+    let (url, _host) = image_host(image_bytes("a.png"), false);
+    let by_url = server
+        .post("/v1/chat/completions", &chat_req(&[url], text))
+        .ok("fetched URL");
+    assert_eq!(content(&by_url), content(&by_data), "fetched vs data URL");
+
+    let mut big = image_bytes("a.png");
+    big.resize(70_000, 0);
+    let (url, _host) = image_host(big, false);
+    assert_refused(
+        &server,
+        &chat_req(&[url], text),
+        "messages[0].content[0].image_url.url",
+        &["60000"],
+        "a fetched image over --max-image-bytes",
+    );
+
+    let (url, _host) = image_host(image_bytes("a.png"), true);
+    let t = std::time::Instant::now();
+    assert_refused(
+        &server,
+        &chat_req(&[url], text),
+        "messages[0].content[0].image_url.url",
+        &["fetching"],
+        "a host that never sends the image",
+    );
+    assert!(
+        t.elapsed().as_secs() < 14,
+        "the fetch gave up after {:?}",
+        t.elapsed()
+    );
+}

@@ -377,6 +377,7 @@ fn fused_products_and_qkv_preparation_match_the_cpu() {
                 norms: with_norms.then_some((&qn, &kn)),
                 rope: &rope,
                 positions: &positions,
+                positions_3d: None,
             };
             let (xc, xg) = pair(&dev, rows, width, rng.vec(rows * width, 1.5));
             let want = attend_qkv(
