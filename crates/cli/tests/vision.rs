@@ -688,7 +688,7 @@ fn allowed_image_urls_are_fetched_within_limits() {
         &server,
         &chat_req(&[url], text),
         "messages[0].content[0].image_url.url",
-        &["fetching"],
+        &["timed out"],
         "a host that never sends the image",
     );
     assert!(
