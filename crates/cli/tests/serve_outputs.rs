@@ -474,14 +474,8 @@ fn lora_adapters_are_served_by_name() {
 /// The text of a finished completion stream (`raw`: the whole HTTP response).
 fn stream_text(raw: &[u8]) -> String {
     let r = parse_response(raw).expect("a complete chunked response");
-    let text = r.text();
-    assert!(
-        text.trim_end().ends_with("data: [DONE]"),
-        "the stream was cut: {text}"
-    );
-    text.split("\n\n")
-        .filter_map(|e| e.strip_prefix("data: "))
-        .filter_map(|e| serde_json::from_str::<Value>(e).ok())
+    sse_events(&r.text())
+        .iter()
         .filter_map(|v| v["choices"][0]["text"].as_str().map(str::to_owned))
         .collect()
 }

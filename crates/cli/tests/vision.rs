@@ -136,14 +136,8 @@ fn cached_tokens(reply: &Value) -> u64 {
 /// The concatenated `delta.content` of a finished chat stream.
 fn streamed_content(r: &Response) -> String {
     assert_eq!(r.status, 200, "stream: {}", r.text());
-    let text = r.text();
-    assert!(
-        text.trim_end().ends_with("data: [DONE]"),
-        "the stream was cut: {text}"
-    );
-    text.split("\n\n")
-        .filter_map(|e| e.strip_prefix("data: "))
-        .filter_map(|e| serde_json::from_str::<Value>(e).ok())
+    sse_events(&r.text())
+        .iter()
         .filter_map(|v| {
             v["choices"][0]["delta"]["content"]
                 .as_str()

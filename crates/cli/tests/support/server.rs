@@ -416,6 +416,24 @@ pub fn open_stream(server: &Server, path: &str, body: &Value) -> (TcpStream, Vec
     }
 }
 
+/// The JSON events of a finished server-sent-event stream (`data: {...}` blocks up to
+/// `data: [DONE]`); fails when the stream was cut before `[DONE]`.
+pub fn sse_events(text: &str) -> Vec<Value> {
+    let from = text.len().saturating_sub(400);
+    let from = (from..text.len())
+        .find(|&i| text.is_char_boundary(i))
+        .unwrap_or(0);
+    assert!(
+        text.trim_end().ends_with("data: [DONE]"),
+        "the stream was cut: ...{}",
+        &text[from..]
+    );
+    text.split("\n\n")
+        .filter_map(|e| e.strip_prefix("data: "))
+        .filter_map(|e| serde_json::from_str::<Value>(e).ok())
+        .collect()
+}
+
 /// The sum of every sample of `name` (any labels) in Prometheus text.
 pub fn metric(text: &str, name: &str) -> Option<f64> {
     let mut found = None;
