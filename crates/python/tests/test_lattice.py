@@ -215,6 +215,14 @@ def test_bad_input_raises_python_exceptions():
         llm.generate(PROMPT, best_of=2)
     with pytest.raises(ValueError):
         llm.chat([{"content": "no role"}])
+    image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}
+    with pytest.raises(ValueError, match=r"messages\[0\]\.content\[0\]"):
+        llm.chat([{"role": "user", "content": [image, {"type": "text", "text": "Hi"}]}])
+    with pytest.raises(ValueError, match="string or a list"):
+        llm.chat([{"role": "user", "content": 42}])
+    parts = [{"type": "text", "text": "Hello, "}, {"type": "text", "text": "world"}]
+    assert llm.chat([{"role": "user", "content": parts}], max_tokens=4) == llm.chat(
+        [{"role": "user", "content": "Hello, world"}], max_tokens=4)
     with pytest.raises(ValueError):
         lattice.Embedder(str(FIX / "tiny-bert"), threads=0)
     with pytest.raises(ValueError, match="bf16 and q8"):

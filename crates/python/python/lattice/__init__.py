@@ -233,6 +233,25 @@ def _generation_options(kw: dict) -> dict:
     return out
 
 
+
+def _text_content(content: Any, i: int) -> str:
+    """A message's content as text: a string, or OpenAI-style parts that are all `text`.
+    Images are refused (the command line and `lattice serve` take them), never stringified."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, (list, tuple)):
+        texts = []
+        for j, part in enumerate(content):
+            kind = part.get("type") if isinstance(part, dict) else None
+            if kind != "text" or not isinstance(part.get("text"), str):
+                raise ValueError(
+                    f"messages[{i}].content[{j}]: only text parts are taken from Python "
+                    f"(got {kind!r}); images go through `lattice generate --image` or "
+                    f"`lattice serve`")
+            texts.append(part["text"])
+        return "".join(texts)
+    raise ValueError(f"messages[{i}].content must be a string or a list of text parts")
+
 class LLM:
     """A text-generation model (Llama, Qwen2/3, Qwen3.5; a safetensors folder, a GGUF file or a
     hub id). Greedy by default (temperature 0); several prompts decode in one batch."""
@@ -273,7 +292,7 @@ class LLM:
         for i, m in enumerate(messages):
             if not isinstance(m, dict) or "role" not in m or "content" not in m:
                 raise ValueError(f"messages[{i}] needs 'role' and 'content'")
-            pairs.append((str(m["role"]), str(m["content"])))
+            pairs.append((str(m["role"]), _text_content(m["content"], i)))
         ids = [self._inner.encode_chat(pairs, enable_thinking)]
         return self._run(ids, True, stream, opts)
 
