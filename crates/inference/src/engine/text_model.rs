@@ -218,6 +218,13 @@ impl TextModel {
         Ok(ids)
     }
 
+    /// The vision tower, or the error that says the model takes no images.
+    fn vision(&self) -> Result<&super::VisionModel> {
+        self.vision.as_ref().ok_or_else(|| {
+            Error::InvalidInput("this model takes no images (it has no vision tower)".into())
+        })
+    }
+
     /// Reads an image for this vision-language model: decoded within `limits`, resized and
     /// cut into patches as the model's image processor does.
     pub fn prepare_image(
@@ -225,9 +232,7 @@ impl TextModel {
         bytes: &[u8],
         limits: &crate::vision::ImageLimits,
     ) -> Result<std::sync::Arc<crate::vision::PreparedImage>> {
-        let v = self.vision.as_ref().ok_or_else(|| {
-            Error::InvalidInput("this model takes no images (it has no vision tower)".into())
-        })?;
+        let v = self.vision()?;
         Ok(std::sync::Arc::new(crate::vision::load(
             bytes,
             limits,
@@ -238,9 +243,7 @@ impl TextModel {
     /// The tokens that stand for one image in a raw prompt: `<|vision_start|>`, the image
     /// placeholder, `<|vision_end|>` (expanded by [`TextModel::expand_images`]).
     pub fn image_marker(&self) -> Result<Vec<u32>> {
-        let v = self.vision.as_ref().ok_or_else(|| {
-            Error::InvalidInput("this model takes no images (it has no vision tower)".into())
-        })?;
+        let v = self.vision()?;
         Ok(v.vision_start_id
             .into_iter()
             .chain([v.image_token_id])
@@ -258,9 +261,7 @@ impl TextModel {
         match &self.vision {
             Some(v) => v.expand_placeholders(&ids, images),
             None if images.is_empty() => Ok(ids),
-            None => Err(Error::InvalidInput(
-                "this model takes no images (it has no vision tower)".into(),
-            )),
+            None => self.vision().map(|_| ids),
         }
     }
 

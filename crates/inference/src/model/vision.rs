@@ -253,19 +253,6 @@ impl Merger {
     }
 }
 
-/// `gelu_pytorch_tanh`: `0.5 x (1 + tanh(√(2/π) (x + 0.044715 x³)))`, in f32.
-fn gelu_tanh(x: &mut [f32]) {
-    const BETA: f32 = 0.797_884_6; // √2 · (2/√π) · 0.5
-    let mut t: Vec<f32> = x
-        .iter()
-        .map(|&v| BETA * (v + 0.044715 * v * v * v))
-        .collect();
-    crate::ops::tanh(&mut t);
-    for (v, t) in x.iter_mut().zip(&t) {
-        *v = 0.5 * *v * (1.0 + t);
-    }
-}
-
 impl VisionTower {
     /// Loads the tower from `store` under `prefix` (`model.visual`, or `visual` in older
     /// saves); bf16 weights stay in 16 bits and multiply exactly as f32.
@@ -494,7 +481,7 @@ impl VisionTower {
             let act = match cfg.act {
                 VisionAct::GeluTanh => {
                     let mut a = b.fc1.forward(&hn);
-                    gelu_tanh(&mut a);
+                    crate::ops::gelu_tanh(&mut a);
                     a
                 }
                 VisionAct::Gelu => b.fc1.forward_gelu(&hn),
@@ -610,22 +597,5 @@ mod tests {
         assert!(mrope_positions(&[9, 9, 9], 9, &[[1, 4, 6]], 2).is_err());
         assert!(mrope_positions(&[1, 2], 9, &[[1, 2, 2]], 2).is_err());
         assert!(mrope_positions(&[9, 1, 9], 9, &[[1, 2, 2]], 2).is_err());
-    }
-
-    #[test]
-    fn gelu_tanh_matches_its_formula() {
-        let mut x = vec![-3.0f32, -0.5, 0.0, 0.7, 2.5];
-        let want: Vec<f32> = x
-            .iter()
-            .map(|&v: &f32| {
-                let inner = (2.0f64 / std::f64::consts::PI).sqrt()
-                    * (v as f64 + 0.044715 * (v as f64).powi(3));
-                (0.5 * v as f64 * (1.0 + inner.tanh())) as f32
-            })
-            .collect();
-        gelu_tanh(&mut x);
-        for (a, b) in x.iter().zip(&want) {
-            assert!((a - b).abs() < 1e-6, "{a} vs {b}");
-        }
     }
 }

@@ -30,6 +30,19 @@ pub fn tanh(x: &mut [f32]) {
     cpu::tanh(x)
 }
 
+/// `gelu_pytorch_tanh` in place: `0.5 x (1 + tanh(√(2/π) (x + 0.044715 x³)))`, in f32.
+pub fn gelu_tanh(x: &mut [f32]) {
+    const BETA: f32 = 0.797_884_6; // √2 · (2/√π) · 0.5
+    let mut t: Vec<f32> = x
+        .iter()
+        .map(|&v| BETA * (v + 0.044715 * v * v * v))
+        .collect();
+    tanh(&mut t);
+    for (v, t) in x.iter_mut().zip(&t) {
+        *v = 0.5 * *v * (1.0 + t);
+    }
+}
+
 /// Exact SiLU in place: `x / (1 + exp(-x))`.
 pub fn silu(x: &mut [f32]) {
     let mut e: Vec<f32> = x.iter().map(|v| -v).collect();
@@ -227,6 +240,22 @@ mod tests {
                 let d = (got[r * width + j] as f64 - want).abs();
                 assert!(d <= 1e-5 * want.abs().max(1.0), "{d}");
             }
+        }
+    }
+    #[test]
+    fn gelu_tanh_matches_its_formula() {
+        let mut x = vec![-3.0f32, -0.5, 0.0, 0.7, 2.5];
+        let want: Vec<f32> = x
+            .iter()
+            .map(|&v: &f32| {
+                let inner = (2.0f64 / std::f64::consts::PI).sqrt()
+                    * (v as f64 + 0.044715 * (v as f64).powi(3));
+                (0.5 * v as f64 * (1.0 + inner.tanh())) as f32
+            })
+            .collect();
+        gelu_tanh(&mut x);
+        for (a, b) in x.iter().zip(&want) {
+            assert!((a - b).abs() < 1e-6, "{a} vs {b}");
         }
     }
 }

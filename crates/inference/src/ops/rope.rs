@@ -313,6 +313,22 @@ impl Rope {
         self.inv_freq_dev.cuda(dev, &self.inv_freq)
     }
 
+    /// Checks that `x` is `rows` rows of `n_heads` heads.
+    fn check_rows(&self, op: &'static str, x: &Tensor, n_heads: usize, rows: usize) -> Result<()> {
+        if x.rows() != rows || x.cols() != n_heads * self.head_dim {
+            return Err(Error::Shape {
+                op,
+                reason: format!(
+                    "[{}, {}] for {rows} positions of {n_heads} heads of {}",
+                    x.rows(),
+                    x.cols(),
+                    self.head_dim
+                ),
+            });
+        }
+        Ok(())
+    }
+
     /// Features per head.
     pub fn head_dim(&self) -> usize {
         self.head_dim
@@ -320,18 +336,7 @@ impl Rope {
 
     /// [`Rope::apply`] on a tensor [positions.len(), n_heads * head_dim], on its device.
     pub fn rotate(&self, x: &mut Tensor, n_heads: usize, positions: &[usize]) -> Result<()> {
-        if x.rows() != positions.len() || x.cols() != n_heads * self.head_dim {
-            return Err(Error::Shape {
-                op: "Rope::rotate",
-                reason: format!(
-                    "[{}, {}] for {} positions of {n_heads} heads of {}",
-                    x.rows(),
-                    x.cols(),
-                    positions.len(),
-                    self.head_dim
-                ),
-            });
-        }
+        self.check_rows("Rope::rotate", x, n_heads, positions.len())?;
         match x.storage_mut() {
             Storage::Cpu(v) => {
                 self.apply(v, n_heads, positions);
@@ -365,18 +370,7 @@ impl Rope {
             let flat: Vec<usize> = positions.iter().map(|p| p[0]).collect();
             return self.rotate(x, n_heads, &flat);
         }
-        if x.rows() != positions.len() || x.cols() != n_heads * self.head_dim {
-            return Err(Error::Shape {
-                op: "Rope::rotate_3d",
-                reason: format!(
-                    "[{}, {}] for {} positions of {n_heads} heads of {}",
-                    x.rows(),
-                    x.cols(),
-                    positions.len(),
-                    self.head_dim
-                ),
-            });
-        }
+        self.check_rows("Rope::rotate_3d", x, n_heads, positions.len())?;
         match x.storage_mut() {
             Storage::Cpu(v) => self.apply_3d(v, n_heads, positions),
             #[cfg(feature = "cuda")]
@@ -417,19 +411,7 @@ impl Rope {
                     .into(),
             )
         })?;
-        let hd = self.head_dim;
-        let half = self.inv_freq.len();
-        debug_assert_eq!(x.len(), positions.len() * n_heads * hd);
-        let mut cos = vec![0.0f32; half];
-        let mut sin = vec![0.0f32; half];
-        for (row, pos) in x.chunks_exact_mut(n_heads * hd).zip(positions) {
-            for (i, &f) in self.inv_freq.iter().enumerate() {
-                let angle = pos[axes[i] as usize] as f32 * f;
-                cos[i] = angle.cos() * self.attention_scaling;
-                sin[i] = angle.sin() * self.attention_scaling;
-            }
-            rotate_heads(row, hd, &cos, &sin);
-        }
+        self.rotate_rows(x, n_heads, positions, |pos, i| pos[axes[i] as usize]);
         Ok(())
     }
 
@@ -446,16 +428,28 @@ impl Rope {
     /// Rotates every head of every row of `x` f32 [positions.len(), n_heads * head_dim] in place;
     /// row `i` is at position `positions[i]`.
     pub fn apply(&self, x: &mut [f32], n_heads: usize, positions: &[usize]) {
+        self.rotate_rows(x, n_heads, positions, |&pos, _| pos);
+    }
+
+    /// Rotates every head of every row of `x` in place, pair `i` of a row at `position(p, i)`
+    /// for the row's `p` (the one loop of [`Rope::apply`] and [`Rope::apply_3d`]).
+    fn rotate_rows<P>(
+        &self,
+        x: &mut [f32],
+        n_heads: usize,
+        positions: &[P],
+        position: impl Fn(&P, usize) -> usize,
+    ) {
         let hd = self.head_dim;
         let half = self.inv_freq.len();
         debug_assert_eq!(x.len(), positions.len() * n_heads * hd);
         let mut cos = vec![0.0f32; half];
         let mut sin = vec![0.0f32; half];
-        for (row, &pos) in x.chunks_exact_mut(n_heads * hd).zip(positions) {
-            for ((c, s), &f) in cos.iter_mut().zip(sin.iter_mut()).zip(&self.inv_freq) {
-                let angle = pos as f32 * f;
-                *c = angle.cos() * self.attention_scaling;
-                *s = angle.sin() * self.attention_scaling;
+        for (row, pos) in x.chunks_exact_mut(n_heads * hd).zip(positions) {
+            for (i, &f) in self.inv_freq.iter().enumerate() {
+                let angle = position(pos, i) as f32 * f;
+                cos[i] = angle.cos() * self.attention_scaling;
+                sin[i] = angle.sin() * self.attention_scaling;
             }
             rotate_heads(row, hd, &cos, &sin);
         }
