@@ -476,6 +476,20 @@ fn assert_refused(server: &Server, body: &Value, path: &str, needles: &[&str], w
 fn bad_images_over_http_are_400s() {
     let vl = fixture("tiny-qwen3-vl");
     let server = Server::start(&["--model", &vl, "--max-images", "2"]);
+    let mut low = chat_with(&["a.png"], "Hi");
+    low["messages"][0]["content"][0]["image_url"]["detail"] = json!("low");
+    assert_refused(
+        &server,
+        &low,
+        "messages[0].content[0].image_url.detail",
+        &["low", "full resolution"],
+        "detail: low",
+    );
+    let mut high = chat_with(&["a.png"], "Hi");
+    high["messages"][0]["content"][0]["image_url"]["detail"] = json!("high");
+    server
+        .post("/v1/chat/completions", &high)
+        .ok("detail: high");
     let url = "messages[0].content[0].image_url.url";
     let a = image_bytes("a.png");
     let text = "Describe the picture.";

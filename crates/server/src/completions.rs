@@ -472,6 +472,14 @@ fn chat_message(m: Message, i: usize, images: &mut Vec<ImageRef>) -> Result<Chat
                         parts.push(ContentPart::Text(t));
                     }
                     ("image_url", _, Some(u)) => {
+                        // Images are always used whole, at the model's own resolution limits:
+                        // that is `auto` and `high`; `low` (a downscaled image) is refused.
+                        if let Some(d) = u.detail.as_deref().filter(|d| !matches!(*d, "auto" | "high")) {
+                            return Err(ApiError::invalid_param(
+                                format!("{path}.image_url.detail"),
+                                format!("`detail` \"{d}\" is not supported: images are used at full resolution (\"auto\" or \"high\")"),
+                            ));
+                        }
                         images.push(ImageRef {
                             path: format!("{path}.image_url.url"),
                             url: u.url,

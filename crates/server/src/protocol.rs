@@ -156,7 +156,8 @@ pub struct ContentPart {
 pub struct ImageUrl {
     /// A `data:image/...;base64,` URL (or `http(s)` where the server allows it).
     pub url: String,
-    /// OpenAI's resolution hint (`auto`, `low`, `high`); images are always used whole.
+    /// OpenAI's resolution hint: `auto` and `high` (images are used whole, within the model's
+    /// pixel limits); `low` is refused.
     pub detail: Option<String>,
 }
 
