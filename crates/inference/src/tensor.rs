@@ -96,6 +96,117 @@ impl Tensor {
         }
     }
 
+    /// Zeros [rows, cols] on `device`.
+    pub fn zeros(device: &Device, rows: usize, cols: usize) -> Result<Tensor> {
+        match device {
+            Device::Cpu => Ok(Tensor::cpu(rows, cols, vec![0.0; rows * cols])),
+            #[cfg(feature = "cuda")]
+            Device::Cuda(dev) => Ok(Tensor::cuda(dev, rows, cols, dev.zeros(rows * cols)?)),
+        }
+    }
+
+    /// A copy on the same device.
+    pub fn try_clone(&self) -> Result<Tensor> {
+        match &self.storage {
+            Storage::Cpu(v) => Ok(Tensor::cpu(self.rows, self.cols, v.clone())),
+            #[cfg(feature = "cuda")]
+            Storage::Cuda(s) => Ok(Tensor::cuda(
+                &s.dev,
+                self.rows,
+                self.cols,
+                s.dev.duplicate(&s.buf, self.len())?.into(),
+            )),
+        }
+    }
+
+    /// Overwrites the values with `src`'s (same shape, same device).
+    pub fn copy_from(&mut self, src: &Tensor) -> Result<()> {
+        if (src.rows, src.cols) != (self.rows, self.cols) {
+            return Err(Error::Shape {
+                op: "Tensor::copy_from",
+                reason: format!(
+                    "[{}, {}] into [{}, {}]",
+                    src.rows, src.cols, self.rows, self.cols
+                ),
+            });
+        }
+        #[cfg(feature = "cuda")]
+        let n = self.len();
+        match (&mut self.storage, &src.storage) {
+            (Storage::Cpu(d), Storage::Cpu(s)) => {
+                d.copy_from_slice(s);
+                Ok(())
+            }
+            #[cfg(feature = "cuda")]
+            (Storage::Cuda(d), Storage::Cuda(s)) => d.dev.copy_within(&s.buf, &mut d.buf, n),
+            #[cfg(feature = "cuda")]
+            _ => Err(mixed("Tensor::copy_from")),
+        }
+    }
+
+    /// Sets every value to zero.
+    pub fn fill_zero(&mut self) -> Result<()> {
+        #[cfg(feature = "cuda")]
+        let n = self.len();
+        match &mut self.storage {
+            Storage::Cpu(v) => {
+                v.fill(0.0);
+                Ok(())
+            }
+            #[cfg(feature = "cuda")]
+            Storage::Cuda(s) => s.dev.fill_zero(&mut s.buf, n),
+        }
+    }
+
+    /// The tensors' columns side by side (same rows, same device): [rows, Σ cols].
+    pub fn concat_columns(parts: &[&Tensor]) -> Result<Tensor> {
+        let Some(first) = parts.first() else {
+            return Err(Error::Shape {
+                op: "Tensor::concat_columns",
+                reason: "no tensors".into(),
+            });
+        };
+        let rows = first.rows;
+        if let Some(bad) = parts.iter().find(|t| t.rows != rows) {
+            return Err(Error::Shape {
+                op: "Tensor::concat_columns",
+                reason: format!("[{}, {}] beside {rows} rows", bad.rows, bad.cols),
+            });
+        }
+        let width: usize = parts.iter().map(|t| t.cols).sum();
+        match &first.storage {
+            Storage::Cpu(_) => {
+                let mut out = Vec::with_capacity(rows * width);
+                for r in 0..rows {
+                    for t in parts {
+                        match &t.storage {
+                            Storage::Cpu(v) => {
+                                out.extend_from_slice(&v[r * t.cols..(r + 1) * t.cols])
+                            }
+                            #[cfg(feature = "cuda")]
+                            _ => return Err(mixed("Tensor::concat_columns")),
+                        }
+                    }
+                }
+                Ok(Tensor::cpu(rows, width, out))
+            }
+            #[cfg(feature = "cuda")]
+            Storage::Cuda(s) => {
+                let mut out = s.dev.alloc_buf(rows * width)?;
+                let mut col0 = 0;
+                for t in parts {
+                    let Storage::Cuda(ts) = &t.storage else {
+                        return Err(mixed("Tensor::concat_columns"));
+                    };
+                    s.dev
+                        .place_cols(&ts.buf, rows, t.cols, &mut out, width, col0)?;
+                    col0 += t.cols;
+                }
+                Ok(Tensor::cuda(&s.dev, rows, width, out))
+            }
+        }
+    }
+
     /// Rows.
     pub fn rows(&self) -> usize {
         self.rows

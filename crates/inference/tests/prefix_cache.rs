@@ -71,7 +71,8 @@ fn logits_after_hit_equal_cold(model: &str) {
         "{model}: the two full pages are reused"
     );
     let mut warm = SeqState::in_pool(&pool, &lay, 4096).unwrap();
-    warm.adopt_prefix(hit.pages, hit.tokens, hit.snapshot.as_deref());
+    warm.adopt_prefix(hit.pages, hit.tokens, hit.snapshot.as_deref())
+        .unwrap();
     let got = forward(&m, &mut warm, &second[boundary..]);
 
     // Cold, split where the engine splits a hybrid prompt (its last page boundary is further

@@ -10,12 +10,14 @@
 mod causal;
 mod entry;
 pub mod gdn;
+mod gdn_layer;
 
 pub use causal::{
     cached_attention, cached_decode_batch, causal_attention, decode_attention,
     decode_attention_batch, decode_attention_views, CausalShape,
 };
 pub use entry::{attend, attend_qkv, attend_tensors, QkvHeads, ROW_BY_ROW};
+pub use gdn_layer::GdnLayer;
 
 use crate::backend::cpu;
 use crate::tensor::{Storage, Tensor};

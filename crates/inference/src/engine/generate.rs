@@ -117,7 +117,7 @@ pub fn generate_in(
                 len
             }
             _ => {
-                state.clear();
+                state.clear()?;
                 0
             }
         }

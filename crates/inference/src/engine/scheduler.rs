@@ -299,7 +299,7 @@ fn admit(slot: &mut Slot<'_>, memory: &mut KvMemory) -> Result<()> {
     let hit = memory.lookup(&history, history.len() - 1, slot.seq.request().lora.key());
     let reused = hit.tokens;
     if reused > 0 {
-        state.adopt_prefix(hit.pages, reused, hit.snapshot.as_deref());
+        state.adopt_prefix(hit.pages, reused, hit.snapshot.as_deref())?;
     }
     slot.computed = reused;
     slot.state = Some(state);

@@ -583,32 +583,8 @@ pub trait Decoder: Send + Sync {
     ) -> Result<Vec<f32>>;
 }
 
-/// The input rows of a batch: embedding rows of its token ids, or its input embeddings as
-/// given. f32 [rows, width].
-pub(crate) fn embed_rows(
-    table: &EmbeddingTable,
-    batch: &ForwardBatch<'_>,
-    width: usize,
-) -> Result<Vec<f32>> {
-    let x = match batch.input {
-        BatchInput::Tokens(ids) => {
-            let mut x = vec![0.0f32; ids.len() * width];
-            for (&id, row) in ids.iter().zip(x.chunks_exact_mut(width)) {
-                table.lookup(id, row)?;
-            }
-            x
-        }
-        BatchInput::Embeddings(x) => x.to_vec(),
-    };
-    if batch.injected.is_none() {
-        return Ok(x);
-    }
-    let mut t = Tensor::from_host(&Device::Cpu, x.len() / width.max(1), width, x)?;
-    batch.inject_embeddings(&mut t)?;
-    t.into_host()
-}
-
-/// [`embed_rows`] as a tensor on `device`.
+/// The input rows of a batch as a tensor on `device`: embedding rows of its token ids, or
+/// its input embeddings as given, with any injected rows (images) added. f32 [rows, width].
 pub(crate) fn embed_tensor(
     table: &EmbeddingTable,
     batch: &ForwardBatch<'_>,
@@ -625,7 +601,9 @@ pub(crate) fn embed_tensor(
     Ok(x)
 }
 
-/// [`finish_batch`] over a tensor `x` [rows, width] on any device; the result stays there.
+/// Ends a pass: commits the new rows to every state, then applies the final norm and head to
+/// the rows `batch.outputs` asks for (`x` [rows, width], the residual stream, on any device;
+/// the result stays there).
 pub(crate) fn finish_tensor(
     x: Tensor,
     batch: &ForwardBatch<'_>,
@@ -644,39 +622,6 @@ pub(crate) fn finish_tensor(
     match (&batch.outputs, head) {
         (RowOutputs::AllHidden, _) => Ok(hidden),
         (_, Some(head)) => head.apply(&hidden),
-        (_, None) => Err(Error::InvalidInput(
-            "this model was loaded without its output head (as an encoder)".into(),
-        )),
-    }
-}
-
-/// Ends a pass: commits the new rows to every state, then applies the final norm and head
-/// to the rows `batch.outputs` asks for (`x` f32 [rows, width], the residual stream).
-pub(crate) fn finish_batch(
-    x: Vec<f32>,
-    batch: &ForwardBatch<'_>,
-    states: &mut [&mut SeqState],
-    norm: &RmsNorm,
-    head: Option<&Linear>,
-) -> Result<Vec<f32>> {
-    for (&len, state) in batch.seq_lens.iter().zip(states.iter_mut()) {
-        state.commit(len);
-    }
-    let width = norm.dim();
-    let mut hidden = match batch.output_rows() {
-        Some(rows) => {
-            let mut kept = Vec::with_capacity(rows.len() * width);
-            for r in rows {
-                kept.extend_from_slice(&x[r * width..(r + 1) * width]);
-            }
-            kept
-        }
-        None => x,
-    };
-    norm.forward_inplace(&mut hidden);
-    match (&batch.outputs, head) {
-        (RowOutputs::AllHidden, _) => Ok(hidden),
-        (_, Some(head)) => Ok(head.forward(&hidden)),
         (_, None) => Err(Error::InvalidInput(
             "this model was loaded without its output head (as an encoder)".into(),
         )),

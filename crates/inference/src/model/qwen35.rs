@@ -14,40 +14,33 @@
 //! heads in tiled order; the converter's value transforms (`1 + w` norms, `ssm_a = −exp(A_log)`,
 //! a 2-D conv kernel) are undone by the [`TensorSource`].
 //!
-//! A pass runs every projection over the packed rows of all sequences at once; only the
-//! convolution and delta rule (over each sequence's recurrent state) and the attention (over
-//! each sequence's cache; one batched call when every sequence decodes one token) run per
-//! sequence.
+//! Written as calls to `ops` and `attention` over [`Tensor`]s, so the same code runs on every
+//! device. A pass runs every projection over the packed rows of all sequences at once; the
+//! convolution and delta rule run over each sequence's recurrent state ([`GdnLayer`]) and the
+//! attention over each sequence's cache.
 
-use crate::attention::gdn::{delta_rule_heads, log_decay, GdnInputs};
-use crate::attention::{attend, CausalShape};
-use crate::backend::Op;
-use crate::ops::{
-    causal_conv1d, l2_normalize_rows, scale, sigmoid, sigmoid_gate, silu, silu_gate, silu_mul,
-    split_columns, Linear, RmsNorm, Rope,
-};
+use crate::attention::{attend_qkv, CausalShape, GdnLayer, QkvHeads};
+use crate::backend::{Device, Op};
+use crate::ops::{argmax_rows, sigmoid_gate, split_query_gate, Linear, RmsNorm, Rope};
 use crate::state::{LayerKind, SeqState};
+use crate::tensor::Tensor;
 use crate::{Error, Result};
 
 use super::batch::ForwardBatch;
-use super::decoder::{embed_rows, finish_batch, Decoder, DecoderConfig, DecoderInfo};
-use super::hybrid::GdnConfig;
+use super::decoder::{embed_tensor, finish_tensor, Decoder, DecoderConfig, DecoderInfo};
 use super::source::{EmbeddingTable, Placement, TensorSource};
 
 #[derive(Debug)]
 struct Gdn {
     in_proj: Linear, // [conv_dim + value_dim + 2 n_v_heads, hidden]: qkv, z, b, a
-    conv: Vec<f32>,  // [conv_dim, kernel]
-    a_log_exp: Vec<f32>,
-    dt_bias: Vec<f32>,
+    core: GdnLayer,
     norm: RmsNorm, // [v_dim], plain weight
     out_proj: Linear,
 }
 
 #[derive(Debug)]
 struct GatedAttention {
-    q_proj: Linear, // [2 q_dim]: per head, query then gate
-    kv_proj: Linear,
+    qkv_proj: Linear, // [2 q_dim + 2 kv_dim]: per head a query then a gate; keys; values
     q_norm: RmsNorm,
     k_norm: RmsNorm,
     o_proj: Linear,
@@ -72,7 +65,6 @@ struct Layer {
 #[derive(Debug)]
 pub struct Qwen35Model {
     info: DecoderInfo,
-    gdn: GdnConfig,
     kinds: Vec<LayerKind>,
     embed: EmbeddingTable,
     layers: Vec<Layer>,
@@ -115,8 +107,14 @@ impl Qwen35Model {
                 );
                 let bias = cfg.qkv_bias;
                 Mixer::Full(Box::new(GatedAttention {
-                    q_proj: src.linear(&[&q], &[2 * q_dim], h, bias, place, &[])?,
-                    kv_proj: src.linear(&[&k, &v], &[kv_dim, kv_dim], h, bias, place, &[])?,
+                    qkv_proj: src.linear(
+                        &[&q, &k, &v],
+                        &[2 * q_dim, kv_dim, kv_dim],
+                        h,
+                        bias,
+                        place,
+                        &[],
+                    )?,
                     q_norm: offset_norm(src, &format!("{a}.q_norm"), hd, eps)?,
                     k_norm: offset_norm(src, &format!("{a}.k_norm"), hd, eps)?,
                     o_proj: src.linear(&[&o], &[h], q_dim, cfg.o_bias, place, &[])?,
@@ -134,9 +132,13 @@ impl Qwen35Model {
                 let refs: Vec<&str> = names.iter().map(String::as_str).collect();
                 Mixer::Linear(Box::new(Gdn {
                     in_proj: src.linear(&refs, &[conv_dim, vd, nv, nv], h, false, place, &[])?,
-                    conv: src.conv_kernel(&format!("{a}.conv1d"), conv_dim, gdn.conv_kernel)?,
-                    a_log_exp: src.a_log_exp(&a, nv)?,
-                    dt_bias: src.f32(&a, "dt_bias", &[nv])?.as_slice().to_vec(),
+                    core: GdnLayer::new(
+                        *heads,
+                        gdn.conv_kernel,
+                        src.conv_kernel(&format!("{a}.conv1d"), conv_dim, gdn.conv_kernel)?,
+                        src.a_log_exp(&a, nv)?,
+                        src.f32(&a, "dt_bias", &[nv])?.as_slice().to_vec(),
+                    )?,
                     norm: RmsNorm::new(
                         src.f32(&format!("{a}.norm"), "weight", &[heads.v_dim])?,
                         eps,
@@ -189,9 +191,7 @@ impl Qwen35Model {
             .map(|l| {
                 let mixer = match &l.mixer {
                     Mixer::Linear(g) => g.in_proj.weight_bytes() + g.out_proj.weight_bytes(),
-                    Mixer::Full(a) => {
-                        a.q_proj.weight_bytes() + a.kv_proj.weight_bytes() + a.o_proj.weight_bytes()
-                    }
+                    Mixer::Full(a) => a.qkv_proj.weight_bytes() + a.o_proj.weight_bytes(),
                 };
                 mixer + l.gate_up.weight_bytes() + l.down.weight_bytes()
             })
@@ -205,7 +205,6 @@ impl Qwen35Model {
                 weight_bytes,
                 instance: super::decoder::next_instance(),
             },
-            gdn,
             kinds,
             embed,
             layers,
@@ -219,89 +218,34 @@ impl Qwen35Model {
         &self.info.config
     }
 
-    /// A GDN layer over the packed new tokens of every sequence (`hn` the normalized residual
-    /// stream `x`); returns `x` plus the layer's output.
-    fn gdn(
-        &self,
-        layer: usize,
-        g: &Gdn,
-        hn: &[f32],
-        x: &[f32],
-        lens: &[usize],
-        caches: &mut [&mut SeqState],
-    ) -> Vec<f32> {
-        let (c, heads) = (&self.gdn, &self.gdn.heads);
-        let (conv_dim, kd, vd, nv) = (
-            c.conv_dim(),
-            heads.key_dim(),
-            heads.value_dim(),
-            heads.n_v_heads,
-        );
-        let [qkv, z, mut beta, a] = split_columns(&g.in_proj.forward(hn), [conv_dim, vd, nv, nv]);
-        sigmoid(&mut beta);
-        let decay = log_decay(&a, &g.a_log_exp, &g.dt_bias);
-        let q_scale = 1.0 / (heads.k_dim as f32).sqrt();
-
-        let mut core = Vec::with_capacity(z.len());
-        let mut row0 = 0;
-        for (&n, cache) in lens.iter().zip(caches.iter_mut()) {
-            let rows = row0..row0 + n;
-            row0 += n;
-            let (conv_state, rec_state) = cache.recurrent(layer);
-            // Causal depthwise convolution over [window; new inputs], then SiLU.
-            let mut inputs = Vec::with_capacity(conv_state.len() + n * conv_dim);
-            inputs.extend_from_slice(conv_state);
-            inputs.extend_from_slice(&qkv[rows.start * conv_dim..rows.end * conv_dim]);
-            let mut mixed = causal_conv1d(&inputs, &g.conv, conv_dim, c.conv_kernel);
-            silu(&mut mixed);
-            let new_conv = inputs[n * conv_dim..].to_vec();
-
-            let [mut q, mut k, v] = split_columns(&mixed, [kd, kd, vd]);
-            l2_normalize_rows(&mut q, heads.k_dim, 1e-6);
-            l2_normalize_rows(&mut k, heads.k_dim, 1e-6);
-            scale(&mut q, q_scale);
-            let per_head = rows.start * nv..rows.end * nv;
-            let x = GdnInputs {
-                q: &q,
-                k: &k,
-                v: &v,
-                g: &decay[per_head.clone()],
-                beta: &beta[per_head],
-            };
-            let (o, new_state) = delta_rule_heads(&x, heads, rec_state);
-            cache.set_recurrent(layer, new_conv, new_state);
-            core.extend(o);
-        }
-
-        // Gated RMSNorm per head: w ⊙ norm(o) ⊙ silu(z).
-        g.norm.forward_inplace(&mut core);
-        silu_gate(&mut core, &z);
-        g.out_proj.forward_residual(&core, x)
+    fn device(&self) -> &Device {
+        &self.info.device
     }
 
-    /// A gated full-attention layer over the packed new tokens of every sequence (`hn` the
-    /// normalized residual stream `x`, at `positions`); returns `x` plus the layer's output.
+    /// A gated full-attention layer's mixer over the packed new tokens of every sequence (`x`
+    /// the residual stream, at `positions`); returns `x` plus its output.
     #[allow(clippy::too_many_arguments)]
     fn attention(
         &self,
         layer: usize,
         a: &GatedAttention,
-        hn: &[f32],
-        x: &[f32],
+        norm: &RmsNorm,
+        x: Tensor,
         lens: &[usize],
         positions: (&[usize], Option<&[[usize; 3]]>),
-        caches: &mut [&mut SeqState],
-    ) -> Result<Vec<f32>> {
+        states: &mut [&mut SeqState],
+    ) -> Result<Tensor> {
         let cfg = self.config();
-        let (hd, kv_dim) = (cfg.head_dim, cfg.kv_dim());
-        // q_proj holds a query and a gate per head.
-        let [mut q, gate] = split_columns(&a.q_proj.forward(hn), [hd, hd]);
-        let [mut k, v] = split_columns(&a.kv_proj.forward(hn), [kv_dim, kv_dim]);
-        a.q_norm.forward_inplace(&mut q);
-        a.k_norm.forward_inplace(&mut k);
-        let (p1, p3) = positions;
-        self.rope.apply_rows(&mut q, cfg.n_heads, p1, p3)?;
-        self.rope.apply_rows(&mut k, cfg.n_kv_heads, p1, p3)?;
+        let hd = cfg.head_dim;
+        // Per head a query and its gate, then keys and values.
+        let proj = a.qkv_proj.apply_normed(&x, norm)?;
+        let (qkv, gate) = split_query_gate(&proj, cfg.n_heads, hd)?;
+        let heads = QkvHeads {
+            norms: Some((&a.q_norm, &a.k_norm)),
+            rope: &self.rope,
+            positions: positions.0,
+            positions_3d: positions.1,
+        };
         let shape = CausalShape {
             n_heads: cfg.n_heads,
             n_kv_heads: cfg.n_kv_heads,
@@ -309,9 +253,34 @@ impl Qwen35Model {
             sliding_window: None,
         };
         let scale = 1.0 / (hd as f32).sqrt();
-        let mut ctx = attend(&q, &k, &v, lens, caches, layer, &shape, scale)?;
-        sigmoid_gate(&mut ctx, &gate);
-        Ok(a.o_proj.forward_residual(&ctx, x))
+        let mut ctx = attend_qkv(&qkv, &heads, lens, states, layer, &shape, scale)?;
+        sigmoid_gate(&mut ctx, &gate)?;
+        a.o_proj.apply_residual(&ctx, x)
+    }
+
+    /// The pass: what `batch.outputs` asks for, on the model's device.
+    fn run(&self, batch: &ForwardBatch<'_>, states: &mut [&mut SeqState]) -> Result<Tensor> {
+        let cfg = self.config();
+        let positions = batch.validate(states, cfg.kv_dim(), cfg.hidden_size, self.rope.is_3d())?;
+        let p3 = batch.rope3d();
+        let lens = &batch.seq_lens;
+        let mut x = embed_tensor(&self.embed, batch, cfg.hidden_size, self.device())?;
+        for (layer, l) in self.layers.iter().enumerate() {
+            x = match &l.mixer {
+                Mixer::Linear(g) => {
+                    let proj = g.in_proj.apply_normed(&x, &l.input_norm)?;
+                    let mut core = g.core.apply(layer, &proj, lens, states)?;
+                    g.core.gated_norm(&mut core, &proj, &g.norm)?;
+                    g.out_proj.apply_residual(&core, x)?
+                }
+                Mixer::Full(a) => {
+                    self.attention(layer, a, &l.input_norm, x, lens, (&positions, p3), states)?
+                }
+            };
+            let gate_up = l.gate_up.apply_normed(&x, &l.post_norm)?;
+            x = l.down.apply_swiglu_residual(&gate_up, x)?;
+        }
+        finish_tensor(x, batch, states, &self.norm, Some(&self.lm_head))
     }
 }
 
@@ -322,33 +291,27 @@ impl Decoder for Qwen35Model {
 
     fn new_cache(&self, max_len: usize) -> SeqState {
         let cfg = self.config();
-        SeqState::with_layers(&self.kinds, cfg.kv_dim(), max_len.min(cfg.max_positions))
+        SeqState::with_layers_on(
+            self.device(),
+            &self.kinds,
+            cfg.kv_dim(),
+            max_len.min(cfg.max_positions),
+        )
     }
 
     fn forward_on_pool(
         &self,
         batch: &ForwardBatch<'_>,
-        caches: &mut [&mut SeqState],
+        states: &mut [&mut SeqState],
     ) -> Result<Vec<f32>> {
-        let cfg = self.config();
-        let positions = batch.validate(caches, cfg.kv_dim(), cfg.hidden_size, self.rope.is_3d())?;
-        let p3 = batch.rope3d();
-        let lens = &batch.seq_lens;
-        let mut x = embed_rows(&self.embed, batch, cfg.hidden_size)?;
-        for (layer, l) in self.layers.iter().enumerate() {
-            let mut hn = x.clone();
-            l.input_norm.forward_inplace(&mut hn);
-            x = match &l.mixer {
-                Mixer::Linear(g) => self.gdn(layer, g, &hn, &x, lens, caches),
-                Mixer::Full(a) => {
-                    self.attention(layer, a, &hn, &x, lens, (&positions, p3), caches)?
-                }
-            };
-            let mut hn = x.clone();
-            l.post_norm.forward_inplace(&mut hn);
-            let act = silu_mul(&l.gate_up.forward(&hn), cfg.intermediate_size);
-            x = l.down.forward_residual(&act, &x);
-        }
-        finish_batch(x, batch, caches, &self.norm, Some(&self.lm_head))
+        self.run(batch, states)?.into_host()
+    }
+
+    fn greedy_on_pool(
+        &self,
+        batch: &ForwardBatch<'_>,
+        states: &mut [&mut SeqState],
+    ) -> Result<Vec<u32>> {
+        argmax_rows(&self.run(batch, states)?)
     }
 }

@@ -15,7 +15,7 @@ pub use embed::Embedding;
 pub use linear::Linear;
 pub use norm::{LayerNorm, RmsNorm};
 pub use rope::{Mrope, Rope, RopeConfig, RopeScaling};
-pub use split::{put_columns, split_columns, take_columns};
+pub use split::{put_columns, split_columns, split_query_gate, take_columns};
 
 /// A GGUF / Q8_0 quantized weight matrix in the CPU kernels' layout (what quantized
 /// [`Linear`] layers and embedding tables hold).
@@ -70,11 +70,34 @@ pub fn sigmoid(x: &mut [f32]) {
     }
 }
 
-/// `x ⊙= σ(gate)` elementwise, σ as in [`sigmoid`] (a sigmoid output gate).
-pub fn sigmoid_gate(x: &mut [f32], gate: &[f32]) {
-    assert_eq!(x.len(), gate.len(), "sigmoid_gate: length mismatch");
-    for (v, &g) in x.iter_mut().zip(gate) {
-        *v *= 1.0 / (1.0 + (-g).exp());
+/// `x ⊙= σ(gate)` elementwise (same shapes), σ as in [`sigmoid`] (a sigmoid output gate), on
+/// the tensors' device.
+pub fn sigmoid_gate(x: &mut Tensor, gate: &Tensor) -> Result<()> {
+    if (x.rows(), x.cols()) != (gate.rows(), gate.cols()) {
+        return Err(Error::Shape {
+            op: "sigmoid_gate",
+            reason: format!(
+                "x [{}, {}], gate [{}, {}]",
+                x.rows(),
+                x.cols(),
+                gate.rows(),
+                gate.cols()
+            ),
+        });
+    }
+    #[cfg(feature = "cuda")]
+    let n = x.len();
+    match (x.storage_mut(), gate.storage()) {
+        (Storage::Cpu(x), Storage::Cpu(gate)) => {
+            for (v, &g) in x.iter_mut().zip(gate) {
+                *v *= 1.0 / (1.0 + (-g).exp());
+            }
+            Ok(())
+        }
+        #[cfg(feature = "cuda")]
+        (Storage::Cuda(x), Storage::Cuda(g)) => x.dev.sigmoid_gate(&mut x.buf, &g.buf, n),
+        #[cfg(feature = "cuda")]
+        _ => Err(crate::tensor::mixed("sigmoid_gate")),
     }
 }
 

@@ -4,6 +4,51 @@
 
 use std::ops::Range;
 
+use crate::tensor::{Storage, Tensor};
+use crate::{Error, Result};
+
+/// A gated query projection's output `x` [rows, n_heads * 2 head_dim + rest] (per head a query
+/// then a gate of `head_dim`, then `rest` more columns, e.g. keys and values) into (queries
+/// followed by the rest [rows, n_heads * head_dim + rest], gates [rows, n_heads * head_dim]),
+/// on `x`'s device.
+pub fn split_query_gate(x: &Tensor, n_heads: usize, head_dim: usize) -> Result<(Tensor, Tensor)> {
+    let (rows, width, q_dim) = (x.rows(), x.cols(), n_heads * head_dim);
+    if 2 * q_dim > width || head_dim == 0 {
+        return Err(Error::Shape {
+            op: "split_query_gate",
+            reason: format!("rows of {width} for {n_heads} query/gate heads of {head_dim}"),
+        });
+    }
+    match x.storage() {
+        Storage::Cpu(v) => {
+            let mut qkv = Vec::with_capacity(rows * (width - q_dim));
+            let mut gate = Vec::with_capacity(rows * q_dim);
+            for row in v.chunks_exact(width) {
+                for h in 0..n_heads {
+                    let at = h * 2 * head_dim;
+                    qkv.extend_from_slice(&row[at..at + head_dim]);
+                    gate.extend_from_slice(&row[at + head_dim..at + 2 * head_dim]);
+                }
+                qkv.extend_from_slice(&row[2 * q_dim..]);
+            }
+            Ok((
+                Tensor::cpu(rows, width - q_dim, qkv),
+                Tensor::cpu(rows, q_dim, gate),
+            ))
+        }
+        #[cfg(feature = "cuda")]
+        Storage::Cuda(s) => {
+            let (qkv, gate) = s
+                .dev
+                .split_query_gate(&s.buf, rows, width, n_heads, head_dim)?;
+            Ok((
+                Tensor::cuda(&s.dev, rows, width - q_dim, qkv),
+                Tensor::cuda(&s.dev, rows, q_dim, gate),
+            ))
+        }
+    }
+}
+
 /// Splits every row of `x` (rows of `widths.iter().sum()` values) into `N` column groups:
 /// group `i` holds columns of width `widths[i]` of every row, in row order, f32
 /// [n, widths[i]]. A "row" may be narrower than a token: `[head_dim, head_dim]` splits

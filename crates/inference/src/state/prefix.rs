@@ -350,7 +350,7 @@ mod tests {
         let hit = cache.lookup(&b, b.len() - 1, false, 0);
         assert_eq!(hit.tokens, 8);
         let mut s = SeqState::in_pool(&pool, &lay, 1000).unwrap();
-        s.adopt_prefix(hit.pages, 8, None);
+        s.adopt_prefix(hit.pages, 8, None).unwrap();
         assert_eq!(
             s.keys(0).gather_f32(0..8),
             (0..8).map(|x| x as f32).collect::<Vec<_>>()

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use super::pool::{Charge, PagePool, PageRef, PageShape, DEFAULT_PAGE_ROWS};
 use super::view::KvView;
 use crate::backend::Device;
+use crate::tensor::Tensor;
 use crate::{Error, Result};
 
 /// How an attention layer stores its cached keys and values.
@@ -113,6 +114,8 @@ struct Recurrent {
 #[derive(Debug)]
 pub struct RecurrentSnapshot {
     layers: Vec<Option<(Vec<f32>, Vec<f32>)>>,
+    /// A copy of a device state's block.
+    block: Option<Tensor>,
     charge: Charge,
 }
 
@@ -150,7 +153,12 @@ pub struct SeqState {
     pages: Vec<PageRef>,
     /// Attention slot of every layer (`None` for recurrent layers).
     slots: Arc<[Option<usize>]>,
+    kinds: Arc<[LayerKind]>,
+    /// Host states of the recurrent layers (states on the CPU).
     recurrent: Vec<Option<Recurrent>>,
+    /// Every recurrent layer's window and matrices in one device tensor (states on a GPU),
+    /// which the device's kernels update in place: see [`SeqState::recurrent_block`].
+    block: Option<Tensor>,
     recurrent_charge: Option<Charge>,
     kv_dim: usize,
     len: usize,
@@ -171,7 +179,12 @@ impl Clone for SeqState {
             pool: self.pool.clone(),
             pages: self.pages.clone(),
             slots: Arc::clone(&self.slots),
+            kinds: Arc::clone(&self.kinds),
             recurrent: self.recurrent.clone(),
+            block: self.block.as_ref().map(|b| {
+                b.try_clone()
+                    .expect("device memory for a copy of a recurrent state")
+            }),
             recurrent_charge: self
                 .recurrent_charge
                 .as_ref()
@@ -235,6 +248,13 @@ impl SeqState {
         } else {
             None
         };
+        let on_device = !pool.device().is_cpu() && layout.is_recurrent();
+        let block = if on_device {
+            let values = layout.recurrent_bytes() / 4;
+            Some(Tensor::zeros(pool.device(), 1, values)?)
+        } else {
+            None
+        };
         let mut next = 0;
         let slots: Arc<[Option<usize>]> = layout
             .kinds
@@ -250,11 +270,14 @@ impl SeqState {
             pool: pool.clone(),
             pages: Vec::new(),
             slots,
+            kinds: layout.kinds.iter().copied().collect(),
+            block,
             recurrent: layout
                 .kinds
                 .iter()
                 .map(|k| match *k {
                     LayerKind::Attention => None,
+                    _ if on_device => None,
                     LayerKind::Recurrent { conv, recurrent } => Some(Recurrent {
                         conv: vec![0.0; conv],
                         state: vec![0.0; recurrent],
@@ -274,19 +297,8 @@ impl SeqState {
 
     /// The layer kinds and widths this state was made for.
     pub fn layout(&self) -> MemoryLayout {
-        let kinds = self
-            .recurrent
-            .iter()
-            .map(|r| match r {
-                None => LayerKind::Attention,
-                Some(r) => LayerKind::Recurrent {
-                    conv: r.conv.len(),
-                    recurrent: r.state.len(),
-                },
-            })
-            .collect();
         MemoryLayout {
-            kinds,
+            kinds: self.kinds.to_vec(),
             kv_dim: self.kv_dim,
             max_positions: self.max_len,
         }
@@ -323,27 +335,48 @@ impl SeqState {
 
     /// Whether some layer keeps a recurrent state.
     pub fn is_recurrent(&self) -> bool {
-        self.recurrent.iter().any(Option::is_some)
+        self.kinds.iter().any(|k| *k != LayerKind::Attention)
     }
 
-    /// The committed convolution window and recurrent state of recurrent layer `layer`.
+    /// The committed convolution window and recurrent state of recurrent layer `layer` (a
+    /// state on the CPU).
     ///
-    /// Panics if `layer` is an attention layer (a model bug).
+    /// Panics if `layer` is an attention layer or the state lives on a GPU (a model bug).
     pub fn recurrent(&self, layer: usize) -> (&[f32], &[f32]) {
         let r = self.recurrent[layer]
             .as_ref()
-            .expect("recurrent() on an attention layer");
+            .expect("recurrent() on an attention layer or a GPU state");
         (&r.conv, &r.state)
     }
 
     /// Records the state of recurrent layer `layer` after the pass in flight (applied by
-    /// [`SeqState::commit`]).
+    /// [`SeqState::commit`]; a state on the CPU).
     pub fn set_recurrent(&mut self, layer: usize, conv: Vec<f32>, state: Vec<f32>) {
         let r = self.recurrent[layer]
             .as_mut()
-            .expect("set_recurrent() on an attention layer");
+            .expect("set_recurrent() on an attention layer or a GPU state");
         debug_assert!(conv.len() == r.conv.len() && state.len() == r.state.len());
         r.pending = Some((conv, state));
+    }
+
+    /// The device block of a state on a GPU, and where recurrent layer `layer`'s convolution
+    /// window ([kernel - 1, conv channels]) and matrices start in it (values from its start).
+    /// The device's kernels read and update the block in place, so a pass that fails midway
+    /// on a GPU leaves the layers it ran advanced (the request fails with it). `None` for
+    /// states on the CPU (see [`SeqState::recurrent`]) and for attention layers.
+    pub fn recurrent_block(&mut self, layer: usize) -> Option<(&mut Tensor, usize, usize)> {
+        let mut off = 0;
+        let mut at = None;
+        for (l, k) in self.kinds.iter().enumerate() {
+            if let LayerKind::Recurrent { conv, recurrent } = *k {
+                if l == layer {
+                    at = Some((off, off + conv));
+                }
+                off += conv + recurrent;
+            }
+        }
+        let (conv, rec) = at?;
+        Some((self.block.as_mut()?, conv, rec))
     }
 
     /// A copy of the committed recurrent state (`None` for attention-only states), charged
@@ -353,24 +386,30 @@ impl SeqState {
             return Ok(None);
         };
         let charge = self.pool.charge(c.bytes())?;
+        let block = self.block.as_ref().map(Tensor::try_clone).transpose()?;
         let layers = self
             .recurrent
             .iter()
             .map(|r| r.as_ref().map(|r| (r.conv.clone(), r.state.clone())))
             .collect();
-        Ok(Some(RecurrentSnapshot { layers, charge }))
+        Ok(Some(RecurrentSnapshot {
+            layers,
+            block,
+            charge,
+        }))
     }
 
     /// Starts this empty state from `len` tokens of cached `pages` (shared, read-only) and, for
     /// recurrent layers, the snapshot taken at that position.
     ///
-    /// Panics unless the state is empty and the pages and snapshot fit it (a caller bug).
+    /// Panics unless the state is empty and the pages and snapshot fit it (a caller bug);
+    /// fails only when a device copy does.
     pub fn adopt_prefix(
         &mut self,
         pages: Vec<PageRef>,
         len: usize,
         snapshot: Option<&RecurrentSnapshot>,
-    ) {
+    ) -> Result<()> {
         assert!(
             self.len == 0 && self.pages.is_empty(),
             "adopt_prefix on a used state"
@@ -388,9 +427,13 @@ impl SeqState {
                     r.state.copy_from_slice(state);
                 }
             }
+            if let (Some(b), Some(from)) = (self.block.as_mut(), s.block.as_ref()) {
+                b.copy_from(from)?;
+            }
         }
         self.pages = pages;
         self.len = len;
+        Ok(())
     }
 
     /// A new sequence holding this one's first `len` committed tokens (llama.cpp's `seq_cp`):
@@ -412,7 +455,9 @@ impl SeqState {
             pool: self.pool.clone(),
             pages: self.pages[..len.div_ceil(self.page_rows())].to_vec(),
             slots: Arc::clone(&self.slots),
+            kinds: Arc::clone(&self.kinds),
             recurrent: self.recurrent.clone(),
+            block: self.block.as_ref().map(Tensor::try_clone).transpose()?,
             recurrent_charge,
             kv_dim: self.kv_dim,
             len: self.len,
@@ -445,14 +490,22 @@ impl SeqState {
     /// next; [`Error::OutOfMemory`] when it does not fit. Nothing to do for attention-only
     /// states (they truncate anywhere).
     pub fn keep_previous(&mut self) -> Result<()> {
+        if self.block.is_some() {
+            return Err(Error::Device(
+                "a recurrent state on a GPU is updated in place and cannot undo a pass \
+                 (speculative decoding of hybrid models runs on the CPU)"
+                    .into(),
+            ));
+        }
         if let (None, Some(c)) = (&self.keep, &self.recurrent_charge) {
             self.keep = Some(self.pool.charge(c.bytes())?);
         }
         Ok(())
     }
 
-    /// Back to an empty sequence (its pages go back to the pool unless shared).
-    pub fn clear(&mut self) {
+    /// Back to an empty sequence (its pages go back to the pool unless shared); fails only
+    /// when zeroing a device state does.
+    pub fn clear(&mut self) -> Result<()> {
         self.len = 0;
         self.appended = 0;
         self.pages.clear();
@@ -461,6 +514,10 @@ impl SeqState {
             r.conv.fill(0.0);
             r.state.fill(0.0);
             r.pending = None;
+        }
+        match self.block.as_mut() {
+            Some(b) => b.fill_zero(),
+            None => Ok(()),
         }
     }
 
@@ -772,11 +829,11 @@ mod tests {
         let snapshot = s.clone();
         let saved = s.snapshot_recurrent().unwrap().unwrap();
         let pages = s.pages().to_vec();
-        s.clear();
+        s.clear().unwrap();
         assert_eq!(s.len(), 0);
         assert_eq!(s.recurrent(0).0, &[0.0; 2]);
         assert_eq!(snapshot.recurrent(0).0, &[1.0; 2]);
-        s.adopt_prefix(pages, 1, Some(&saved));
+        s.adopt_prefix(pages, 1, Some(&saved)).unwrap();
         assert_eq!(s.recurrent(0).0, &[1.0; 2]);
         assert_eq!(s.keys(1).gather_f32(0..1), vec![5.0; 2]);
     }

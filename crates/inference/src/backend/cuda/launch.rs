@@ -102,7 +102,7 @@ pub fn attn_smem_bytes(hd: usize) -> usize {
     (ATTN_ROWS * hd + ATTN_KEYS * (hd + 4) + ATTN_KEYS * hd) * 4
 }
 
-fn grid_1d(n: usize) -> LaunchConfig {
+pub(super) fn grid_1d(n: usize) -> LaunchConfig {
     LaunchConfig {
         grid_dim: (n.div_ceil(256).max(1) as u32, 1, 1),
         block_dim: (256, 1, 1),

@@ -9,6 +9,7 @@
 //! backend, and tests/cuda_ops.rs holds every launcher here to it.
 #![allow(unsafe_code)]
 
+mod gdn;
 mod graph;
 pub(crate) mod launch;
 mod paged;
@@ -23,12 +24,17 @@ use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr
 use super::device::Op;
 use crate::{Error, Result};
 
+pub use gdn::GdnLaunch;
 pub use launch::{AttnTiles, GemvInput, MatrixData};
 pub use paged::{attend_packed, attend_paged, attend_qkv_paged, QkvPrep};
 pub use quant::q8_matrix;
 
 /// The kernel source (compiled at run time): the kernels, then the quantized products.
-pub const KERNELS: &str = concat!(include_str!("kernels.cu"), include_str!("quant.cu"));
+pub const KERNELS: &str = concat!(
+    include_str!("kernels.cu"),
+    include_str!("quant.cu"),
+    include_str!("gdn.cu")
+);
 
 /// f32 device memory: an allocation of its own, or, while a recorded step is replayed (no
 /// kernel runs, so no value is ever read or written), a buffer lent by the device's replay
@@ -109,6 +115,7 @@ pub fn supports(op: Op) -> bool {
             | Op::AttentionF32
             | Op::AttentionF16
             | Op::Argmax
+            | Op::GatedDeltaNet
     )
 }
 
@@ -146,6 +153,13 @@ pub(crate) struct Kernels {
     pub attn_decode_f16: [CudaFunction; 4],
     pub qkv_prep_f32: CudaFunction,
     pub qkv_prep_f16: CudaFunction,
+    pub place_cols: CudaFunction,
+    pub sigmoid_gate: CudaFunction,
+    pub split_query_gate: CudaFunction,
+    pub rms_norm_silu_gate: CudaFunction,
+    pub gdn_conv: CudaFunction,
+    /// By key head width (gdn::DELTA_KEY_DIMS).
+    pub gdn_delta: [CudaFunction; 3],
 }
 
 /// One opened GPU.
@@ -207,6 +221,10 @@ pub enum Input {
     TokenIds,
     /// Row indices of a gather.
     RowIndices,
+    /// Gated DeltaNet: the address of every sequence's recurrent-state block.
+    RecurrentStates,
+    /// Gated DeltaNet: each sequence's first row, and the end (n_seqs + 1 offsets).
+    SeqRows,
 }
 
 /// Compiles the kernel source for compute capability `cc` to PTX (also usable without a GPU,
@@ -344,6 +362,16 @@ impl CudaDevice {
             ],
             qkv_prep_f32: f("qkv_prep_f32")?,
             qkv_prep_f16: f("qkv_prep_f16")?,
+            place_cols: f("place_cols")?,
+            sigmoid_gate: f("sigmoid_gate")?,
+            split_query_gate: f("split_query_gate")?,
+            rms_norm_silu_gate: f("rms_norm_silu_gate")?,
+            gdn_conv: f("gdn_conv")?,
+            gdn_delta: [
+                f("gdn_delta_k32")?,
+                f("gdn_delta_k64")?,
+                f("gdn_delta_k128")?,
+            ],
         };
         // Kernels that stage more than the default 48 KiB of shared memory.
         let smem = cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
@@ -495,6 +523,37 @@ impl CudaDevice {
             self.synchronize()?;
         }
         Ok(out)
+    }
+
+    /// f32 zeros for `n` values (an allocation of its own, never lent by the replay pool).
+    pub fn zeros(&self, n: usize) -> Result<Buf> {
+        let slice = self
+            .stream
+            .alloc_zeros::<f32>(n.max(1))
+            .map_err(|e| err("allocating zeros", e))?;
+        Ok(slice.into())
+    }
+
+    /// Copies the first `n` values of `src` into `dst` (in stream order).
+    pub fn copy_within(&self, src: &Buf, dst: &mut Buf, n: usize) -> Result<()> {
+        assert!(src.len() >= n && dst.len() >= n);
+        if n == 0 || self.replaying() {
+            return Ok(());
+        }
+        self.stream
+            .memcpy_dtod(&src.slice(..n), &mut dst.slice_mut(..n))
+            .map_err(|e| err("device copy", e))
+    }
+
+    /// Sets the first `n` values of `buf` to zero (in stream order).
+    pub fn fill_zero(&self, buf: &mut Buf, n: usize) -> Result<()> {
+        assert!(buf.len() >= n);
+        if n == 0 || self.replaying() {
+            return Ok(());
+        }
+        self.stream
+            .memset_zeros(&mut buf.slice_mut(..n))
+            .map_err(|e| err("zeroing device memory", e))
     }
 
     /// A device copy of `src`'s first `n` values.

@@ -1,0 +1,216 @@
+
+// ---- Qwen3.5's layers: Gated DeltaNet (attention/gdn.rs is the CPU form) and gated attention ----
+//
+// A sequence's recurrent state is one device block (state/seq.rs): per recurrent layer its
+// convolution window [K - 1, conv_dim] at `conv_off` and n_v_heads matrices S [dk, dv] at
+// `rec_off` (values from the block's start). `states[s]` is sequence s's block and rows
+// cu[s] .. cu[s + 1] of the packed rows are its new tokens. The kernels update the states in
+// place.
+
+// Column block x [rows, width] into columns col0 .. col0 + width of y [rows, ld].
+extern "C" __global__ void place_cols(const float* x, int width, float* y, int ld, int col0,
+                                      long long n) {
+    DEP_ENTER();
+    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    const long long r = i / width, j = i - r * width;
+    y[r * ld + col0 + j] = x[i];
+}
+
+// x *= sigmoid(gate) elementwise, both [n].
+extern "C" __global__ void sigmoid_gate(float* x, const float* gate, long long n) {
+    DEP_ENTER();
+    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    x[i] *= 1.0f / (1.0f + expf(-gate[i]));
+}
+
+// A gated query projection [rows, n_heads * 2 hd | rest] (per head: query, then gate) into
+// qkv [rows, n_heads * hd + rest] (the queries, then the rest as it is) and gate
+// [rows, n_heads * hd]. One thread per input value; `width` = n_heads * 2 hd + rest.
+extern "C" __global__ void split_query_gate(const float* x, float* qkv, float* gate, int n_heads,
+                                            int hd, int width, long long n) {
+    DEP_ENTER();
+    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    const long long r = i / width;
+    const int c = (int)(i - r * width);
+    const int qg = n_heads * 2 * hd, q_dim = n_heads * hd;
+    const float v = x[i];
+    if (c >= qg) {
+        qkv[r * (width - q_dim) + q_dim + (c - qg)] = v;
+        return;
+    }
+    const int h = c / (2 * hd), d = c - h * 2 * hd;
+    if (d < hd) qkv[r * (width - q_dim) + h * hd + d] = v;
+    else gate[r * q_dim + h * hd + (d - hd)] = v;
+}
+
+// Gated RMSNorm of x [rows * n_heads, dim] in place: w * (x / sqrt(mean(x^2) + eps)) * silu(z),
+// with z of row r, head h at z[r * ld + h * dim ..]. Grid: rows * n_heads.
+extern "C" __global__ void rms_norm_silu_gate(float* x, const float* w, const float* z, int ld,
+                                              int n_heads, int dim, float eps) {
+    DEP_ENTER();
+    const int r = blockIdx.x / n_heads, h = blockIdx.x - r * n_heads;
+    float* xr = x + (size_t)blockIdx.x * dim;
+    const float* zr = z + (size_t)r * ld + (size_t)h * dim;
+    float ss = 0.0f;
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) ss += xr[i] * xr[i];
+    ss = block_sum(ss);
+    const float rs = 1.0f / sqrtf(ss / (float)dim + eps);
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) {
+        const float g = zr[i];
+        xr[i] = w[i] * (xr[i] * rs) * (g / (1.0f + expf(-g)));
+    }
+}
+
+#define GDN_MAX_KERNEL 8
+
+// The causal depthwise convolution and SiLU of a GDN layer: for channel c of sequence s,
+// mixed[t, c] = silu(sum_j w[c, j] x[t + j - (K - 1), c]) over the window and the new rows
+// (x: the first conv_dim columns of proj, rows of ld values); the window advances in place.
+// Grid: (ceil(conv_dim / 128), n_seqs), 128 threads.
+extern "C" __global__ void gdn_conv(const float* proj, int ld, float* mixed, const float* w,
+                                    const u64* states, long long conv_off, const int* cu,
+                                    int conv_dim, int K) {
+    DEP_ENTER();
+    const int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= conv_dim) return;
+    const int s = blockIdx.y;
+    float* win = (float*)states[s] + conv_off;
+    float wk[GDN_MAX_KERNEL], hist[GDN_MAX_KERNEL];
+#pragma unroll
+    for (int j = 0; j < GDN_MAX_KERNEL; ++j) {
+        wk[j] = j < K ? w[c * K + j] : 0.0f;
+        hist[j] = j < K - 1 ? win[(size_t)j * conv_dim + c] : 0.0f;
+    }
+    const int end = cu[s + 1];
+    for (int t = cu[s]; t < end; ++t) {
+        const float x = proj[(size_t)t * ld + c];
+        float acc = 0.0f;
+#pragma unroll
+        for (int j = 0; j < GDN_MAX_KERNEL; ++j) {
+            if (j < K - 1) acc += wk[j] * hist[j];
+            else if (j == K - 1) acc += wk[j] * x;
+        }
+        mixed[(size_t)t * conv_dim + c] = acc / (1.0f + expf(-acc));
+#pragma unroll
+        for (int j = 0; j < GDN_MAX_KERNEL - 1; ++j) {
+            if (j < K - 2) hist[j] = hist[j + 1];
+            else if (j == K - 2) hist[j] = x;
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < GDN_MAX_KERNEL; ++j)
+        if (j < K - 1) win[(size_t)j * conv_dim + c] = hist[j];
+}
+
+// The gated delta rule of one value head over a sequence's new tokens, token by token:
+//   S <- S exp(g);  S <- S + k (beta (v - S^T k))^T;  o = S^T q
+// with q, k L2-normalized (eps 1e-6; q also scaled by q_scale), beta = sigmoid(b) and
+// g = -a_log_exp * softplus(a + dt_bias) from the layer's projection (b at column bcol + h, a at
+// bcol + n_v_heads + h of proj). One warp per (32 value columns, value head, sequence): lane j
+// holds column j of S in registers (DK >= dk rows). q, k, v come from mixed [rows, conv_dim]
+// (the convolution's output: queries, keys, values side by side); o goes to out [rows, vd].
+// The next token's inputs are loaded while the current one is computed.
+template <int DK>
+__device__ void gdn_delta(const float* mixed, const float* proj, int ld, int bcol, float* out,
+                          const float* a_log_exp, const float* dt_bias, const u64* states,
+                          long long rec_off, const int* cu, int n_k_heads, int n_v_heads,
+                          int dk, int dv, int v_tiled, float q_scale) {
+    constexpr int PER = DK / 32;
+    __shared__ float qs[DK], ks[DK];
+    const int lane = threadIdx.x;
+    const int j = blockIdx.x * 32 + lane;
+    const int h = blockIdx.y, s = blockIdx.z;
+    const int kh = v_tiled ? h % n_k_heads : h / (n_v_heads / n_k_heads);
+    const int kd = n_k_heads * dk, vd = n_v_heads * dv, conv_dim = 2 * kd + vd;
+    const bool col = j < dv;
+    float* S = (float*)states[s] + rec_off + (size_t)h * dk * dv;
+    float st[DK];
+#pragma unroll
+    for (int i = 0; i < DK; ++i) st[i] = (col && i < dk) ? S[(size_t)i * dv + j] : 0.0f;
+    const float ae = a_log_exp[h], dt = dt_bias[h];
+    const int t0 = cu[s], end = cu[s + 1];
+    // Inputs of token t (registers), loaded one token ahead.
+    float qv[PER], kv[PER], v = 0.0f, bv = 0.0f, av = 0.0f;
+    auto load = [&](int t) {
+        const float* row = mixed + (size_t)t * conv_dim;
+#pragma unroll
+        for (int p = 0; p < PER; ++p) {
+            const int i = p * 32 + lane;
+            qv[p] = i < dk ? row[kh * dk + i] : 0.0f;
+            kv[p] = i < dk ? row[kd + kh * dk + i] : 0.0f;
+        }
+        v = col ? row[2 * kd + h * dv + j] : 0.0f;
+        bv = proj[(size_t)t * ld + bcol + h];
+        av = proj[(size_t)t * ld + bcol + n_v_heads + h];
+    };
+    if (t0 < end) load(t0);
+    for (int t = t0; t < end; ++t) {
+        float sq = 0.0f, sk = 0.0f;
+#pragma unroll
+        for (int p = 0; p < PER; ++p) {
+            sq += qv[p] * qv[p];
+            sk += kv[p] * kv[p];
+        }
+        sq = warp_sum(sq);
+        sk = warp_sum(sk);
+        const float rq = 1.0f / sqrtf(sq + 1e-6f), rk = 1.0f / sqrtf(sk + 1e-6f);
+#pragma unroll
+        for (int p = 0; p < PER; ++p) {
+            qs[p * 32 + lane] = (qv[p] * rq) * q_scale;
+            ks[p * 32 + lane] = kv[p] * rk;
+        }
+        const float beta = 1.0f / (1.0f + expf(-bv));
+        const float x = av + dt;
+        const float decay = expf(-ae * (x > 20.0f ? x : log1pf(expf(x))));
+        const float vt = v;
+        __syncwarp();
+        if (t + 1 < end) load(t + 1);
+        float m0 = 0.0f, m1 = 0.0f, m2 = 0.0f, m3 = 0.0f;
+#pragma unroll
+        for (int i = 0; i < DK; i += 4) {
+            st[i] *= decay;
+            st[i + 1] *= decay;
+            st[i + 2] *= decay;
+            st[i + 3] *= decay;
+            m0 += st[i] * ks[i];
+            m1 += st[i + 1] * ks[i + 1];
+            m2 += st[i + 2] * ks[i + 2];
+            m3 += st[i + 3] * ks[i + 3];
+        }
+        const float d = (vt - ((m0 + m1) + (m2 + m3))) * beta;
+        float o0 = 0.0f, o1 = 0.0f, o2 = 0.0f, o3 = 0.0f;
+#pragma unroll
+        for (int i = 0; i < DK; i += 4) {
+            st[i] += ks[i] * d;
+            st[i + 1] += ks[i + 1] * d;
+            st[i + 2] += ks[i + 2] * d;
+            st[i + 3] += ks[i + 3] * d;
+            o0 += st[i] * qs[i];
+            o1 += st[i + 1] * qs[i + 1];
+            o2 += st[i + 2] * qs[i + 2];
+            o3 += st[i + 3] * qs[i + 3];
+        }
+        if (col) out[(size_t)t * vd + h * dv + j] = (o0 + o1) + (o2 + o3);
+        __syncwarp();
+    }
+#pragma unroll
+    for (int i = 0; i < DK; ++i)
+        if (col && i < dk) S[(size_t)i * dv + j] = st[i];
+}
+
+#define GDN_DELTA(NAME, DK)                                                                    \
+    extern "C" __global__ void NAME(const float* mixed, const float* proj, int ld, int bcol,   \
+                                    float* out, const float* a_log_exp, const float* dt_bias,  \
+                                    const u64* states, long long rec_off, const int* cu,       \
+                                    int n_k_heads, int n_v_heads, int dk, int dv, int v_tiled, \
+                                    float q_scale) {                                           \
+        DEP_ENTER();                                                                           \
+        gdn_delta<DK>(mixed, proj, ld, bcol, out, a_log_exp, dt_bias, states, rec_off, cu,     \
+                      n_k_heads, n_v_heads, dk, dv, v_tiled, q_scale);                         \
+    }
+GDN_DELTA(gdn_delta_k32, 32)
+GDN_DELTA(gdn_delta_k64, 64)
+GDN_DELTA(gdn_delta_k128, 128)
