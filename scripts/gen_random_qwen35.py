@@ -17,9 +17,16 @@ With --vision the checkpoint also gets a vision tower of the Qwen3.5-0.8B shape 
 parameters, model.visual.*), preprocessor_config.json and the image token ids, in
 .cache/models/qwen35-0.8b-vl-random/.
 
-Usage: .cache/venv-ref/bin/python scripts/gen_random_qwen35.py [--vision]
+Usage: .cache/venv-ref/bin/python scripts/gen_random_qwen35.py [--vision] [--out DIR]
+       [--tokenizer PATH]
+
+--out writes the checkpoint to DIR instead; --tokenizer takes the tokenizer.json from PATH (a .gz
+is decompressed) instead of .cache/qwen35/. The GPU machine runs it this way (numpy and
+safetensors are there; scripts/gpu/lattice_device.sh, step `models`); without the llama.cpp
+sources the chat template is left out.
 """
 
+import gzip
 import json
 import shutil
 import sys
@@ -30,7 +37,15 @@ from safetensors.numpy import save_file
 
 ROOT = Path(__file__).resolve().parent.parent
 VISION = "--vision" in sys.argv
-OUT = ROOT / ".cache" / "models" / ("qwen35-0.8b-vl-random" if VISION else "qwen35-0.8b-random")
+
+
+def _flag(name):
+    return sys.argv[sys.argv.index(name) + 1] if name in sys.argv else None
+
+
+OUT = Path(_flag("--out")) if _flag("--out") else (
+    ROOT / ".cache" / "models" / ("qwen35-0.8b-vl-random" if VISION else "qwen35-0.8b-random"))
+TOKENIZER = Path(_flag("--tokenizer") or ROOT / ".cache" / "qwen35" / "tokenizer.json")
 VISION_CFG = dict(
     model_type="qwen3_5", depth=12, hidden_size=768, intermediate_size=3072, num_heads=12,
     in_channels=3, patch_size=16, spatial_merge_size=2, temporal_patch_size=2, out_hidden_size=1024,
@@ -58,6 +73,8 @@ def qwen35_chat_template() -> str:
     if tree.exists():
         return tree.read_text()
     sdist = ROOT / ".cache" / "pypi" / "llama_cpp_python-0.3.36.tar.gz"
+    if not sdist.exists():
+        return None
     with tarfile.open(sdist) as t:
         member = "llama_cpp_python-0.3.36/vendor/llama.cpp/models/templates/Qwen3.5-4B.jinja"
         return t.extractfile(member).read().decode()
@@ -157,9 +174,15 @@ def main():
             "merge_size": 2, "image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5],
             "size": {"shortest_edge": 65536, "longest_edge": 16777216}}, indent=2) + "\n")
     (OUT / "config.json").write_text(json.dumps(config, indent=2) + "\n")
-    shutil.copy(ROOT / ".cache" / "qwen35" / "tokenizer.json", OUT / "tokenizer.json")
+    if TOKENIZER.suffix == ".gz":
+        (OUT / "tokenizer.json").write_bytes(gzip.decompress(TOKENIZER.read_bytes()))
+    else:
+        shutil.copy(TOKENIZER, OUT / "tokenizer.json")
     tok_cfg = {"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>", "bos_token": None,
-               "add_bos_token": False, "chat_template": qwen35_chat_template()}
+               "add_bos_token": False}
+    template = qwen35_chat_template()
+    if template is not None:
+        tok_cfg["chat_template"] = template
     (OUT / "tokenizer_config.json").write_text(json.dumps(tok_cfg, indent=2) + "\n")
     params = sum(int(np.prod(v.shape)) for v in tensors.values())
     print(f"{OUT}: {params / 1e6:.0f}M parameters")

@@ -3,9 +3,12 @@
 # and model-parity test binaries, makes the random Qwen3-0.6B checkpoints, and measures Lattice
 # (`lattice bench generate --device cuda`) and the PyTorch peer on the same weights.
 #
-# Carried in .device/ (built here, stripped): lattice, cuda_ops, cuda_parity, and
-# qwen3-tokenizer/tokenizer.json.gz (scripts/gpu/prepare_carry.py). Results under $OUT.
-#   STEPS="env tests models lattice torch" bash scripts/gpu/lattice_device.sh
+# Carried in .device/ (built here, stripped): lattice, cuda_ops, cuda_parity,
+# qwen3-tokenizer/tokenizer.json.gz (scripts/gpu/prepare_carry.py) and, for the Qwen3.5 shape,
+# qwen35-tokenizer/tokenizer.json.gz (gzip of .cache/qwen35/tokenizer.json). Results under $OUT.
+#   STEPS="env tests models lattice hybrid torch" bash scripts/gpu/lattice_device.sh
+# `hybrid` measures the Qwen3.5-0.8B shape (scripts/gen_random_qwen35.py, bf16) like `lattice`;
+# RUNS (5) and STREAMS (8 64) apply to both.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 out=${OUT:-/tmp/gpu-out}
@@ -36,11 +39,22 @@ for step in $steps; do
       [ -f "$models/qwen3-0.6b-bf16/model.safetensors" ] ||
         python3 scripts/gpu/make_models.py --out "$models" --device cuda \
           --tokenizer .device/qwen3-tokenizer/tokenizer.json.gz
+      [ ! -f .device/qwen35-tokenizer/tokenizer.json.gz ] ||
+        [ -f "$models/qwen35-0.8b-bf16/model.safetensors" ] ||
+        python3 scripts/gen_random_qwen35.py --out "$models/qwen35-0.8b-bf16" \
+          --tokenizer .device/qwen35-tokenizer/tokenizer.json.gz
+      ;;
+    hybrid)
+      for streams in ${STREAMS:-8 64}; do
+        .device/lattice bench generate --model "$models/qwen35-0.8b-bf16" --bf16 --device cuda \
+          --prompt-tokens 512 --gen-tokens 128 --runs "${RUNS:-5}" --streams "$streams" --json 2>&1 |
+          tee "$out/lattice_qwen35_s$streams.json" | grep -v '^bench: run'
+      done
       ;;
     lattice)
       # bf16 and f32 weights; decode steps of up to 8 sequences are replayed CUDA graphs, and
       # LATTICE_CUDA_GRAPHS=0 runs the same bf16 test eagerly (what recording saves).
-      for run in bf16 bf16-eager f32; do
+      for run in ${RUNS_LATTICE:-bf16 bf16-eager f32}; do
         case $run in
           bf16) m=bf16; flags=--bf16; env= ;;
           bf16-eager) m=bf16; flags=--bf16; env=LATTICE_CUDA_GRAPHS=0 ;;
@@ -48,7 +62,7 @@ for step in $steps; do
         esac
         for streams in ${STREAMS:-8 64}; do
           env $env .device/lattice bench generate --model "$models/qwen3-0.6b-$m" $flags --device cuda \
-            --prompt-tokens 512 --gen-tokens 128 --runs 5 --streams "$streams" --json 2>&1 |
+            --prompt-tokens 512 --gen-tokens 128 --runs "${RUNS:-5}" --streams "$streams" --json 2>&1 |
             tee "$out/lattice_${run}_s$streams.json" | grep -v '^bench: run'
         done
       done

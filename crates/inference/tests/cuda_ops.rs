@@ -488,3 +488,126 @@ fn q8_0_products_match_the_cpu() {
         .to_string();
     assert!(e.contains("Q4_0") && e.contains("not implemented"), "{e}");
 }
+
+/// Both recurrent layers' windows and matrices of a state, in the device block's order.
+fn recurrent_values(state: &mut SeqState, layers: usize) -> Vec<f32> {
+    if let Some((block, _, _)) = state.recurrent_block(0) {
+        return block.to_host().unwrap();
+    }
+    (0..layers)
+        .flat_map(|l| {
+            let (conv, s) = state.recurrent(l);
+            conv.iter().chain(s).copied().collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+#[test]
+fn gated_delta_net_matches_the_cpu() {
+    use lattice_inference::attention::gdn::GdnHeads;
+    use lattice_inference::attention::GdnLayer;
+    use lattice_inference::ops::{sigmoid_gate, split_query_gate};
+    let Some(dev) = gpu("gated_delta_net_matches_the_cpu") else {
+        return;
+    };
+    let mut rng = Rng(0x0bad_cafe_f00d_1234);
+    // (key heads, value heads, key width, value width, tiled value heads, conv kernel)
+    for (nk, nv, dk, dv, v_tiled, kernel) in [
+        (2, 4, 16, 24, false, 4),
+        (1, 2, 64, 64, true, 3),
+        (4, 8, 128, 128, false, 4),
+        (2, 6, 100, 40, true, 4),
+    ] {
+        let heads = GdnHeads {
+            n_k_heads: nk,
+            n_v_heads: nv,
+            k_dim: dk,
+            v_dim: dv,
+            v_tiled,
+        };
+        let conv_dim = 2 * nk * dk + nv * dv;
+        let kinds = [LayerKind::Recurrent {
+            conv: (kernel - 1) * conv_dim,
+            recurrent: heads.state_len(),
+        }; 2];
+        let layers: Vec<GdnLayer> = (0..2)
+            .map(|_| {
+                let a_log_exp = (0..nv).map(|_| 0.55 + 0.45 * rng.next()).collect();
+                GdnLayer::new(
+                    heads,
+                    kernel,
+                    rng.vec(conv_dim * kernel, 0.6),
+                    a_log_exp,
+                    rng.vec(nv, 1.0),
+                )
+                .unwrap()
+            })
+            .collect();
+        let norm = RmsNorm::new(Weight::from_vec(rng.vec(dv, 1.0), vec![dv]), 1e-6);
+        let proj_dim = layers[0].proj_dim();
+        let mut cpu: Vec<SeqState> = (0..3)
+            .map(|_| SeqState::with_layers(&kinds, 8, 4096))
+            .collect();
+        let mut gpu_s: Vec<SeqState> = (0..3)
+            .map(|_| SeqState::with_layers_on(&dev, &kinds, 8, 4096))
+            .collect();
+        let name = format!("gdn nk {nk} nv {nv} dk {dk} dv {dv} kernel {kernel}");
+        // A prompt pass (chunked on the CPU from 17 tokens), decode steps, a short pass with
+        // an empty sequence, then a fork decoding on its own.
+        for (pass, lens) in [
+            vec![1, 45, 70],
+            vec![1, 1, 1],
+            vec![1, 1, 1],
+            vec![3, 0, 2],
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let rows: usize = lens.iter().sum();
+            let mut c_refs: Vec<&mut SeqState> = cpu.iter_mut().collect();
+            let mut g_refs: Vec<&mut SeqState> = gpu_s.iter_mut().collect();
+            for (l, layer) in layers.iter().enumerate() {
+                let (pc, pg) = pair(&dev, rows, proj_dim, rng.vec(rows * proj_dim, 2.0));
+                let mut oc = layer.apply(l, &pc, &lens, &mut c_refs).unwrap();
+                let mut og = layer.apply(l, &pg, &lens, &mut g_refs).unwrap();
+                check(&format!("{name} pass {pass} layer {l} core"), &og, &oc, 2e-5);
+                layer.gated_norm(&mut oc, &pc, &norm).unwrap();
+                layer.gated_norm(&mut og, &pg, &norm).unwrap();
+                check(&format!("{name} pass {pass} layer {l} gated norm"), &og, &oc, 2e-5);
+            }
+            for ((c, g), &n) in cpu.iter_mut().zip(gpu_s.iter_mut()).zip(&lens) {
+                c.commit(n);
+                g.commit(n);
+            }
+            for (i, (c, g)) in cpu.iter_mut().zip(gpu_s.iter_mut()).enumerate() {
+                let (vc, vg) = (recurrent_values(c, 2), recurrent_values(g, 2));
+                let e = nerr(&vg, &vc);
+                assert!(e < 2e-5, "{name} pass {pass} state {i}: {e:e}");
+            }
+        }
+        let mut cf = cpu[1].fork(cpu[1].len()).unwrap();
+        let mut gf = gpu_s[1].fork(gpu_s[1].len()).unwrap();
+        let (pc, pg) = pair(&dev, 1, proj_dim, rng.vec(proj_dim, 2.0));
+        let oc = layers[1].apply(1, &pc, &[1], &mut [&mut cf]).unwrap();
+        let og = layers[1].apply(1, &pg, &[1], &mut [&mut gf]).unwrap();
+        check(&format!("{name} fork"), &og, &oc, 2e-5);
+        assert!(gpu_s[0].keep_previous().is_err(), "GPU states cannot undo a pass");
+    }
+
+    // Gated attention's layout ops.
+    for (rows, nh, hd, rest) in [(1, 2, 8, 12), (37, 8, 256, 1024), (5, 3, 20, 0)] {
+        let width = nh * 2 * hd + rest;
+        let (c, g) = pair(&dev, rows, width, rng.vec(rows * width, 3.0));
+        let (qc, gc) = split_query_gate(&c, nh, hd).unwrap();
+        let (qg, gg) = split_query_gate(&g, nh, hd).unwrap();
+        assert_eq!(qg.to_host().unwrap(), qc.to_host().unwrap(), "split_query_gate");
+        assert_eq!(gg.to_host().unwrap(), gc.to_host().unwrap(), "split_query_gate");
+        let (mut xc, mut xg) = pair(&dev, rows, nh * hd, rng.vec(rows * nh * hd, 3.0));
+        sigmoid_gate(&mut xc, &gc).unwrap();
+        sigmoid_gate(&mut xg, &gg).unwrap();
+        check(&format!("sigmoid_gate {rows}x{}", nh * hd), &xg, &xc, 1e-6);
+        let cat_c = Tensor::concat_columns(&[&xc, &qc]).unwrap();
+        let cat_g = Tensor::concat_columns(&[&xg, &qg]).unwrap();
+        check("concat_columns", &cat_g, &cat_c, 1e-6);
+    }
+}

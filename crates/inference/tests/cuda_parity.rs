@@ -2,7 +2,8 @@
 //! fixtures of scripts/gen_decoder_fixtures.py: f32 last-position logits within 1e-5 relative
 //! error of the committed references and 64 greedy tokens equal (one token at a time over device
 //! KV pages); bf16 weights giving the f32 results; a batch through the engine (continuous
-//! batching, prefix cache) generating the CPU's tokens. Skipped, saying so, without a GPU.
+//! batching, prefix cache) generating the CPU's tokens; Qwen3.5 (Gated DeltaNet) likewise.
+//! Skipped, saying so, without a GPU.
 #![cfg(feature = "cuda")]
 
 mod common;
@@ -123,12 +124,60 @@ fn bf16_weights_give_the_f32_results() {
     }
 }
 
+/// Qwen3.5 (Gated DeltaNet + gated attention) on the GPU, from safetensors and from the GGUF
+/// that llama.cpp's converter writes (tiled value heads): last logits within 1e-5 of
+/// transformers where the CPU reaches it (1e-4 is the CPU test's bar for the 2,000-token
+/// prompt), every position of the long prompt against the CPU, 64 greedy tokens equal, also
+/// through recorded decode steps.
+#[test]
+fn qwen35_hybrid_on_the_gpu_matches_transformers() {
+    let Some(dev) = gpu("qwen35_hybrid_on_the_gpu_matches_transformers") else {
+        return;
+    };
+    let dir = fixture("tiny-qwen35");
+    let reference = read_json(&dir.join("reference.json"));
+    let cpu = load_decoder_on(&dir, &Placement::new(WeightMode::F32, Device::Cpu)).unwrap();
+    for path in [dir.clone(), dir.join("tiny-qwen35.bf16.gguf")] {
+        let model = load_decoder_on(&path, &Placement::new(WeightMode::F32, dev.clone())).unwrap();
+        let mut worst = 0.0f64;
+        for p in reference["prompts"].as_array().unwrap() {
+            let ids = u32s(&p["ids"]);
+            let (logits, got) = greedy(model.as_ref(), &ids, 64);
+            let err = rel_err(&logits, &f32s(&p["last_logits"]));
+            worst = worst.max(err);
+            assert!(err < 1e-4, "{path:?}/{}: relative error {err:e}", p["name"]);
+            assert_eq!(got, u32s(&p["greedy_ids"]), "{path:?}/{}: greedy", p["name"]);
+            let picked = greedy_on_device(model.as_ref(), &ids, 64);
+            assert_eq!(picked, got, "{path:?}/{}: greedy on the device", p["name"]);
+            if p["name"] == "long" {
+                let all = |m: &dyn Decoder| {
+                    let mut st = m.new_cache(4096);
+                    m.forward(&ids, &[ids.len()], &mut [&mut st], Outputs::AllLogits)
+                        .unwrap()
+                };
+                let e = rel_err(&all(model.as_ref()), &all(cpu.as_ref()));
+                assert!(e < 1e-5, "{path:?}/long: every position vs the CPU {e:e}");
+                eprintln!("tiny-qwen35 {path:?}: all {} positions vs the CPU {e:.2e}", ids.len());
+            }
+        }
+        eprintln!(
+            "tiny-qwen35 {path:?} on {dev}: worst relative logit error {worst:.2e}, greedy 64 equal"
+        );
+    }
+}
+
 #[test]
 fn engine_batches_on_the_gpu_like_the_cpu() {
     let Some(dev) = gpu("engine_batches_on_the_gpu_like_the_cpu") else {
         return;
     };
-    let dir = fixture("tiny-qwen3");
+    for name in ["tiny-qwen3", "tiny-qwen35"] {
+        engine_batches_like_the_cpu(&dev, name);
+    }
+}
+
+fn engine_batches_like_the_cpu(dev: &Device, name: &str) {
+    let dir = fixture(name);
     let g = TextModel::load_on(&dir, &Placement::new(WeightMode::F32, dev.clone())).unwrap();
     let c = TextModel::load(&dir, WeightMode::F32).unwrap();
     let reference = read_json(&dir.join("reference.json"));
@@ -160,11 +209,11 @@ fn engine_batches_on_the_gpu_like_the_cpu() {
         assert_eq!(
             run(&g, running, copies),
             run(&c, running, copies),
-            "engine tokens on {dev} vs cpu, {running} running"
+            "{name}: engine tokens on {dev} vs cpu, {running} running"
         );
     }
     eprintln!(
-        "engine on {dev}: {} and {} requests, tokens equal to the CPU's",
+        "{name}: engine on {dev}: {} and {} requests, tokens equal to the CPU's",
         prompts.len() + 2,
         3 * prompts.len() + 2
     );
