@@ -125,10 +125,10 @@ fn bf16_weights_give_the_f32_results() {
 }
 
 /// Qwen3.5 (Gated DeltaNet + gated attention) on the GPU, from safetensors and from the GGUF
-/// that llama.cpp's converter writes (tiled value heads): last logits within 1e-5 of
-/// transformers where the CPU reaches it (1e-4 is the CPU test's bar for the 2,000-token
-/// prompt), every position of the long prompt against the CPU, 64 greedy tokens equal, also
-/// through recorded decode steps.
+/// that llama.cpp's converter writes (tiled value heads): last logits within 1e-4 of
+/// transformers (the CPU test's bar, for prompts up to 2,000 tokens), every position of the
+/// long prompt within 5e-5 of the CPU, 64 greedy tokens equal, also through recorded decode
+/// steps.
 #[test]
 fn qwen35_hybrid_on_the_gpu_matches_transformers() {
     let Some(dev) = gpu("qwen35_hybrid_on_the_gpu_matches_transformers") else {
@@ -156,7 +156,8 @@ fn qwen35_hybrid_on_the_gpu_matches_transformers() {
                         .unwrap()
                 };
                 let e = rel_err(&all(model.as_ref()), &all(cpu.as_ref()));
-                assert!(e < 1e-5, "{path:?}/long: every position vs the CPU {e:e}");
+                // The CPU runs the prompt's delta rule in chunks, the GPU token by token.
+                assert!(e < 5e-5, "{path:?}/long: every position vs the CPU {e:e}");
                 eprintln!("tiny-qwen35 {path:?}: all {} positions vs the CPU {e:.2e}", ids.len());
             }
         }

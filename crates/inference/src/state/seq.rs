@@ -453,7 +453,7 @@ impl SeqState {
         };
         let mut forked = Self {
             pool: self.pool.clone(),
-            pages: self.pages[..len.div_ceil(self.page_rows())].to_vec(),
+            pages: self.pages[..len.div_ceil(self.page_rows()).min(self.pages.len())].to_vec(),
             slots: Arc::clone(&self.slots),
             kinds: Arc::clone(&self.kinds),
             recurrent: self.recurrent.clone(),

@@ -66,73 +66,71 @@ extern "C" __global__ void rms_norm_silu_gate(float* x, const float* w, const fl
 
 #define GDN_MAX_KERNEL 8
 
-// The causal depthwise convolution and SiLU of a GDN layer: for channel c of sequence s,
-// mixed[t, c] = silu(sum_j w[c, j] x[t + j - (K - 1), c]) over the window and the new rows
-// (x: the first conv_dim columns of proj, rows of ld values); the window advances in place.
-// Grid: (ceil(conv_dim / 128), n_seqs), 128 threads.
+// The causal depthwise convolution and SiLU of a GDN layer, one thread per (channel, row):
+// mixed[t, c] = silu(sum_j w[c, j] x[t + j - (K - 1), c]) with x the first conv_dim columns
+// of proj (rows of ld values) and, before its sequence's first new row, the sequence's window.
+// The window itself is advanced afterwards by gdn_delta. Grid: (rows, ceil(conv_dim / 128)).
 extern "C" __global__ void gdn_conv(const float* proj, int ld, float* mixed, const float* w,
                                     const u64* states, long long conv_off, const int* cu,
-                                    int conv_dim, int K) {
+                                    int n_seqs, int conv_dim, int K) {
     DEP_ENTER();
-    const int c = blockIdx.x * blockDim.x + threadIdx.x;
+    const int c = blockIdx.y * blockDim.x + threadIdx.x;
+    const int t = blockIdx.x;
     if (c >= conv_dim) return;
-    const int s = blockIdx.y;
-    float* win = (float*)states[s] + conv_off;
-    float wk[GDN_MAX_KERNEL], hist[GDN_MAX_KERNEL];
+    int s = 0;
+    while (s + 1 < n_seqs && cu[s + 1] <= t) ++s;
+    const float* win = (const float*)states[s] + conv_off;
+    const int t0 = cu[s];
+    float acc = 0.0f;
 #pragma unroll
     for (int j = 0; j < GDN_MAX_KERNEL; ++j) {
-        wk[j] = j < K ? w[c * K + j] : 0.0f;
-        hist[j] = j < K - 1 ? win[(size_t)j * conv_dim + c] : 0.0f;
-    }
-    const int end = cu[s + 1];
-    for (int t = cu[s]; t < end; ++t) {
-        const float x = proj[(size_t)t * ld + c];
-        float acc = 0.0f;
-#pragma unroll
-        for (int j = 0; j < GDN_MAX_KERNEL; ++j) {
-            if (j < K - 1) acc += wk[j] * hist[j];
-            else if (j == K - 1) acc += wk[j] * x;
-        }
-        mixed[(size_t)t * conv_dim + c] = acc / (1.0f + expf(-acc));
-#pragma unroll
-        for (int j = 0; j < GDN_MAX_KERNEL - 1; ++j) {
-            if (j < K - 2) hist[j] = hist[j + 1];
-            else if (j == K - 2) hist[j] = x;
+        if (j < K) {
+            const int p = t + j - (K - 1);  // row of the input; before t0: the window
+            const float x = p >= t0 ? proj[(size_t)p * ld + c]
+                                    : win[(size_t)(p - t0 + K - 1) * conv_dim + c];
+            acc += w[c * K + j] * x;
         }
     }
-#pragma unroll
-    for (int j = 0; j < GDN_MAX_KERNEL; ++j)
-        if (j < K - 1) win[(size_t)j * conv_dim + c] = hist[j];
+    mixed[(size_t)t * conv_dim + c] = acc / (1.0f + expf(-acc));
 }
 
 // The gated delta rule of one value head over a sequence's new tokens, token by token:
 //   S <- S exp(g);  S <- S + k (beta (v - S^T k))^T;  o = S^T q
 // with q, k L2-normalized (eps 1e-6; q also scaled by q_scale), beta = sigmoid(b) and
 // g = -a_log_exp * softplus(a + dt_bias) from the layer's projection (b at column bcol + h, a at
-// bcol + n_v_heads + h of proj). One warp per (32 value columns, value head, sequence): lane j
-// holds column j of S in registers (DK >= dk rows). q, k, v come from mixed [rows, conv_dim]
-// (the convolution's output: queries, keys, values side by side); o goes to out [rows, vd].
-// The next token's inputs are loaded while the current one is computed.
+// bcol + n_v_heads + h of proj). A block per (32 value columns, value head, sequence) of
+// DK / 32 warps: warp w holds rows 32w .. 32w + 31 of those columns of S in registers (lane =
+// column), so a token costs each warp 32 rows and the sums over rows meet in shared memory.
+// q, k, v come from mixed [rows, conv_dim] (the convolution's output: queries, keys, values
+// side by side); o goes to out [rows, vd]. The next token's inputs are loaded while the
+// current one is computed. The block also advances its share of the sequence's convolution
+// window (gdn_conv has read it): the last K - 1 inputs, old window rows where the sequence
+// brought fewer new rows.
 template <int DK>
 __device__ void gdn_delta(const float* mixed, const float* proj, int ld, int bcol, float* out,
                           const float* a_log_exp, const float* dt_bias, const u64* states,
-                          long long rec_off, const int* cu, int n_k_heads, int n_v_heads,
-                          int dk, int dv, int v_tiled, float q_scale) {
-    constexpr int PER = DK / 32;
-    __shared__ float qs[DK], ks[DK];
-    const int lane = threadIdx.x;
+                          long long conv_off, long long rec_off, const int* cu, int n_k_heads,
+                          int n_v_heads, int dk, int dv, int v_tiled, float q_scale, int K) {
+    constexpr int WARPS = DK / 32;
+    constexpr int PER = DK / 32;  // q / k values each lane loads
+    __shared__ float qk[WARPS][2][DK];
+    // Per-warp partial sums over rows, double-buffered by token parity (two barriers a token).
+    __shared__ float pm[2][WARPS][32], po[2][WARPS][32];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int j = blockIdx.x * 32 + lane;
     const int h = blockIdx.y, s = blockIdx.z;
     const int kh = v_tiled ? h % n_k_heads : h / (n_v_heads / n_k_heads);
     const int kd = n_k_heads * dk, vd = n_v_heads * dv, conv_dim = 2 * kd + vd;
     const bool col = j < dv;
-    float* S = (float*)states[s] + rec_off + (size_t)h * dk * dv;
-    float st[DK];
+    float* block = (float*)states[s];
+    float* S = block + rec_off + (size_t)h * dk * dv;
+    const int r0 = warp * 32;  // this warp's rows
+    float st[32];
 #pragma unroll
-    for (int i = 0; i < DK; ++i) st[i] = (col && i < dk) ? S[(size_t)i * dv + j] : 0.0f;
+    for (int i = 0; i < 32; ++i)
+        st[i] = (col && r0 + i < dk) ? S[(size_t)(r0 + i) * dv + j] : 0.0f;
     const float ae = a_log_exp[h], dt = dt_bias[h];
     const int t0 = cu[s], end = cu[s + 1];
-    // Inputs of token t (registers), loaded one token ahead.
     float qv[PER], kv[PER], v = 0.0f, bv = 0.0f, av = 0.0f;
     auto load = [&](int t) {
         const float* row = mixed + (size_t)t * conv_dim;
@@ -147,7 +145,9 @@ __device__ void gdn_delta(const float* mixed, const float* proj, int ld, int bco
         av = proj[(size_t)t * ld + bcol + n_v_heads + h];
     };
     if (t0 < end) load(t0);
-    for (int t = t0; t < end; ++t) {
+    int parity = 0;
+    for (int t = t0; t < end; ++t, parity ^= 1) {
+        // Every warp normalizes the whole q and k (a few shuffles) into its own copy.
         float sq = 0.0f, sk = 0.0f;
 #pragma unroll
         for (int p = 0; p < PER; ++p) {
@@ -157,6 +157,8 @@ __device__ void gdn_delta(const float* mixed, const float* proj, int ld, int bco
         sq = warp_sum(sq);
         sk = warp_sum(sk);
         const float rq = 1.0f / sqrtf(sq + 1e-6f), rk = 1.0f / sqrtf(sk + 1e-6f);
+        float* qs = qk[warp][0];
+        float* ks = qk[warp][1];
 #pragma unroll
         for (int p = 0; p < PER; ++p) {
             qs[p * 32 + lane] = (qv[p] * rq) * q_scale;
@@ -170,46 +172,74 @@ __device__ void gdn_delta(const float* mixed, const float* proj, int ld, int bco
         if (t + 1 < end) load(t + 1);
         float m0 = 0.0f, m1 = 0.0f, m2 = 0.0f, m3 = 0.0f;
 #pragma unroll
-        for (int i = 0; i < DK; i += 4) {
+        for (int i = 0; i < 32; i += 4) {
             st[i] *= decay;
             st[i + 1] *= decay;
             st[i + 2] *= decay;
             st[i + 3] *= decay;
-            m0 += st[i] * ks[i];
-            m1 += st[i + 1] * ks[i + 1];
-            m2 += st[i + 2] * ks[i + 2];
-            m3 += st[i + 3] * ks[i + 3];
+            m0 += st[i] * ks[r0 + i];
+            m1 += st[i + 1] * ks[r0 + i + 1];
+            m2 += st[i + 2] * ks[r0 + i + 2];
+            m3 += st[i + 3] * ks[r0 + i + 3];
         }
-        const float d = (vt - ((m0 + m1) + (m2 + m3))) * beta;
+        pm[parity][warp][lane] = (m0 + m1) + (m2 + m3);
+        if (WARPS > 1) __syncthreads();
+        float mem = 0.0f;
+#pragma unroll
+        for (int w = 0; w < WARPS; ++w) mem += pm[parity][w][lane];
+        const float d = (vt - mem) * beta;
         float o0 = 0.0f, o1 = 0.0f, o2 = 0.0f, o3 = 0.0f;
 #pragma unroll
-        for (int i = 0; i < DK; i += 4) {
-            st[i] += ks[i] * d;
-            st[i + 1] += ks[i + 1] * d;
-            st[i + 2] += ks[i + 2] * d;
-            st[i + 3] += ks[i + 3] * d;
-            o0 += st[i] * qs[i];
-            o1 += st[i + 1] * qs[i + 1];
-            o2 += st[i + 2] * qs[i + 2];
-            o3 += st[i + 3] * qs[i + 3];
+        for (int i = 0; i < 32; i += 4) {
+            st[i] += ks[r0 + i] * d;
+            st[i + 1] += ks[r0 + i + 1] * d;
+            st[i + 2] += ks[r0 + i + 2] * d;
+            st[i + 3] += ks[r0 + i + 3] * d;
+            o0 += st[i] * qs[r0 + i];
+            o1 += st[i + 1] * qs[r0 + i + 1];
+            o2 += st[i + 2] * qs[r0 + i + 2];
+            o3 += st[i + 3] * qs[r0 + i + 3];
         }
-        if (col) out[(size_t)t * vd + h * dv + j] = (o0 + o1) + (o2 + o3);
-        __syncwarp();
+        po[parity][warp][lane] = (o0 + o1) + (o2 + o3);
+        if (WARPS > 1) __syncthreads();
+        if (warp == 0 && col) {
+            float o = 0.0f;
+#pragma unroll
+            for (int w = 0; w < WARPS; ++w) o += po[parity][w][lane];
+            out[(size_t)t * vd + h * dv + j] = o;
+        }
+        __syncwarp();  // this warp's q / k copy is rewritten next token
     }
 #pragma unroll
-    for (int i = 0; i < DK; ++i)
-        if (col && i < dk) S[(size_t)i * dv + j] = st[i];
+    for (int i = 0; i < 32; ++i)
+        if (col && r0 + i < dk) S[(size_t)(r0 + i) * dv + j] = st[i];
+
+    // The window: new row r holds input n - (K - 1) + r of this pass: a new row, or old window
+    // row n + r. Each channel by one thread, rows in increasing order (row r is written after
+    // row n + r > r is read).
+    const int n = end - t0;
+    if (n == 0) return;
+    float* win = block + conv_off;
+    const int per_seq = gridDim.x * gridDim.y * blockDim.x;
+    const int me = (blockIdx.y * gridDim.x + blockIdx.x) * blockDim.x + threadIdx.x;
+    for (int c = me; c < conv_dim; c += per_seq) {
+        for (int r = 0; r < K - 1; ++r) {
+            const int p = n - (K - 1) + r;
+            win[(size_t)r * conv_dim + c] = p >= 0 ? proj[(size_t)(t0 + p) * ld + c]
+                                                   : win[(size_t)(n + r) * conv_dim + c];
+        }
+    }
 }
 
-#define GDN_DELTA(NAME, DK)                                                                    \
-    extern "C" __global__ void NAME(const float* mixed, const float* proj, int ld, int bcol,   \
-                                    float* out, const float* a_log_exp, const float* dt_bias,  \
-                                    const u64* states, long long rec_off, const int* cu,       \
-                                    int n_k_heads, int n_v_heads, int dk, int dv, int v_tiled, \
-                                    float q_scale) {                                           \
-        DEP_ENTER();                                                                           \
-        gdn_delta<DK>(mixed, proj, ld, bcol, out, a_log_exp, dt_bias, states, rec_off, cu,     \
-                      n_k_heads, n_v_heads, dk, dv, v_tiled, q_scale);                         \
+#define GDN_DELTA(NAME, DK)                                                                     \
+    extern "C" __global__ void NAME(const float* mixed, const float* proj, int ld, int bcol,    \
+                                    float* out, const float* a_log_exp, const float* dt_bias,   \
+                                    const u64* states, long long conv_off, long long rec_off,   \
+                                    const int* cu, int n_k_heads, int n_v_heads, int dk, int dv, \
+                                    int v_tiled, float q_scale, int K) {                        \
+        DEP_ENTER();                                                                            \
+        gdn_delta<DK>(mixed, proj, ld, bcol, out, a_log_exp, dt_bias, states, conv_off,         \
+                      rec_off, cu, n_k_heads, n_v_heads, dk, dv, v_tiled, q_scale, K);          \
     }
 GDN_DELTA(gdn_delta_k32, 32)
 GDN_DELTA(gdn_delta_k64, 64)

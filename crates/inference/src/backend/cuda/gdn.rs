@@ -85,7 +85,12 @@ impl CudaDevice {
             self.mptr(&mut mixed),
             self.mptr(&mut out),
         );
-        let (ld, cd, k) = (l.ld as i32, conv_dim as i32, l.kernel as i32);
+        let (ld, cd, k, ns) = (
+            l.ld as i32,
+            conv_dim as i32,
+            l.kernel as i32,
+            n_seqs as i32,
+        );
         let (conv_off, rec_off) = (l.conv_off as i64, l.rec_off as i64);
         let mut b = self.args(&self.kernels().gdn_conv);
         b.arg(&pp)
@@ -95,16 +100,18 @@ impl CudaDevice {
             .arg(&ps)
             .arg(&conv_off)
             .arg(&pc)
+            .arg(&ns)
             .arg(&cd)
             .arg(&k);
         let cfg = LaunchConfig {
-            grid_dim: (conv_dim.div_ceil(128) as u32, n_seqs as u32, 1),
+            grid_dim: (rows as u32, conv_dim.div_ceil(128) as u32, 1),
             block_dim: (128, 1, 1),
             shared_mem_bytes: 0,
         };
-        // SAFETY: thread (c, s) reads rows cu[s]..cu[s+1] of column c < conv_dim of proj
-        // (rows * ld values, asserted), conv_w[c * kernel ..], and the window of its sequence's
-        // block (the caller's offsets lie within every block); writes mixed[t * conv_dim + c].
+        // SAFETY: thread (c, t) reads rows t - kernel + 1 ..= t of column c < conv_dim of proj
+        // from its sequence's first row on (rows * ld values, asserted), earlier ones from the
+        // window of its sequence's block (the caller's offsets lie within every block), and
+        // conv_w[c * kernel ..]; writes mixed[t * conv_dim + c].
         unsafe { self.go(&mut b, cfg, "gdn_conv") }?;
 
         let (pa, pd) = (self.ptr(l.a_log_exp), self.ptr(l.dt_bias));
@@ -120,6 +127,7 @@ impl CudaDevice {
             .arg(&pa)
             .arg(&pd)
             .arg(&ps)
+            .arg(&conv_off)
             .arg(&rec_off)
             .arg(&pc)
             .arg(&nk)
@@ -127,20 +135,23 @@ impl CudaDevice {
             .arg(&dk)
             .arg(&dv)
             .arg(&tiled)
-            .arg(&q_scale);
+            .arg(&q_scale)
+            .arg(&k);
         let cfg = LaunchConfig {
             grid_dim: (
                 h.v_dim.div_ceil(32) as u32,
                 h.n_v_heads as u32,
                 n_seqs as u32,
             ),
-            block_dim: (32, 1, 1),
+            // A warp per 32 rows of the key width of the variant.
+            block_dim: (DELTA_KEY_DIMS[variant] as u32, 1, 1),
             shared_mem_bytes: 0,
         };
         // SAFETY: block (x, h, s) reads rows cu[s]..cu[s+1] of mixed (rows * conv_dim) and of
-        // proj's b and a columns (asserted within ld), a_log_exp[h], dt_bias[h], and the
-        // [dk, dv] matrix of head h at rec_off in its sequence's block; writes out[t * vd +
-        // h * dv + j] for its columns j < dv.
+        // proj's b, a and conv-input columns (asserted within ld), a_log_exp[h], dt_bias[h], and
+        // the [dk, dv] matrix of head h at rec_off in its sequence's block; writes out[t * vd +
+        // h * dv + j] for its columns j < dv, that matrix, and its share of the sequence's
+        // window at conv_off.
         unsafe { self.go(&mut b, cfg, "gdn_delta") }?;
         Ok(out)
     }
