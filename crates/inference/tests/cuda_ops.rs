@@ -552,13 +552,14 @@ fn gated_delta_net_matches_the_cpu() {
             .map(|_| SeqState::with_layers_on(&dev, &kinds, 8, 4096))
             .collect();
         let name = format!("gdn nk {nk} nv {nv} dk {dk} dv {dv} kernel {kernel}");
-        // A prompt pass (chunked on the CPU from 17 tokens), decode steps, a short pass with
-        // an empty sequence, then a fork decoding on its own.
+        // A prompt pass (chunked from 17 tokens on both), decode steps, a short pass with an
+        // empty sequence, a chunked pass with one, then a fork decoding on its own.
         for (pass, lens) in [
             vec![1, 45, 70],
             vec![1, 1, 1],
             vec![1, 1, 1],
             vec![3, 0, 2],
+            vec![20, 0, 1],
         ]
         .into_iter()
         .enumerate()
@@ -570,10 +571,20 @@ fn gated_delta_net_matches_the_cpu() {
                 let (pc, pg) = pair(&dev, rows, proj_dim, rng.vec(rows * proj_dim, 2.0));
                 let mut oc = layer.apply(l, &pc, &lens, &mut c_refs).unwrap();
                 let mut og = layer.apply(l, &pg, &lens, &mut g_refs).unwrap();
-                check(&format!("{name} pass {pass} layer {l} core"), &og, &oc, 2e-5);
+                check(
+                    &format!("{name} pass {pass} layer {l} core"),
+                    &og,
+                    &oc,
+                    2e-5,
+                );
                 layer.gated_norm(&mut oc, &pc, &norm).unwrap();
                 layer.gated_norm(&mut og, &pg, &norm).unwrap();
-                check(&format!("{name} pass {pass} layer {l} gated norm"), &og, &oc, 2e-5);
+                check(
+                    &format!("{name} pass {pass} layer {l} gated norm"),
+                    &og,
+                    &oc,
+                    2e-5,
+                );
             }
             for ((c, g), &n) in cpu.iter_mut().zip(gpu_s.iter_mut()).zip(&lens) {
                 c.commit(n);
@@ -591,7 +602,10 @@ fn gated_delta_net_matches_the_cpu() {
         let oc = layers[1].apply(1, &pc, &[1], &mut [&mut cf]).unwrap();
         let og = layers[1].apply(1, &pg, &[1], &mut [&mut gf]).unwrap();
         check(&format!("{name} fork"), &og, &oc, 2e-5);
-        assert!(gpu_s[0].keep_previous().is_err(), "GPU states cannot undo a pass");
+        assert!(
+            gpu_s[0].keep_previous().is_err(),
+            "GPU states cannot undo a pass"
+        );
     }
 
     // Gated attention's layout ops.
@@ -600,8 +614,16 @@ fn gated_delta_net_matches_the_cpu() {
         let (c, g) = pair(&dev, rows, width, rng.vec(rows * width, 3.0));
         let (qc, gc) = split_query_gate(&c, nh, hd).unwrap();
         let (qg, gg) = split_query_gate(&g, nh, hd).unwrap();
-        assert_eq!(qg.to_host().unwrap(), qc.to_host().unwrap(), "split_query_gate");
-        assert_eq!(gg.to_host().unwrap(), gc.to_host().unwrap(), "split_query_gate");
+        assert_eq!(
+            qg.to_host().unwrap(),
+            qc.to_host().unwrap(),
+            "split_query_gate"
+        );
+        assert_eq!(
+            gg.to_host().unwrap(),
+            gc.to_host().unwrap(),
+            "split_query_gate"
+        );
         let (mut xc, mut xg) = pair(&dev, rows, nh * hd, rng.vec(rows * nh * hd, 3.0));
         sigmoid_gate(&mut xc, &gc).unwrap();
         sigmoid_gate(&mut xg, &gg).unwrap();

@@ -146,7 +146,12 @@ fn qwen35_hybrid_on_the_gpu_matches_transformers() {
             let err = rel_err(&logits, &f32s(&p["last_logits"]));
             worst = worst.max(err);
             assert!(err < 1e-4, "{path:?}/{}: relative error {err:e}", p["name"]);
-            assert_eq!(got, u32s(&p["greedy_ids"]), "{path:?}/{}: greedy", p["name"]);
+            assert_eq!(
+                got,
+                u32s(&p["greedy_ids"]),
+                "{path:?}/{}: greedy",
+                p["name"]
+            );
             let picked = greedy_on_device(model.as_ref(), &ids, 64);
             assert_eq!(picked, got, "{path:?}/{}: greedy on the device", p["name"]);
             if p["name"] == "long" {
@@ -158,7 +163,10 @@ fn qwen35_hybrid_on_the_gpu_matches_transformers() {
                 let e = rel_err(&all(model.as_ref()), &all(cpu.as_ref()));
                 // The CPU runs the prompt's delta rule in chunks, the GPU token by token.
                 assert!(e < 5e-5, "{path:?}/long: every position vs the CPU {e:e}");
-                eprintln!("tiny-qwen35 {path:?}: all {} positions vs the CPU {e:.2e}", ids.len());
+                eprintln!(
+                    "tiny-qwen35 {path:?}: all {} positions vs the CPU {e:.2e}",
+                    ids.len()
+                );
             }
         }
         eprintln!(

@@ -94,6 +94,24 @@ extern "C" __global__ void gdn_conv(const float* proj, int ld, float* mixed, con
     mixed[(size_t)t * conv_dim + c] = acc / (1.0f + expf(-acc));
 }
 
+// Advances sequence s's convolution window after a pass of n new rows from row t0 (gdn_conv
+// has read the old one): new row r holds input n - (K - 1) + r of the pass, a new row, or old
+// row n + r. The sequence's blocks share the channels; each channel is one thread's, rows in
+// increasing order (row r is written after row n + r > r is read).
+__device__ void gdn_advance_window(float* win, const float* proj, int ld, int t0, int n,
+                                   int conv_dim, int K) {
+    if (n == 0) return;
+    const int per_seq = gridDim.x * gridDim.y * blockDim.x;
+    const int me = (blockIdx.y * gridDim.x + blockIdx.x) * blockDim.x + threadIdx.x;
+    for (int c = me; c < conv_dim; c += per_seq) {
+        for (int r = 0; r < K - 1; ++r) {
+            const int p = n - (K - 1) + r;
+            win[(size_t)r * conv_dim + c] = p >= 0 ? proj[(size_t)(t0 + p) * ld + c]
+                                                   : win[(size_t)(n + r) * conv_dim + c];
+        }
+    }
+}
+
 // The gated delta rule of one value head over a sequence's new tokens, token by token:
 //   S <- S exp(g);  S <- S + k (beta (v - S^T k))^T;  o = S^T q
 // with q, k L2-normalized (eps 1e-6; q also scaled by q_scale), beta = sigmoid(b) and
@@ -104,8 +122,7 @@ extern "C" __global__ void gdn_conv(const float* proj, int ld, float* mixed, con
 // q, k, v come from mixed [rows, conv_dim] (the convolution's output: queries, keys, values
 // side by side); o goes to out [rows, vd]. The next token's inputs are loaded while the
 // current one is computed. The block also advances its share of the sequence's convolution
-// window (gdn_conv has read it): the last K - 1 inputs, old window rows where the sequence
-// brought fewer new rows.
+// window.
 template <int DK>
 __device__ void gdn_delta(const float* mixed, const float* proj, int ld, int bcol, float* out,
                           const float* a_log_exp, const float* dt_bias, const u64* states,
@@ -214,21 +231,7 @@ __device__ void gdn_delta(const float* mixed, const float* proj, int ld, int bco
     for (int i = 0; i < 32; ++i)
         if (col && r0 + i < dk) S[(size_t)(r0 + i) * dv + j] = st[i];
 
-    // The window: new row r holds input n - (K - 1) + r of this pass: a new row, or old window
-    // row n + r. Each channel by one thread, rows in increasing order (row r is written after
-    // row n + r > r is read).
-    const int n = end - t0;
-    if (n == 0) return;
-    float* win = block + conv_off;
-    const int per_seq = gridDim.x * gridDim.y * blockDim.x;
-    const int me = (blockIdx.y * gridDim.x + blockIdx.x) * blockDim.x + threadIdx.x;
-    for (int c = me; c < conv_dim; c += per_seq) {
-        for (int r = 0; r < K - 1; ++r) {
-            const int p = n - (K - 1) + r;
-            win[(size_t)r * conv_dim + c] = p >= 0 ? proj[(size_t)(t0 + p) * ld + c]
-                                                   : win[(size_t)(n + r) * conv_dim + c];
-        }
-    }
+    gdn_advance_window(block + conv_off, proj, ld, t0, end - t0, conv_dim, K);
 }
 
 #define GDN_DELTA(NAME, DK)                                                                     \
@@ -244,3 +247,198 @@ __device__ void gdn_delta(const float* mixed, const float* proj, int ld, int bco
 GDN_DELTA(gdn_delta_k32, 32)
 GDN_DELTA(gdn_delta_k64, 64)
 GDN_DELTA(gdn_delta_k128, 128)
+
+// ---- The chunked (WY / UT-transform) form of the delta rule, for prompts ----
+//
+// As attention/gdn.rs `delta_rule_chunked`: per chunk of up to 64 tokens, with gamma the
+// cumulative log decay, A = (beta k k^T) * exp(gamma_i - gamma_j) below the diagonal,
+// intra = (q k^T) * exp(gamma_i - gamma_j) on and below it, U = (I + A)^-1 (v beta),
+// W = (I + A)^-1 (k beta exp(gamma)); v_new = U - W S; o = (q exp(gamma)) S + intra v_new;
+// S = S exp(gamma_L) + (k exp(gamma_L - gamma))^T v_new. A block of 256 threads per (32 value
+// columns, value head, sequence) keeps its slice of S [DK, 32] and the chunk in shared memory
+// (gdn_chunk_smem in gdn.rs); the slices of one head repeat the key-only work (A, W).
+#define GDN_CHUNK 64
+#define GDN_CHUNK_THREADS 256
+
+template <int DK>
+__device__ void gdn_chunked(const float* mixed, const float* proj, int ld, int bcol, float* out,
+                            const float* a_log_exp, const float* dt_bias, const u64* states,
+                            long long conv_off, long long rec_off, const int* cu,
+                            int n_k_heads, int n_v_heads, int dk, int dv, int v_tiled,
+                            float q_scale, int K) {
+    constexpr int C = GDN_CHUNK, KS = DK + 1, NT = GDN_CHUNK_THREADS, PER = DK / 32;
+    extern __shared__ float sm[];
+    float* Qn = sm;              // [C][KS] normalized, scaled queries
+    float* Kn = Qn + C * KS;     // [C][KS] normalized keys
+    float* W = Kn + C * KS;      // [C][DK]
+    float* A = W + C * DK;       // [C][C]
+    float* In = A + C * C;       // [C][C]
+    float* U = In + C * C;       // [C][32]: v beta, then U, then v_new
+    float* Sm = U + C * 32;      // [DK][32] the state slice
+    float* gam = Sm + DK * 32;   // [C] cumulative log decay
+    float* bet = gam + C;        // [C]
+    float* eg = bet + C;         // [C] exp(gamma)
+    float* ed = eg + C;          // [C] exp(gamma_L - gamma)
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int h = blockIdx.y, s = blockIdx.z, j0 = blockIdx.x * 32;
+    const int kh = v_tiled ? h % n_k_heads : h / (n_v_heads / n_k_heads);
+    const int kd = n_k_heads * dk, vd = n_v_heads * dv, conv_dim = 2 * kd + vd;
+    float* block = (float*)states[s];
+    float* S = block + rec_off + (size_t)h * dk * dv;
+    for (int e = tid; e < DK * 32; e += NT) {
+        const int d = e >> 5, c = e & 31;
+        Sm[e] = (d < dk && j0 + c < dv) ? S[(size_t)d * dv + j0 + c] : 0.0f;
+    }
+    const float ae = a_log_exp[h], dt = dt_bias[h];
+    const int t0 = cu[s], end = cu[s + 1];
+    for (int c0 = t0; c0 < end; c0 += C) {
+        const int l = min(C, end - c0);
+        __syncthreads();  // the previous chunk is done with Kn, U, Sm
+        // Inputs, a warp per token.
+        for (int i = warp; i < C; i += NT / 32) {
+            if (i < l) {
+                const float* row = mixed + (size_t)(c0 + i) * conv_dim;
+                float qv[PER], kv[PER], sq = 0.0f, sk = 0.0f;
+#pragma unroll
+                for (int p = 0; p < PER; ++p) {
+                    const int d = p * 32 + lane;
+                    qv[p] = d < dk ? row[kh * dk + d] : 0.0f;
+                    kv[p] = d < dk ? row[kd + kh * dk + d] : 0.0f;
+                    sq += qv[p] * qv[p];
+                    sk += kv[p] * kv[p];
+                }
+                sq = warp_sum(sq);
+                sk = warp_sum(sk);
+                const float rq = 1.0f / sqrtf(sq + 1e-6f), rk = 1.0f / sqrtf(sk + 1e-6f);
+#pragma unroll
+                for (int p = 0; p < PER; ++p) {
+                    Qn[i * KS + p * 32 + lane] = (qv[p] * rq) * q_scale;
+                    Kn[i * KS + p * 32 + lane] = kv[p] * rk;
+                }
+                const float b = proj[(size_t)(c0 + i) * ld + bcol + h];
+                const float a = proj[(size_t)(c0 + i) * ld + bcol + n_v_heads + h];
+                const float beta = 1.0f / (1.0f + expf(-b));
+                const int col = j0 + lane;
+                U[i * 32 + lane] = (col < dv ? row[2 * kd + h * dv + col] : 0.0f) * beta;
+                if (lane == 0) {
+                    const float x = a + dt;
+                    bet[i] = beta;
+                    gam[i] = -ae * (x > 20.0f ? x : log1pf(expf(x)));
+                }
+            } else {
+#pragma unroll
+                for (int p = 0; p < PER; ++p) {
+                    Qn[i * KS + p * 32 + lane] = 0.0f;
+                    Kn[i * KS + p * 32 + lane] = 0.0f;
+                }
+                U[i * 32 + lane] = 0.0f;
+                if (lane == 0) {
+                    bet[i] = 0.0f;
+                    gam[i] = 0.0f;
+                }
+            }
+        }
+        __syncthreads();
+        if (tid == 0) {
+            float acc = 0.0f;
+            for (int i = 0; i < l; ++i) {
+                acc += gam[i];
+                gam[i] = acc;
+            }
+        }
+        __syncthreads();
+        const float gl = gam[l - 1];
+        if (tid < C) {
+            eg[tid] = expf(gam[tid]);
+            ed[tid] = expf(gl - gam[tid]);
+        }
+        // A (strictly lower) and intra (lower with the diagonal), decayed.
+        for (int e = tid; e < C * C; e += NT) {
+            const int i = e / C, j = e - i * C;
+            float av = 0.0f, iv = 0.0f;
+            if (j <= i && i < l) {
+                const float *ki = Kn + i * KS, *kj = Kn + j * KS, *qi = Qn + i * KS;
+                float sa = 0.0f, sq = 0.0f;
+#pragma unroll 8
+                for (int d = 0; d < DK; ++d) {
+                    sa += ki[d] * kj[d];
+                    sq += qi[d] * kj[d];
+                }
+                const float dec = expf(gam[i] - gam[j]);
+                iv = sq * dec;
+                if (j < i) av = (sa * bet[i]) * dec;
+            }
+            A[e] = av;
+            In[e] = iv;
+        }
+        __syncthreads();
+        // Forward substitution by (I + A), a thread per column of W (k beta exp(gamma)) and U.
+        if (tid < DK + 32) {
+            const bool isw = tid < DK;
+            const int col = isw ? tid : tid - DK, ldx = isw ? DK : 32;
+            float* X = isw ? W : U;
+            for (int i = 0; i < l; ++i) {
+                float v = isw ? (Kn[i * KS + col] * bet[i]) * eg[i] : U[i * 32 + col];
+                const float* ai = A + i * C;
+                for (int j = 0; j < i; ++j) v -= ai[j] * X[j * ldx + col];
+                X[i * ldx + col] = v;
+            }
+        }
+        __syncthreads();
+        // v_new = U - W S.
+        for (int e = tid; e < C * 32; e += NT) {
+            const int i = e >> 5, c = e & 31;
+            if (i < l) {
+                const float* wi = W + i * DK;
+                float acc = 0.0f;
+#pragma unroll 8
+                for (int d = 0; d < DK; ++d) acc += wi[d] * Sm[d * 32 + c];
+                U[e] -= acc;
+            }
+        }
+        __syncthreads();
+        // o = (q exp(gamma)) S + intra v_new.
+        for (int e = tid; e < C * 32; e += NT) {
+            const int i = e >> 5, c = e & 31;
+            if (i < l && j0 + c < dv) {
+                const float* qi = Qn + i * KS;
+                float acc = 0.0f;
+#pragma unroll 8
+                for (int d = 0; d < DK; ++d) acc += qi[d] * Sm[d * 32 + c];
+                float acc2 = 0.0f;
+                const float* ii = In + i * C;
+                for (int j = 0; j <= i; ++j) acc2 += ii[j] * U[j * 32 + c];
+                out[(size_t)(c0 + i) * vd + h * dv + j0 + c] = acc * eg[i] + acc2;
+            }
+        }
+        __syncthreads();
+        // S = S exp(gamma_L) + (k exp(gamma_L - gamma))^T v_new.
+        const float el = expf(gl);
+        for (int e = tid; e < DK * 32; e += NT) {
+            const int d = e >> 5, c = e & 31;
+            float acc = 0.0f;
+            for (int j = 0; j < l; ++j) acc += (Kn[j * KS + d] * ed[j]) * U[j * 32 + c];
+            Sm[e] = Sm[e] * el + acc;
+        }
+    }
+    __syncthreads();
+    for (int e = tid; e < DK * 32; e += NT) {
+        const int d = e >> 5, c = e & 31;
+        if (d < dk && j0 + c < dv) S[(size_t)d * dv + j0 + c] = Sm[e];
+    }
+    gdn_advance_window(block + conv_off, proj, ld, t0, end - t0, conv_dim, K);
+}
+
+#define GDN_CHUNKED(NAME, DK)                                                                   \
+    extern "C" __global__ void NAME(const float* mixed, const float* proj, int ld, int bcol,    \
+                                    float* out, const float* a_log_exp, const float* dt_bias,   \
+                                    const u64* states, long long conv_off, long long rec_off,   \
+                                    const int* cu, int n_k_heads, int n_v_heads, int dk, int dv, \
+                                    int v_tiled, float q_scale, int K) {                        \
+        DEP_ENTER();                                                                            \
+        gdn_chunked<DK>(mixed, proj, ld, bcol, out, a_log_exp, dt_bias, states, conv_off,       \
+                        rec_off, cu, n_k_heads, n_v_heads, dk, dv, v_tiled, q_scale, K);        \
+    }
+GDN_CHUNKED(gdn_chunked_k32, 32)
+GDN_CHUNKED(gdn_chunked_k64, 64)
+GDN_CHUNKED(gdn_chunked_k128, 128)

@@ -10,9 +10,21 @@ use crate::attention::gdn::GdnHeads;
 use crate::{Error, Result};
 use cudarc::driver::LaunchConfig;
 
-/// Key head widths of the delta-rule kernel variants (`gdn_delta_k*`): a head of `dk` takes
-/// the smallest that holds it.
+/// Key head widths of the delta-rule kernel variants (`gdn_delta_k*`, `gdn_chunked_k*`): a
+/// head of `dk` takes the smallest that holds it.
 pub const DELTA_KEY_DIMS: [usize; 3] = [32, 64, 128];
+
+/// Tokens per chunk of the chunked kernel (`GDN_CHUNK` in gdn.cu).
+const CHUNK: usize = 64;
+
+/// Threads of a chunked-kernel block (`GDN_CHUNK_THREADS` in gdn.cu).
+const CHUNK_THREADS: u32 = 256;
+
+/// Shared memory of the chunked kernel for key heads of the `dk` variant: queries and keys
+/// (rows padded by one), W, A, intra, U, the state slice and four per-token values.
+pub fn chunk_smem_bytes(dk: usize) -> usize {
+    4 * (2 * CHUNK * (dk + 1) + CHUNK * dk + 2 * CHUNK * CHUNK + CHUNK * 32 + dk * 32 + 4 * CHUNK)
+}
 
 /// One GDN layer's launch: where its inputs are and which sequences it covers.
 pub struct GdnLaunch<'a> {
@@ -85,12 +97,7 @@ impl CudaDevice {
             self.mptr(&mut mixed),
             self.mptr(&mut out),
         );
-        let (ld, cd, k, ns) = (
-            l.ld as i32,
-            conv_dim as i32,
-            l.kernel as i32,
-            n_seqs as i32,
-        );
+        let (ld, cd, k, ns) = (l.ld as i32, conv_dim as i32, l.kernel as i32, n_seqs as i32);
         let (conv_off, rec_off) = (l.conv_off as i64, l.rec_off as i64);
         let mut b = self.args(&self.kernels().gdn_conv);
         b.arg(&pp)
@@ -118,7 +125,18 @@ impl CudaDevice {
         let (bcol, nk, nv) = (l.bcol as i32, h.n_k_heads as i32, h.n_v_heads as i32);
         let (dk, dv, tiled) = (h.k_dim as i32, h.v_dim as i32, i32::from(h.v_tiled));
         let q_scale = 1.0 / (h.k_dim as f32).sqrt();
-        let mut b = self.args(&self.kernels().gdn_delta[variant]);
+        // A sequence with more new rows than a decode-like pass takes the chunked form (as the
+        // CPU does), when its shared memory fits.
+        let longest = l.cu.windows(2).map(|w| w[1] - w[0]).max().unwrap_or(0) as usize;
+        let smem = chunk_smem_bytes(DELTA_KEY_DIMS[variant]);
+        let chunked = longest > crate::attention::ROW_BY_ROW && smem <= self.max_smem();
+        let kernels = self.kernels();
+        let f = if chunked {
+            &kernels.gdn_chunked[variant]
+        } else {
+            &kernels.gdn_delta[variant]
+        };
+        let mut b = self.args(f);
         b.arg(&pm)
             .arg(&pp)
             .arg(&ld)
@@ -143,9 +161,17 @@ impl CudaDevice {
                 h.n_v_heads as u32,
                 n_seqs as u32,
             ),
-            // A warp per 32 rows of the key width of the variant.
-            block_dim: (DELTA_KEY_DIMS[variant] as u32, 1, 1),
-            shared_mem_bytes: 0,
+            // Token by token: a warp per 32 rows of the key width of the variant.
+            block_dim: (
+                if chunked {
+                    CHUNK_THREADS
+                } else {
+                    DELTA_KEY_DIMS[variant] as u32
+                },
+                1,
+                1,
+            ),
+            shared_mem_bytes: if chunked { smem as u32 } else { 0 },
         };
         // SAFETY: block (x, h, s) reads rows cu[s]..cu[s+1] of mixed (rows * conv_dim) and of
         // proj's b, a and conv-input columns (asserted within ld), a_log_exp[h], dt_bias[h], and

@@ -160,6 +160,8 @@ pub(crate) struct Kernels {
     pub gdn_conv: CudaFunction,
     /// By key head width (gdn::DELTA_KEY_DIMS).
     pub gdn_delta: [CudaFunction; 3],
+    /// By key head width (gdn::DELTA_KEY_DIMS).
+    pub gdn_chunked: [CudaFunction; 3],
 }
 
 /// One opened GPU.
@@ -372,12 +374,21 @@ impl CudaDevice {
                 f("gdn_delta_k64")?,
                 f("gdn_delta_k128")?,
             ],
+            gdn_chunked: [
+                f("gdn_chunked_k32")?,
+                f("gdn_chunked_k64")?,
+                f("gdn_chunked_k128")?,
+            ],
         };
         // Kernels that stage more than the default 48 KiB of shared memory.
         let smem = cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
         let attn = (kernels.attn_paged_f32.iter().zip(launch::ATTN_HEAD_DIMS))
             .chain(kernels.attn_paged_f16.iter().zip(launch::ATTN_HEAD_DIMS))
-            .map(|(k, hd)| (k, launch::attn_smem_bytes(hd)));
+            .map(|(k, hd)| (k, launch::attn_smem_bytes(hd)))
+            .chain(
+                (kernels.gdn_chunked.iter().zip(gdn::DELTA_KEY_DIMS))
+                    .map(|(k, dk)| (k, gdn::chunk_smem_bytes(dk))),
+            );
         for (k, bytes) in attn.chain([
             (&kernels.gemv_bf16, launch::GEMV_SMEM_BYTES),
             (&kernels.gemv_f32, launch::GEMV_SMEM_BYTES),
