@@ -26,6 +26,12 @@ pub fn chunk_smem_bytes(dk: usize) -> usize {
     4 * (2 * CHUNK * (dk + 1) + CHUNK * dk + 2 * CHUNK * CHUNK + CHUNK * 32 + dk * 32 + 4 * CHUNK)
 }
 
+/// `LATTICE_CUDA_GDN=sequential` runs prompts token by token too (to measure the chunked form).
+fn chunked_enabled() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("LATTICE_CUDA_GDN").map_or(true, |v| v != "sequential"))
+}
+
 /// One GDN layer's launch: where its inputs are and which sequences it covers.
 pub struct GdnLaunch<'a> {
     /// The layer's projection [rows, ld]: conv inputs (`conv_dim` columns), then z, then b and
@@ -129,7 +135,8 @@ impl CudaDevice {
         // CPU does), when its shared memory fits.
         let longest = l.cu.windows(2).map(|w| w[1] - w[0]).max().unwrap_or(0) as usize;
         let smem = chunk_smem_bytes(DELTA_KEY_DIMS[variant]);
-        let chunked = longest > crate::attention::ROW_BY_ROW && smem <= self.max_smem();
+        let chunked =
+            longest > crate::attention::ROW_BY_ROW && smem <= self.max_smem() && chunked_enabled();
         let kernels = self.kernels();
         let f = if chunked {
             &kernels.gdn_chunked[variant]
