@@ -294,57 +294,64 @@ __device__ void gdn_chunked(const float* mixed, const float* proj, int ld, int b
     for (int c0 = t0; c0 < end; c0 += C) {
         const int l = min(C, end - c0);
         __syncthreads();  // the previous chunk is done with Kn, U, Sm
-        // Inputs, a warp per token.
-        for (int i = warp; i < C; i += NT / 32) {
-            if (i < l) {
-                const float* row = mixed + (size_t)(c0 + i) * conv_dim;
-                float qv[PER], kv[PER], sq = 0.0f, sk = 0.0f;
-#pragma unroll
-                for (int p = 0; p < PER; ++p) {
-                    const int d = p * 32 + lane;
-                    qv[p] = d < dk ? row[kh * dk + d] : 0.0f;
-                    kv[p] = d < dk ? row[kd + kh * dk + d] : 0.0f;
-                    sq += qv[p] * qv[p];
-                    sk += kv[p] * kv[p];
-                }
-                sq = warp_sum(sq);
-                sk = warp_sum(sk);
-                const float rq = 1.0f / sqrtf(sq + 1e-6f), rk = 1.0f / sqrtf(sk + 1e-6f);
-#pragma unroll
-                for (int p = 0; p < PER; ++p) {
-                    Qn[i * KS + p * 32 + lane] = (qv[p] * rq) * q_scale;
-                    Kn[i * KS + p * 32 + lane] = kv[p] * rk;
-                }
-                const float b = proj[(size_t)(c0 + i) * ld + bcol + h];
-                const float a = proj[(size_t)(c0 + i) * ld + bcol + n_v_heads + h];
-                const float beta = 1.0f / (1.0f + expf(-b));
-                const int col = j0 + lane;
-                U[i * 32 + lane] = (col < dv ? row[2 * kd + h * dv + col] : 0.0f) * beta;
-                if (lane == 0) {
-                    const float x = a + dt;
-                    bet[i] = beta;
-                    gam[i] = -ae * (x > 20.0f ? x : log1pf(expf(x)));
-                }
-            } else {
-#pragma unroll
-                for (int p = 0; p < PER; ++p) {
-                    Qn[i * KS + p * 32 + lane] = 0.0f;
-                    Kn[i * KS + p * 32 + lane] = 0.0f;
-                }
-                U[i * 32 + lane] = 0.0f;
-                if (lane == 0) {
-                    bet[i] = 0.0f;
-                    gam[i] = 0.0f;
-                }
+        // Inputs: every load of the chunk in flight at once, then a warp per token normalizes.
+#pragma unroll 4
+        for (int e = tid; e < C * DK; e += NT) {
+            const int i = e / DK, d = e - i * DK;
+            const bool ok = i < l && d < dk;
+            const float* row = mixed + (size_t)(c0 + i) * conv_dim;
+            Qn[i * KS + d] = ok ? row[kh * dk + d] : 0.0f;
+            Kn[i * KS + d] = ok ? row[kd + kh * dk + d] : 0.0f;
+        }
+        for (int e = tid; e < C * 32; e += NT) {
+            const int i = e >> 5, c = e & 31;
+            U[e] = i < l && j0 + c < dv ? mixed[(size_t)(c0 + i) * conv_dim + 2 * kd + h * dv + j0 + c]
+                                         : 0.0f;
+        }
+        if (tid < C) {
+            float beta = 0.0f, g = 0.0f;
+            if (tid < l) {
+                const float* pr = proj + (size_t)(c0 + tid) * ld + bcol;
+                const float b = pr[h], x = pr[n_v_heads + h] + dt;
+                beta = 1.0f / (1.0f + expf(-b));
+                g = -ae * (x > 20.0f ? x : log1pf(expf(x)));
             }
+            bet[tid] = beta;
+            gam[tid] = g;
         }
         __syncthreads();
-        if (tid == 0) {
-            float acc = 0.0f;
-            for (int i = 0; i < l; ++i) {
-                acc += gam[i];
-                gam[i] = acc;
+        for (int i = warp; i < l; i += NT / 32) {
+            float sq = 0.0f, sk = 0.0f;
+#pragma unroll
+            for (int p = 0; p < PER; ++p) {
+                const float q = Qn[i * KS + p * 32 + lane], k = Kn[i * KS + p * 32 + lane];
+                sq += q * q;
+                sk += k * k;
             }
+            sq = warp_sum(sq);
+            sk = warp_sum(sk);
+            const float rq = 1.0f / sqrtf(sq + 1e-6f), rk = 1.0f / sqrtf(sk + 1e-6f);
+#pragma unroll
+            for (int p = 0; p < PER; ++p) {
+                Qn[i * KS + p * 32 + lane] = (Qn[i * KS + p * 32 + lane] * rq) * q_scale;
+                Kn[i * KS + p * 32 + lane] *= rk;
+            }
+            U[i * 32 + lane] *= bet[i];
+        }
+        __syncthreads();
+        if (warp == 0) {  // cumulative sum of the log decays (a warp scan over two halves)
+            float a = gam[lane], b = gam[lane + 32];
+            for (int o = 1; o < 32; o <<= 1) {
+                const float ta = __shfl_up_sync(0xffffffffu, a, o);
+                const float tb = __shfl_up_sync(0xffffffffu, b, o);
+                if (lane >= o) {
+                    a += ta;
+                    b += tb;
+                }
+            }
+            b += __shfl_sync(0xffffffffu, a, 31);
+            gam[lane] = a;
+            gam[lane + 32] = b;
         }
         __syncthreads();
         const float gl = gam[l - 1];
@@ -397,10 +404,18 @@ __device__ void gdn_chunked(const float* mixed, const float* proj, int ld, int b
             const int col = isw ? tid : tid - DK, ldx = isw ? DK : 32;
             float* X = isw ? W : U;
             for (int i = 0; i < l; ++i) {
-                float v = isw ? (Kn[i * KS + col] * bet[i]) * eg[i] : U[i * 32 + col];
                 const float* ai = A + i * C;
-                for (int j = 0; j < i; ++j) v -= ai[j] * X[j * ldx + col];
-                X[i * ldx + col] = v;
+                float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
+                int j = 0;
+                for (; j + 4 <= i; j += 4) {
+                    s0 += ai[j] * X[j * ldx + col];
+                    s1 += ai[j + 1] * X[(j + 1) * ldx + col];
+                    s2 += ai[j + 2] * X[(j + 2) * ldx + col];
+                    s3 += ai[j + 3] * X[(j + 3) * ldx + col];
+                }
+                for (; j < i; ++j) s0 += ai[j] * X[j * ldx + col];
+                const float b = isw ? (Kn[i * KS + col] * bet[i]) * eg[i] : U[i * 32 + col];
+                X[i * ldx + col] = b - ((s0 + s1) + (s2 + s3));
             }
         }
         __syncthreads();
