@@ -339,19 +339,12 @@ __device__ void gdn_chunked(const float* mixed, const float* proj, int ld, int b
             U[i * 32 + lane] *= bet[i];
         }
         __syncthreads();
-        if (warp == 0) {  // cumulative sum of the log decays (a warp scan over two halves)
-            float a = gam[lane], b = gam[lane + 32];
-            for (int o = 1; o < 32; o <<= 1) {
-                const float ta = __shfl_up_sync(0xffffffffu, a, o);
-                const float tb = __shfl_up_sync(0xffffffffu, b, o);
-                if (lane >= o) {
-                    a += ta;
-                    b += tb;
-                }
+        if (tid == 0) {  // cumulative log decay, summed in token order as the CPU does
+            float acc = 0.0f;
+            for (int i = 0; i < l; ++i) {
+                acc += gam[i];
+                gam[i] = acc;
             }
-            b += __shfl_sync(0xffffffffu, a, 31);
-            gam[lane] = a;
-            gam[lane + 32] = b;
         }
         __syncthreads();
         const float gl = gam[l - 1];
@@ -403,19 +396,12 @@ __device__ void gdn_chunked(const float* mixed, const float* proj, int ld, int b
             const bool isw = tid < DK;
             const int col = isw ? tid : tid - DK, ldx = isw ? DK : 32;
             float* X = isw ? W : U;
+            // Subtracted in order, as the CPU's solve does (the solve amplifies rounding).
             for (int i = 0; i < l; ++i) {
+                float v = isw ? (Kn[i * KS + col] * bet[i]) * eg[i] : U[i * 32 + col];
                 const float* ai = A + i * C;
-                float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
-                int j = 0;
-                for (; j + 4 <= i; j += 4) {
-                    s0 += ai[j] * X[j * ldx + col];
-                    s1 += ai[j + 1] * X[(j + 1) * ldx + col];
-                    s2 += ai[j + 2] * X[(j + 2) * ldx + col];
-                    s3 += ai[j + 3] * X[(j + 3) * ldx + col];
-                }
-                for (; j < i; ++j) s0 += ai[j] * X[j * ldx + col];
-                const float b = isw ? (Kn[i * KS + col] * bet[i]) * eg[i] : U[i * 32 + col];
-                X[i * ldx + col] = b - ((s0 + s1) + (s2 + s3));
+                for (int j = 0; j < i; ++j) v -= ai[j] * X[j * ldx + col];
+                X[i * ldx + col] = v;
             }
         }
         __syncthreads();
