@@ -158,55 +158,6 @@ impl Tensor {
         }
     }
 
-    /// The tensors' columns side by side (same rows, same device): [rows, Σ cols].
-    pub fn concat_columns(parts: &[&Tensor]) -> Result<Tensor> {
-        let Some(first) = parts.first() else {
-            return Err(Error::Shape {
-                op: "Tensor::concat_columns",
-                reason: "no tensors".into(),
-            });
-        };
-        let rows = first.rows;
-        if let Some(bad) = parts.iter().find(|t| t.rows != rows) {
-            return Err(Error::Shape {
-                op: "Tensor::concat_columns",
-                reason: format!("[{}, {}] beside {rows} rows", bad.rows, bad.cols),
-            });
-        }
-        let width: usize = parts.iter().map(|t| t.cols).sum();
-        match &first.storage {
-            Storage::Cpu(_) => {
-                let mut out = Vec::with_capacity(rows * width);
-                for r in 0..rows {
-                    for t in parts {
-                        match &t.storage {
-                            Storage::Cpu(v) => {
-                                out.extend_from_slice(&v[r * t.cols..(r + 1) * t.cols])
-                            }
-                            #[cfg(feature = "cuda")]
-                            _ => return Err(mixed("Tensor::concat_columns")),
-                        }
-                    }
-                }
-                Ok(Tensor::cpu(rows, width, out))
-            }
-            #[cfg(feature = "cuda")]
-            Storage::Cuda(s) => {
-                let mut out = s.dev.alloc_buf(rows * width)?;
-                let mut col0 = 0;
-                for t in parts {
-                    let Storage::Cuda(ts) = &t.storage else {
-                        return Err(mixed("Tensor::concat_columns"));
-                    };
-                    s.dev
-                        .place_cols(&ts.buf, rows, t.cols, &mut out, width, col0)?;
-                    col0 += t.cols;
-                }
-                Ok(Tensor::cuda(&s.dev, rows, width, out))
-            }
-        }
-    }
-
     /// Rows.
     pub fn rows(&self) -> usize {
         self.rows

@@ -9,7 +9,9 @@
 
 use super::gdn::{delta_rule_heads, log_decay, GdnHeads, GdnInputs};
 use crate::backend::Mirror;
-use crate::ops::{causal_conv1d, l2_normalize_rows, scale, sigmoid, silu, silu_gate, RmsNorm};
+use crate::ops::{
+    causal_conv1d, l2_normalize_rows, scale, sigmoid, silu, silu_gate, take_columns, RmsNorm,
+};
 use crate::state::SeqState;
 use crate::tensor::{Storage, Tensor};
 use crate::{Error, Result};
@@ -178,13 +180,7 @@ impl GdnLayer {
         );
         let width = self.proj_dim();
         let rows = proj.len() / width;
-        let col = |c0: usize, w: usize| -> Vec<f32> {
-            let mut out = Vec::with_capacity(rows * w);
-            for row in proj.chunks_exact(width) {
-                out.extend_from_slice(&row[c0..c0 + w]);
-            }
-            out
-        };
+        let col = |c0: usize, w: usize| take_columns(proj, width, c0..c0 + w);
         let (qkv, mut beta, a) = (
             col(0, conv_dim),
             col(conv_dim + vd, nv),

@@ -7,16 +7,6 @@
 // cu[s] .. cu[s + 1] of the packed rows are its new tokens. The kernels update the states in
 // place.
 
-// Column block x [rows, width] into columns col0 .. col0 + width of y [rows, ld].
-extern "C" __global__ void place_cols(const float* x, int width, float* y, int ld, int col0,
-                                      long long n) {
-    DEP_ENTER();
-    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n) return;
-    const long long r = i / width, j = i - r * width;
-    y[r * ld + col0 + j] = x[i];
-}
-
 // x *= sigmoid(gate) elementwise, both [n].
 extern "C" __global__ void sigmoid_gate(float* x, const float* gate, long long n) {
     DEP_ENTER();
@@ -234,19 +224,6 @@ __device__ void gdn_delta(const float* mixed, const float* proj, int ld, int bco
     gdn_advance_window(block + conv_off, proj, ld, t0, end - t0, conv_dim, K);
 }
 
-#define GDN_DELTA(NAME, DK)                                                                     \
-    extern "C" __global__ void NAME(const float* mixed, const float* proj, int ld, int bcol,    \
-                                    float* out, const float* a_log_exp, const float* dt_bias,   \
-                                    const u64* states, long long conv_off, long long rec_off,   \
-                                    const int* cu, int n_k_heads, int n_v_heads, int dk, int dv, \
-                                    int v_tiled, float q_scale, int K) {                        \
-        DEP_ENTER();                                                                            \
-        gdn_delta<DK>(mixed, proj, ld, bcol, out, a_log_exp, dt_bias, states, conv_off,         \
-                      rec_off, cu, n_k_heads, n_v_heads, dk, dv, v_tiled, q_scale, K);          \
-    }
-GDN_DELTA(gdn_delta_k32, 32)
-GDN_DELTA(gdn_delta_k64, 64)
-GDN_DELTA(gdn_delta_k128, 128)
 
 // ---- The chunked (WY / UT-transform) form of the delta rule, for prompts ----
 //
@@ -494,16 +471,20 @@ __device__ void gdn_chunked(const float* mixed, const float* proj, int ld, int b
     gdn_advance_window(block + conv_off, proj, ld, t0, end - t0, conv_dim, K);
 }
 
-#define GDN_CHUNKED(NAME, DK)                                                                   \
+// The entry points of both delta-rule forms, by key width (gdn.rs DELTA_KEY_DIMS).
+#define GDN_KERNEL(NAME, FORM, DK)                                                              \
     extern "C" __global__ void NAME(const float* mixed, const float* proj, int ld, int bcol,    \
                                     float* out, const float* a_log_exp, const float* dt_bias,   \
                                     const u64* states, long long conv_off, long long rec_off,   \
                                     const int* cu, int n_k_heads, int n_v_heads, int dk, int dv, \
                                     int v_tiled, float q_scale, int K) {                        \
         DEP_ENTER();                                                                            \
-        gdn_chunked<DK>(mixed, proj, ld, bcol, out, a_log_exp, dt_bias, states, conv_off,       \
-                        rec_off, cu, n_k_heads, n_v_heads, dk, dv, v_tiled, q_scale, K);        \
+        FORM<DK>(mixed, proj, ld, bcol, out, a_log_exp, dt_bias, states, conv_off, rec_off, cu, \
+                 n_k_heads, n_v_heads, dk, dv, v_tiled, q_scale, K);                            \
     }
-GDN_CHUNKED(gdn_chunked_k32, 32)
-GDN_CHUNKED(gdn_chunked_k64, 64)
-GDN_CHUNKED(gdn_chunked_k128, 128)
+GDN_KERNEL(gdn_delta_k32, gdn_delta, 32)
+GDN_KERNEL(gdn_delta_k64, gdn_delta, 64)
+GDN_KERNEL(gdn_delta_k128, gdn_delta, 128)
+GDN_KERNEL(gdn_chunked_k32, gdn_chunked, 32)
+GDN_KERNEL(gdn_chunked_k64, gdn_chunked, 64)
+GDN_KERNEL(gdn_chunked_k128, gdn_chunked, 128)

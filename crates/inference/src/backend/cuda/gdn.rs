@@ -1,7 +1,6 @@
 //! Launchers of gdn.cu: the Gated DeltaNet layer (causal convolution with its window, the
 //! delta rule over recurrent states kept in device blocks, the gated RMSNorm) and the small
-//! ops of Qwen3.5's gated attention (query/gate split, sigmoid gate), plus a strided column
-//! copy. Shapes are checked by the callers (`attention::gdn`, `ops`); each launcher asserts
+//! ops of Qwen3.5's gated attention (query/gate split, sigmoid gate). Shapes are checked by the callers (`attention::gdn`, `ops`); each launcher asserts
 //! the buffer sizes its kernel touches.
 
 use super::launch::{grid_1d, per_row};
@@ -279,29 +278,5 @@ impl CudaDevice {
         // qkv or gate, within their rows * (width - q_dim) and rows * q_dim values.
         unsafe { self.go(&mut b, grid_1d(n), "split_query_gate") }?;
         Ok((qkv, gate))
-    }
-
-    /// x [rows, width] into columns col0 .. col0 + width of y [rows, ld].
-    pub fn place_cols(
-        &self,
-        x: &Buf,
-        rows: usize,
-        width: usize,
-        y: &mut Buf,
-        ld: usize,
-        col0: usize,
-    ) -> Result<()> {
-        let n = rows * width;
-        assert!(x.len() >= n && col0 + width <= ld && y.len() >= rows * ld);
-        if n == 0 {
-            return Ok(());
-        }
-        let (px, py) = (self.ptr(x), self.mptr(y));
-        let (w, ld_i, c0, n64) = (width as i32, ld as i32, col0 as i32, n as i64);
-        let mut b = self.args(&self.kernels().place_cols);
-        b.arg(&px).arg(&w).arg(&py).arg(&ld_i).arg(&c0).arg(&n64);
-        // SAFETY: thread i < n reads x[i] and writes y[(i / width) * ld + col0 + i % width],
-        // within rows * ld (asserted).
-        unsafe { self.go(&mut b, grid_1d(n), "place_cols") }
     }
 }
