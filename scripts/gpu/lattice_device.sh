@@ -8,7 +8,11 @@
 # qwen35-tokenizer/tokenizer.json.gz (gzip of .cache/qwen35/tokenizer.json). Results under $OUT.
 #   STEPS="env tests models lattice hybrid torch" bash scripts/gpu/lattice_device.sh
 # `hybrid` measures the Qwen3.5-0.8B shape (scripts/gen_random_qwen35.py, bf16) like `lattice`;
-# RUNS (5) and STREAMS (8 64) apply to both.
+# RUNS (5) and STREAMS (8 64) apply to both. `gguf` builds llama.cpp with CUDA from the carried
+# .device/llama-src.tar.gz (scripts/gpu/pack_llama_src.sh), converts the bf16 Qwen3-0.6B to a
+# BF16 GGUF, quantizes it to each of QUANTS (Q4_K_M Q4_0 Q8_0) and runs llama-bench and
+# `lattice bench generate` on the same files (QUANT_KERNELS="default gemv q8blocks": A/B of
+# the product kernels; LLAMA_CUDA=0 builds llama-quantize alone, without llama-bench).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 out=${OUT:-/tmp/gpu-out}
@@ -66,6 +70,55 @@ for step in $steps; do
             tee "$out/lattice_${run}_s$streams.json" | grep -v '^bench: run'
         done
       done
+      ;;
+    gguf)
+      # LLAMA_CUDA=0: llama-quantize only, a CPU build (a minute instead of four), no llama-bench.
+      lc=/tmp/llama.cpp
+      cuda=${LLAMA_CUDA:-1}
+      bin="$lc/build-cuda$cuda/bin"
+      if [ ! -x "$bin/llama-quantize" ]; then
+        [ -d "$lc" ] || tar -xzf .device/llama-src.tar.gz -C /tmp
+        targets=llama-quantize
+        [ "$cuda" = 1 ] && targets="llama-quantize llama-bench"
+        cmake -S "$lc" -B "$lc/build-cuda$cuda" -DGGML_CUDA=$([ "$cuda" = 1 ] && echo ON || echo OFF) \
+          -DCMAKE_CUDA_ARCHITECTURES=90 -DGGML_NATIVE=ON \
+          -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+          -DLLAMA_CURL=OFF -DCMAKE_BUILD_TYPE=Release > "$out/llama_cmake.log" 2>&1 ||
+          { tail -20 "$out/llama_cmake.log"; continue; }
+        # shellcheck disable=SC2086
+        cmake --build "$lc/build-cuda$cuda" -j "$(nproc)" --target $targets \
+          > "$out/llama_build.log" 2>&1 || { tail -20 "$out/llama_build.log"; continue; }
+        echo "llama.cpp built ($(date +%T))"
+      fi
+      base="$models/qwen3-0.6b-bf16.gguf"
+      [ -f "$base" ] || PYTHONPATH="$lc/gguf-py" python3 "$lc/convert_hf_to_gguf.py" \
+        "$models/qwen3-0.6b-bf16" --outtype bf16 --outfile "$base" > "$out/convert.log" 2>&1 ||
+        { tail -20 "$out/convert.log"; continue; }
+      for q in ${QUANTS:-Q4_K_M Q4_0 Q8_0}; do
+        f="$models/qwen3-0.6b-$q.gguf"
+        [ -f "$f" ] || "$bin/llama-quantize" "$base" "$f" "$q" > "$out/quantize_$q.log" 2>&1 ||
+          { tail -5 "$out/quantize_$q.log"; continue; }
+        ls -la "$f"
+        [ "$cuda" != 1 ] || "$bin/llama-bench" -m "$f" -ngl 99 -p 512 -n 128 -r "${RUNS:-5}" -o md 2>&1 |
+          tee "$out/llama_bench_$q.md" | grep -E '^\|'
+        for streams in ${STREAMS:-8 64}; do
+          for kern in ${QUANT_KERNELS:-default}; do
+            # A/B switches: gemv (LATTICE_CUDA_QUANT=gemv: the matrix-vector kernel for every
+            # product), q8blocks (LATTICE_CUDA_Q8=blocks: Q8_0 decode in the block kernel).
+            case $kern in
+              gemv) env=LATTICE_CUDA_QUANT=gemv ;;
+              q8blocks) env=LATTICE_CUDA_Q8=blocks ;;
+              *) env= ;;
+            esac
+            env $env .device/lattice bench generate --model "$f" --device cuda \
+              --prompt-tokens 512 --gen-tokens 128 --runs "${RUNS:-5}" --streams "$streams" \
+              --json 2>&1 | tee "$out/lattice_${q}_${kern}_s$streams.json" | grep -v '^bench: run'
+          done
+        done
+      done
+      # The same files on the GPU against the CPU (logits, greedy).
+      LATTICE_TEST_GGUF=$(ls "$models"/qwen3-0.6b-Q*.gguf | tr '\n' ,) .device/cuda_parity \
+        quantized_gguf --nocapture 2>&1 | tee "$out/gguf_parity.log" | grep -vE '^$'
       ;;
     torch)
       python3 scripts/gpu/torch_bench.py --model "$models/qwen3-0.6b-bf16" --device cuda \

@@ -416,22 +416,84 @@ fn fused_products_and_qkv_preparation_match_the_cpu() {
     }
 }
 
-/// A Q8_0 matrix of random values, as a GGUF file holds it.
-fn q8_matrix(rng: &mut Rng, n: usize, k: usize) -> QuantMatrix {
+/// A matrix in GGUF blocks of type `t`, as a GGUF file holds it: random values quantized where
+/// the crate has a quantizer (Q4_0, Q4_1, Q8_0, F16), else random code bytes with random f16
+/// scales of both signs (Q5_0, Q4_K, Q6_K).
+fn quant_matrix(rng: &mut Rng, t: QuantType, n: usize, k: usize) -> QuantMatrix {
     let w = rng.vec(n * k, 0.05);
-    let rb = QuantType::Q8_0.row_bytes(k).unwrap();
+    let rb = t.row_bytes(k).unwrap();
     let mut bytes = vec![0u8; n * rb];
     for (src, dst) in w.chunks_exact(k).zip(bytes.chunks_exact_mut(rb)) {
-        quantize_row(QuantType::Q8_0, src, dst).unwrap();
+        if quantize_row(t, src, dst).is_err() {
+            for b in dst.iter_mut() {
+                *b = ((rng.next() + 1.0) * 128.0) as u8;
+            }
+            let scales: &[usize] = match t {
+                QuantType::Q4_K => &[0, 2],
+                QuantType::Q6_K => &[208],
+                _ => &[0],
+            };
+            for blk in dst.chunks_exact_mut(t.block_bytes()) {
+                for &o in scales {
+                    let v = half::f16::from_f32(rng.next() * 0.004);
+                    blk[o..o + 2].copy_from_slice(&v.to_bits().to_le_bytes());
+                }
+            }
+        }
     }
-    QuantMatrix::new(QuantType::Q8_0, n, k, &bytes).unwrap()
+    QuantMatrix::new(t, n, k, &bytes).unwrap()
+}
+
+/// `parts` placed on the GPU and on the CPU, checked on m rows of k: plain, with a residual,
+/// with a fused RMSNorm and with a fused SwiGLU.
+fn check_quant_products(
+    dev: &Device,
+    rng: &mut Rng,
+    tag: &str,
+    parts: Vec<QuantMatrix>,
+    m: usize,
+) {
+    let k = parts[0].k();
+    let n: usize = parts.iter().map(QuantMatrix::n_rows).sum();
+    let bias = Some(rng.vec(n, 0.1));
+    let lc = Linear::from_quant(parts.clone(), bias.clone()).unwrap();
+    let lg = Linear::from_quant_on(dev, parts, bias).unwrap();
+    let tag = format!("{tag} {m}x{n}x{k}");
+    // A zero super-block and an outlier, as real activations have.
+    let mut x = rng.vec(m * k, 1.0);
+    x[..256.min(k)].fill(0.0);
+    x[m * k - 7] = 40.0;
+    let (xc, xg) = pair(dev, m, k, x);
+    check(&tag, &lg.apply(&xg).unwrap(), &lc.apply(&xc).unwrap(), 1e-6);
+    let (rc, rg) = pair(dev, m, n, rng.vec(m * n, 1.0));
+    check(
+        &format!("{tag} +residual"),
+        &lg.apply_residual(&xg, rg).unwrap(),
+        &lc.apply_residual(&xc, rc).unwrap(),
+        1e-6,
+    );
+    let norm = RmsNorm::new(Weight::from_vec(rng.vec(k, 1.0), vec![k]), 1e-6);
+    check(
+        &format!("{tag} normed"),
+        &lg.apply_normed(&xg, &norm).unwrap(),
+        &lc.apply_normed(&xc, &norm).unwrap(),
+        1e-4,
+    );
+    let (gc, gg) = pair(dev, m, 2 * k, rng.vec(m * 2 * k, 3.0));
+    let (rc, rg) = pair(dev, m, n, rng.vec(m * n, 1.0));
+    check(
+        &format!("{tag} swiglu"),
+        &lg.apply_swiglu_residual(&gg, rg).unwrap(),
+        &lc.apply_swiglu_residual(&gc, rc).unwrap(),
+        1e-4,
+    );
 }
 
 /// GGUF Q8_0 products (the matrix-vector kernel up to 8 rows, the tiled one beyond) against
 /// the CPU's integer products of the same blocks: both quantize the activations per block of
 /// 32 the same way, so plain products differ only in the order of the f32 block terms; with a
 /// fused RMSNorm or SwiGLU an activation one ulp apart can round to the next code, hence the
-/// looser tolerance there. Other block types are refused, naming theirs.
+/// looser tolerance there.
 #[test]
 fn q8_0_products_match_the_cpu() {
     let Some(dev) = gpu("q8_0_products_match_the_cpu") else {
@@ -447,46 +509,58 @@ fn q8_0_products_match_the_cpu() {
         (64, 1024, 3072),
         (130, 151, 896),
     ] {
-        let q = q8_matrix(&mut rng, n, k);
-        let bias = Some(rng.vec(n, 0.1));
-        let lc = Linear::from_quant(vec![q.clone()], bias.clone()).unwrap();
-        let lg = Linear::from_quant_on(&dev, vec![q], bias).unwrap();
-        let tag = format!("q8_0 {m}x{n}x{k}");
-        let (xc, xg) = pair(&dev, m, k, rng.vec(m * k, 1.0));
-        check(&tag, &lg.apply(&xg).unwrap(), &lc.apply(&xc).unwrap(), 1e-6);
-        let (rc, rg) = pair(&dev, m, n, rng.vec(m * n, 1.0));
-        check(
-            &format!("{tag} +residual"),
-            &lg.apply_residual(&xg, rg).unwrap(),
-            &lc.apply_residual(&xc, rc).unwrap(),
-            1e-6,
-        );
-        let norm = RmsNorm::new(Weight::from_vec(rng.vec(k, 1.0), vec![k]), 1e-6);
-        check(
-            &format!("{tag} normed"),
-            &lg.apply_normed(&xg, &norm).unwrap(),
-            &lc.apply_normed(&xc, &norm).unwrap(),
-            1e-4,
-        );
-        let (gc, gg) = pair(&dev, m, 2 * k, rng.vec(m * 2 * k, 3.0));
-        let (rc, rg) = pair(&dev, m, n, rng.vec(m * n, 1.0));
-        check(
-            &format!("{tag} swiglu"),
-            &lg.apply_swiglu_residual(&gg, rg).unwrap(),
-            &lc.apply_swiglu_residual(&gc, rc).unwrap(),
-            1e-4,
-        );
+        let q = quant_matrix(&mut rng, QuantType::Q8_0, n, k);
+        check_quant_products(&dev, &mut rng, "q8_0", vec![q], m);
     }
-    let w = rng.vec(8 * 64, 1.0);
-    let mut bytes = vec![0u8; 8 * QuantType::Q4_0.row_bytes(64).unwrap()];
-    for (src, dst) in w.chunks_exact(64).zip(bytes.chunks_exact_mut(36)) {
-        quantize_row(QuantType::Q4_0, src, dst).unwrap();
+}
+
+/// The other block types (Q4_0, Q4_1, Q5_0, Q4_K, Q6_K) and a matrix fused from parts of
+/// different types (as a Q4_K_M file's q/k/v), against the CPU's integer products with the
+/// activations quantized as the CPU does for each type (Q8_0, Q8_1, Q8_K); a part mixing float
+/// and quantized tensors is refused, naming the types.
+#[test]
+fn gguf_block_products_match_the_cpu() {
+    let Some(dev) = gpu("gguf_block_products_match_the_cpu") else {
+        return;
+    };
+    let mut rng = Rng(0x4b0c_6d5e_0f1a_2b3c);
+    let types = [
+        QuantType::Q4_0,
+        QuantType::Q4_1,
+        QuantType::Q5_0,
+        QuantType::Q4_K,
+        QuantType::Q6_K,
+    ];
+    for t in types {
+        for &(m, n, k) in &[
+            (1, 67, 256),
+            (2, 1000, 768),
+            (8, 3072, 1024),
+            (9, 200, 2048),
+            (64, 1024, 3072),
+            (130, 151, 512),
+        ] {
+            let q = quant_matrix(&mut rng, t, n, k);
+            check_quant_products(&dev, &mut rng, t.name(), vec![q], m);
+        }
     }
-    let q4 = QuantMatrix::new(QuantType::Q4_0, 8, 64, &bytes).unwrap();
-    let e = Linear::from_quant_on(&dev, vec![q4], None)
+    for m in [1, 5, 40] {
+        let parts = vec![
+            quant_matrix(&mut rng, QuantType::Q4_K, 100, 512),
+            quant_matrix(&mut rng, QuantType::Q6_K, 36, 512),
+            quant_matrix(&mut rng, QuantType::Q8_0, 20, 512),
+            quant_matrix(&mut rng, QuantType::Q5_0, 12, 512),
+        ];
+        check_quant_products(&dev, &mut rng, "q4_K|q6_K|q8_0|q5_0", parts, m);
+    }
+    let mixed = vec![
+        quant_matrix(&mut rng, QuantType::Q4_K, 8, 256),
+        quant_matrix(&mut rng, QuantType::F16, 8, 256),
+    ];
+    let e = Linear::from_quant_on(&dev, mixed, None)
         .unwrap_err()
         .to_string();
-    assert!(e.contains("Q4_0") && e.contains("not implemented"), "{e}");
+    assert!(e.contains("q4_K, f16") && e.contains("all float or all quantized"), "{e}");
 }
 
 /// Both recurrent layers' windows and matrices of a state, in the device block's order.

@@ -2,7 +2,8 @@
 //! fixtures of scripts/gen_decoder_fixtures.py: f32 last-position logits within 1e-5 relative
 //! error of the committed references and 64 greedy tokens equal (one token at a time over device
 //! KV pages); bf16 weights giving the f32 results; a batch through the engine (continuous
-//! batching, prefix cache) generating the CPU's tokens; Qwen3.5 (Gated DeltaNet) likewise.
+//! batching, prefix cache) generating the CPU's tokens; Qwen3.5 (Gated DeltaNet) likewise;
+//! quantized GGUF files against the CPU.
 //! Skipped, saying so, without a GPU.
 #![cfg(feature = "cuda")]
 
@@ -288,4 +289,58 @@ fn bert_encoders_on_the_gpu_match_sentence_transformers() {
             ids.len()
         );
     }
+}
+
+/// Quantized GGUF files (the paths in `LATTICE_TEST_GGUF`, comma-separated: on the GPU machine,
+/// the Q4_K_M / Q4_0 / Q8_0 files llama-quantize makes of a random Qwen3-0.6B, see
+/// scripts/gpu/lattice_device.sh's `gguf` step) on the GPU against the same file on the CPU:
+/// every position's logits of a 200-token prompt (the tiled products) and 32 greedy steps (the
+/// matrix-vector products, recorded). Both quantize the activations alike, so they differ by
+/// the f32 order of block terms, and where that moves an activation across a rounding boundary,
+/// by one code: the bar is a fraction of the quantization's own error (the CPU's quantized
+/// logits against the same file dequantized to f32). Skipped, saying so, without a GPU or
+/// without files.
+#[test]
+fn quantized_gguf_on_the_gpu_matches_the_cpu() {
+    let Some(dev) = gpu("quantized_gguf_on_the_gpu_matches_the_cpu") else {
+        return;
+    };
+    let Ok(paths) = std::env::var("LATTICE_TEST_GGUF") else {
+        eprintln!("quantized_gguf_on_the_gpu_matches_the_cpu: SKIPPED (LATTICE_TEST_GGUF not set)");
+        return;
+    };
+    let prompt: Vec<u32> = (0..200u32).map(|i| (i * 7919 + 13) % 150_000).collect();
+    let mut failed = Vec::new();
+    for path in paths.split(',').filter(|p| !p.is_empty()) {
+        let path = std::path::Path::new(path);
+        let on = |mode, d: Device| load_decoder_on(path, &Placement::new(mode, d)).unwrap();
+        let all = |m: &dyn Decoder| {
+            let mut st = m.new_cache(4096);
+            m.forward(&prompt, &[prompt.len()], &mut [&mut st], Outputs::AllLogits)
+                .unwrap()
+        };
+        let (cpu_all, exact_all) = {
+            let cpu = on(WeightMode::Quantized, Device::Cpu);
+            let exact = on(WeightMode::F32, Device::Cpu);
+            (all(cpu.as_ref()), all(exact.as_ref()))
+        };
+        let cpu = on(WeightMode::Quantized, Device::Cpu);
+        let gpu_model = on(WeightMode::Quantized, dev.clone());
+        let e = rel_err(&all(gpu_model.as_ref()), &cpu_all);
+        let quantization = rel_err(&cpu_all, &exact_all);
+        let (lc, gc) = greedy(cpu.as_ref(), &prompt[..16], 32);
+        let (lg, gg) = greedy(gpu_model.as_ref(), &prompt[..16], 32);
+        let first = rel_err(&lg, &lc);
+        let picked = greedy_on_device(gpu_model.as_ref(), &prompt[..16], 32);
+        let same = gg.iter().zip(&gc).take_while(|(a, b)| a == b).count();
+        eprintln!(
+            "{path:?}: 200 positions vs the CPU {e:.2e} (the quantization's own error: \
+             {quantization:.2e}); 16-token prompt's logits {first:.2e}; greedy equal for the \
+             first {same} of 32 tokens"
+        );
+        if e.max(first) > 0.25 * quantization || picked != gg {
+            failed.push(path.to_path_buf());
+        }
+    }
+    assert!(failed.is_empty(), "beyond the bar or greedy on the device differs: {failed:?}");
 }

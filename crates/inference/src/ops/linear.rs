@@ -274,9 +274,9 @@ impl Linear {
         })
     }
 
-    /// [`Linear::from_quant`] with the matrices placed on `device`: on a GPU, Q8_0 matrices
-    /// and float tensors (F32, F16 as f32; BF16 as bf16); other block types are refused,
-    /// naming theirs.
+    /// [`Linear::from_quant`] with the matrices placed on `device`: on a GPU, float tensors
+    /// (F32, F16 as f32; BF16 as bf16) or quantized blocks of any supported type (parts of
+    /// different block types side by side); a mix of float and quantized parts is refused.
     pub fn from_quant_on(
         device: &Device,
         parts: Vec<QuantMatrix>,
@@ -296,21 +296,45 @@ impl Linear {
                     let bf16 = parts.iter().all(|p| p.qtype() == QuantType::BF16);
                     return Self::on_gpu(d, &w, out_dim, in_dim, bias, bf16);
                 }
-                let mut gguf = Vec::new();
-                for p in &parts {
-                    match (p.qtype(), p.to_gguf()) {
-                        (QuantType::Q8_0, Some(b)) if p.k() == in_dim => gguf.extend_from_slice(&b),
-                        (t, _) => {
-                            return Err(Error::Device(format!(
-                                "{t:?} matrices are not implemented on {device} yet (Q8_0 is; \
-                                 dequantize with --f32, or requantize with --q8 from a \
-                                 safetensors checkpoint)"
-                            )))
-                        }
-                    }
+                if parts.iter().any(|p| p.k() != in_dim || floats(p.qtype())) {
+                    let types: Vec<&str> = parts.iter().map(|p| p.qtype().name()).collect();
+                    return Err(Error::Device(format!(
+                        "a matrix fused from tensors of types [{}] and widths {:?} cannot be \
+                         placed on {device}: its parts must be all float or all quantized, of \
+                         one width",
+                        types.join(", "),
+                        parts.iter().map(QuantMatrix::k).collect::<Vec<_>>()
+                    )));
                 }
                 check_parts(out_dim * in_dim, out_dim * in_dim, bias.as_deref(), out_dim)?;
-                let m = crate::backend::cuda::q8_matrix(d, &gguf, out_dim, in_dim)?;
+                let gguf = |p: &QuantMatrix| {
+                    p.to_gguf().ok_or_else(|| {
+                        Error::Device(format!(
+                            "a {} matrix has no GGUF blocks to place on {device}",
+                            p.qtype().name()
+                        ))
+                    })
+                };
+                let m = if parts.iter().all(|p| p.qtype() == QuantType::Q8_0) {
+                    let mut bytes = Vec::new();
+                    for p in &parts {
+                        bytes.extend_from_slice(&gguf(p)?);
+                    }
+                    crate::backend::cuda::q8_matrix(d, &bytes, out_dim, in_dim)?
+                } else {
+                    let mut runs = Vec::with_capacity(parts.len());
+                    for p in &parts {
+                        let b = gguf(p)?;
+                        runs.push(crate::backend::cuda::BlockRows::new(
+                            d,
+                            p.qtype(),
+                            &b,
+                            p.n_rows(),
+                            in_dim,
+                        )?);
+                    }
+                    crate::backend::cuda::MatrixData::Blocks(runs)
+                };
                 Ok(Self::on_device(m, out_dim, in_dim, bias))
             }
         }
@@ -341,6 +365,11 @@ impl Linear {
             LinearWeight::Cuda(crate::backend::cuda::MatrixData::Q8 { .. }) => {
                 self.in_dim * self.out_dim / 32 * 34
             }
+            #[cfg(feature = "cuda")]
+            LinearWeight::Cuda(crate::backend::cuda::MatrixData::Blocks(runs)) => runs
+                .iter()
+                .map(|r| r.rows() * r.qtype().row_bytes(self.in_dim).unwrap_or(0))
+                .sum(),
         }
     }
 

@@ -6,7 +6,7 @@
 use cudarc::cublas::sys as blas;
 use cudarc::driver::{sys as drv, CudaFunction, CudaSlice, DevicePtrMut, LaunchConfig};
 
-use super::{err, Buf, CudaDevice, Input};
+use super::{err, BlockRows, Buf, CudaDevice, Input};
 use crate::{Error, Result};
 
 /// A weight matrix on the device, row-major [n, k] (`nn.Linear` layout).
@@ -24,6 +24,9 @@ pub enum MatrixData {
         /// The f16 scale of every block of 32 codes.
         d: CudaSlice<u16>,
     },
+    /// GGUF blocks of the other types (quant.rs), in runs of rows of one type each (a fused
+    /// projection whose tensors have different types is several runs).
+    Blocks(Vec<BlockRows>),
 }
 
 /// The query tiles of one attention launch (see `attn_paged` in kernels.cu): device addresses
@@ -846,8 +849,14 @@ impl CudaDevice {
         if m == 0 || n == 0 {
             return Ok(());
         }
-        if let MatrixData::Q8 { q, d } = w {
-            return self.matmul_q8(x, m, (q, d), n, k, y, accumulate, input);
+        match w {
+            MatrixData::Q8 { q, d } => {
+                return self.matmul_q8(x, m, (q, d), n, k, y, accumulate, input)
+            }
+            MatrixData::Blocks(parts) => {
+                return self.matmul_blocks(x, m, parts, n, k, y, accumulate, input)
+            }
+            MatrixData::F32(_) | MatrixData::Bf16(_) => {}
         }
         if self.gemv_fits(m, n, k) {
             return self.gemv(x, m, w, n, k, y, accumulate, input);
@@ -869,7 +878,9 @@ impl CudaDevice {
         let t = blas::cublasOperation_t::CUBLAS_OP_T;
         let nt = blas::cublasOperation_t::CUBLAS_OP_N;
         match w {
-            MatrixData::Q8 { .. } => unreachable!("Q8_0 products returned above"),
+            MatrixData::Q8 { .. } | MatrixData::Blocks(_) => {
+                unreachable!("quantized products returned above")
+            }
             MatrixData::F32(wb) => {
                 assert!(wb.len() >= n * k);
                 let (pw, px) = (self.ptr(wb), self.ptr(x));
@@ -944,7 +955,11 @@ impl CudaDevice {
     /// Whether [`CudaDevice::matmul_in`] applies an input mode inside a product of m rows of k
     /// into n outputs with weights `w`.
     pub fn fuses(&self, m: usize, n: usize, k: usize, w: &MatrixData) -> bool {
-        self.gemv_fits(m, n, k) || matches!(w, MatrixData::Bf16(_) | MatrixData::Q8 { .. })
+        self.gemv_fits(m, n, k)
+            || matches!(
+                w,
+                MatrixData::Bf16(_) | MatrixData::Q8 { .. } | MatrixData::Blocks(_)
+            )
     }
 
     /// Whether a product of m rows of k takes the matrix-vector kernel.
@@ -985,6 +1000,9 @@ impl CudaDevice {
             }
             MatrixData::Q8 { q, d } => {
                 return self.matmul_q8(x, m, (q, d), n, k, y, accumulate, input);
+            }
+            MatrixData::Blocks(parts) => {
+                return self.matmul_blocks(x, m, parts, n, k, y, accumulate, input);
             }
         };
         let (px, py) = (self.ptr(x), self.mptr(y));

@@ -27,7 +27,7 @@ use crate::{Error, Result};
 pub use gdn::GdnLaunch;
 pub use launch::{AttnTiles, GemvInput, MatrixData};
 pub use paged::{attend_packed, attend_paged, attend_qkv_paged, QkvPrep};
-pub use quant::q8_matrix;
+pub use quant::{q8_matrix, BlockRows};
 
 /// The kernel source (compiled at run time): the kernels, then the quantized products.
 pub const KERNELS: &str = concat!(
@@ -141,6 +141,13 @@ pub(crate) struct Kernels {
     pub q8_quantize: CudaFunction,
     pub gemv_q8: CudaFunction,
     pub gemm_q8: CudaFunction,
+    /// The block types' matrix-vector kernels (quant.rs `block_layout`: Q4_0, Q4_1, Q5_0,
+    /// Q4_K, Q6_K, Q8_0).
+    pub gemv_blocks: [CudaFunction; 6],
+    /// The block types' tiled kernels (same order).
+    pub gemm_blocks: [CudaFunction; 6],
+    /// Activation quantizers for the tiled kernels: per 32 (Q8_0 / Q8_1), per 256 (Q8_K).
+    pub blk_quantize: [CudaFunction; 2],
     pub argmax_part: CudaFunction,
     pub argmax_merge: CudaFunction,
     pub kv_write_f32: CudaFunction,
@@ -333,6 +340,23 @@ impl CudaDevice {
             q8_quantize: f("q8_quantize")?,
             gemv_q8: f("gemv_q8")?,
             gemm_q8: f("gemm_q8")?,
+            gemv_blocks: [
+                f("gemv_q4_0")?,
+                f("gemv_q4_1")?,
+                f("gemv_q5_0")?,
+                f("gemv_q4_k")?,
+                f("gemv_q6_k")?,
+                f("gemv_q8_0")?,
+            ],
+            gemm_blocks: [
+                f("gemm_q4_0")?,
+                f("gemm_q4_1")?,
+                f("gemm_q5_0")?,
+                f("gemm_q4_k")?,
+                f("gemm_q6_k")?,
+                f("gemm_q8_0")?,
+            ],
+            blk_quantize: [f("blk_quantize_32")?, f("blk_quantize_256")?],
             argmax_part: f("argmax_part")?,
             argmax_merge: f("argmax_merge")?,
             kv_write_f32: f("kv_write_f32")?,
@@ -386,6 +410,9 @@ impl CudaDevice {
             .chain(
                 (kernels.gdn_chunked.iter().zip(gdn::DELTA_KEY_DIMS))
                     .map(|(k, dk)| (k, gdn::chunk_smem_bytes(dk))),
+            )
+            .chain(
+                (kernels.gemv_blocks.iter()).map(|k| (k, launch::GEMV_SMEM_BYTES)),
             );
         for (k, bytes) in attn.chain([
             (&kernels.gemv_bf16, launch::GEMV_SMEM_BYTES),

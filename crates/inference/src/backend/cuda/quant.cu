@@ -202,3 +202,513 @@ extern "C" __global__ void gemm_q8(const signed char* xq, const float* xd,
         }
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// The other GGUF block types (Q4_0, Q4_1, Q5_0, Q4_K, Q6_K; Q8_0 too where it shares a matrix
+// with them): products in one matrix-vector kernel per type (gemv_blocks<T>), for any number
+// of rows (groups of up to 8 rows along the
+// grid's y). A matrix keeps its file's bytes, with each block's f16 scale(s) moved into a
+// separate array so the rest (the body) is 4-byte aligned: BLK_BODY bytes and BLK_HALVES f16
+// per block (see quant.rs). The activations are quantized as the CPU backend does for each
+// weight type (quant/act.rs): Q8_0 per 32 (Q4_0, Q5_0, Q8_0), Q8_1 per 32 (Q4_1: plus
+// s = f16(d · Σq)), Q8_K per 256 (Q4_K, Q6_K: f32 scale, signed-max rule, sums). Each lane takes
+// units of 32 values: it unpacks them to signed codes (the type's offset removed), takes exact
+// integer dot products with dp4a, and adds the unit's float term as the CPU reference does per
+// block ((d_w · d_a) · Σ, minus (dmin · d_a) · Σ mins for Q4_K, plus m · s for Q4_1); only the
+// order of the f32 unit terms differs from the CPU.
+
+#define T_Q4_0 0
+#define T_Q4_1 1
+#define T_Q5_0 2
+#define T_Q4_K 3
+#define T_Q6_K 4
+#define T_Q8_0 5
+
+// Body bytes and f16 scales per block, and units of 32 values per block.
+__host__ __device__ constexpr int blk_body(int t) {
+    return t == T_Q4_0 || t == T_Q4_1 ? 16
+         : t == T_Q5_0               ? 20
+         : t == T_Q8_0               ? 32
+         : t == T_Q4_K               ? 140
+                                     : 208;
+}
+__host__ __device__ constexpr int blk_halves(int t) {
+    return t == T_Q4_1 || t == T_Q4_K ? 2 : 1;
+}
+__host__ __device__ constexpr int blk_units(int t) { return t == T_Q4_K || t == T_Q6_K ? 8 : 1; }
+
+// 4-byte words of a block's body one unit needs (load_unit), by type.
+__host__ __device__ constexpr int raw_words(int t) {
+    return t == T_Q4_0 || t == T_Q4_1 ? 4
+         : t == T_Q5_0               ? 5
+         : t == T_Q8_0               ? 8
+         : t == T_Q4_K               ? 11
+                                     : 17;
+}
+
+// One unit of weights as loaded from memory (load_unit), before decode_unit unpacks it: the
+// body words it needs and its block's f16 scales. Kept apart so that loads can be issued
+// early (before the kernel waits for the one before it, and a unit ahead of the products).
+template <int T>
+struct RawUnit {
+    unsigned w[raw_words(T)];
+    f16_t h[2];
+};
+
+// The unpacked signed codes of one unit: 8 words of 4 values, in the activations' order.
+struct Unit {
+    int w[8];
+};
+
+// A weight unit's scales as the products combine them: the f16 scale(s) of its block (d, and
+// dm: Q4_1's m or Q4_K's dmin) and its integer scales (Q4_K: sc for both halves and the min mi;
+// Q6_K: one per half of 16; 1 otherwise).
+struct UnitScales {
+    float d, dm;
+    int s0, s1, mi;
+};
+
+// Loads unit j of the block at `blk` (4-byte aligned body) with scales `h`.
+template <int T>
+__device__ __forceinline__ void load_unit(const unsigned char* blk, const f16_t* h, int j,
+                                          RawUnit<T>& r) {
+    const unsigned* b = (const unsigned*)blk;
+    r.h[0] = h[0];
+    if constexpr (blk_halves(T) == 2) r.h[1] = h[1];
+    if constexpr (T == T_Q4_K) {
+        // The 32 code bytes of sub-blocks 2p, 2p + 1, and the scale bytes j's six-bit scale and
+        // min are made of: j < 4: s[j], s[j + 4]; else s[j + 4], s[j - 4], s[j].
+        const unsigned* qs = b + 3 + 8 * (j >> 1);
+#pragma unroll
+        for (int i = 0; i < 8; i++) r.w[i] = qs[i];
+        r.w[8] = blk[j < 4 ? j : j + 4];
+        r.w[9] = blk[j < 4 ? j + 4 : j - 4];
+        r.w[10] = blk[j];
+    } else if constexpr (T == T_Q6_K) {
+        // Values 128h + 32q + l (l < 32) are in ql[64h + 32(q & 1) + l] (low or high nibble)
+        // and bits 2q.. of qh[32h + l]; their scales in bytes 192 + 2j and 193 + 2j.
+        const int hh = j >> 2, q = j & 3;
+        const unsigned* ql = b + (64 * hh + 32 * (q & 1)) / 4;
+        const unsigned* qh = b + (128 + 32 * hh) / 4;
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            r.w[i] = ql[i];
+            r.w[8 + i] = qh[i];
+        }
+        r.w[16] = b[(192 + 2 * j) / 4];
+    } else {
+#pragma unroll
+        for (int i = 0; i < raw_words(T); i++) r.w[i] = b[i];
+    }
+}
+
+// Unpacks unit j (as loaded by load_unit) into signed codes (the type's offset removed) and
+// its scales.
+template <int T>
+__device__ __forceinline__ void decode_unit(const RawUnit<T>& r, int j, Unit& u,
+                                            UnitScales& sc) {
+    sc.d = f16_to_f32(r.h[0]);
+    sc.dm = blk_halves(T) == 2 ? f16_to_f32(r.h[1]) : 0.0f;
+    sc.s0 = 1;
+    sc.s1 = 1;
+    sc.mi = 0;
+    if constexpr (T == T_Q8_0) {
+#pragma unroll
+        for (int i = 0; i < 8; i++) u.w[i] = (int)r.w[i];
+    } else if constexpr (T == T_Q4_0 || T == T_Q4_1) {
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            int lo = (int)(r.w[i] & 0x0F0F0F0Fu), hi = (int)((r.w[i] >> 4) & 0x0F0F0F0Fu);
+            if constexpr (T == T_Q4_0) {
+                lo = __vsubss4(lo, 0x08080808);
+                hi = __vsubss4(hi, 0x08080808);
+            }
+            u.w[i] = lo;
+            u.w[4 + i] = hi;
+        }
+    } else if constexpr (T == T_Q5_0) {
+        const unsigned qh = r.w[0];
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            const unsigned q = r.w[1 + (i & 3)];
+            const unsigned lo = i < 4 ? q & 0x0F0F0F0Fu : (q >> 4) & 0x0F0F0F0Fu;
+            const unsigned h = qh >> (4 * i);
+            const unsigned hb = ((h << 4) & 0x10u) | ((h << 11) & 0x1000u) |
+                                ((h << 18) & 0x100000u) | ((h << 25) & 0x10000000u);
+            u.w[i] = __vsubss4((int)(lo | hb), 0x10101010);
+        }
+    } else if constexpr (T == T_Q4_K) {
+        const int sh = 4 * (j & 1);
+#pragma unroll
+        for (int i = 0; i < 8; i++) u.w[i] = (int)((r.w[i] >> sh) & 0x0F0F0F0Fu);
+        const unsigned a = r.w[8], b = r.w[9], c = r.w[10];
+        if (j < 4) {
+            sc.s0 = a & 63;
+            sc.mi = b & 63;
+        } else {
+            sc.s0 = (a & 0x0F) | ((b >> 6) << 4);
+            sc.mi = (a >> 4) | ((c >> 6) << 4);
+        }
+        sc.s1 = sc.s0;
+    } else {
+        const int q = j & 3, sl = 4 * (q >> 1), sh = 2 * q;
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            const unsigned lo = (r.w[i] >> sl) & 0x0F0F0F0Fu;
+            const unsigned hi = ((r.w[8 + i] >> sh) & 0x03030303u) << 4;
+            u.w[i] = __vsubss4((int)(lo | hi), 0x20202020);
+        }
+        const int at = 16 * (j & 1);
+        sc.s0 = (int)(signed char)(r.w[16] >> at);
+        sc.s1 = (int)(signed char)(r.w[16] >> (at + 8));
+    }
+}
+
+// The f32 term of one unit: t0 / t1 the integer sums of its two halves of 16 with the
+// activation codes, dx and xa the activation unit's scale and extra term (quantize_rows), in
+// the CPU reference's form per block.
+template <int T>
+__device__ __forceinline__ float unit_term(const UnitScales& w, int t0, int t1, float dx,
+                                           float xa) {
+    if constexpr (T == T_Q4_K) {
+        return (w.d * dx) * (float)(w.s0 * (t0 + t1)) - (w.dm * dx) * (float)(w.mi * (int)xa);
+    } else if constexpr (T == T_Q6_K) {
+        return (w.d * dx) * (float)(w.s0 * t0 + w.s1 * t1);
+    } else if constexpr (T == T_Q4_1) {
+        return (float)(t0 + t1) * (w.d * dx) + w.dm * xa;
+    } else {
+        return (float)(t0 + t1) * (w.d * dx);
+    }
+}
+
+// Quantizes rows row0 .. row0 + rows - 1 of x (input mode as q8_quantize) for weights of type
+// T into shared memory: codes xs [rows, k], per unit of 32 the scale xd and the extra term xa
+// (Q4_1: s = f16(d · Σq); Q4_K: Σq of the unit; otherwise unused).
+template <int T>
+__device__ void quantize_rows(const float* x, int row0, int rows, int k, const float* norm_w,
+                              float eps, int swiglu, signed char* xs, float* xd, float* xa) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+    const int units = k / 32;
+    float rs[8];
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+        rs[j] = 1.0f;
+        if (norm_w != nullptr && j < rows)
+            rs[j] = row_rms_scale(x + (size_t)(row0 + j) * (swiglu ? 2 * k : k), k, swiglu, eps);
+    }
+    constexpr bool kquant = T == T_Q4_K || T == T_Q6_K;
+    const int per_row = kquant ? k / 256 : units;
+    for (int t = warp; t < rows * per_row; t += warps) {
+        const int j = t / per_row, b = t - j * per_row;
+        const float* xr = x + (size_t)(row0 + j) * (swiglu ? 2 * k : k);
+        float r = 1.0f;
+#pragma unroll
+        for (int jj = 0; jj < 8; jj++) {
+            if (jj == j) r = rs[jj];
+        }
+        if constexpr (kquant) {
+            // Q8_K: iscale = -127 / (the value of largest magnitude, the first one on ties).
+            float v[8];
+            float amax = 0.0f, vmax = 0.0f;
+            int imax = 0x7fffffff;
+#pragma unroll
+            for (int i = 0; i < 8; i++) {
+                const int e = b * 256 + 32 * i + lane;
+                float a = split_input(xr, e, k, swiglu);
+                if (norm_w != nullptr) a = norm_w[e] * (a * r);
+                v[i] = a;
+                if (fabsf(a) > amax) {
+                    amax = fabsf(a);
+                    vmax = a;
+                    imax = 32 * i + lane;
+                }
+            }
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) {
+                const float am = __shfl_xor_sync(0xffffffffu, amax, o);
+                const float vm = __shfl_xor_sync(0xffffffffu, vmax, o);
+                const int im = __shfl_xor_sync(0xffffffffu, imax, o);
+                if (am > amax || (am == amax && im < imax)) {
+                    amax = am;
+                    vmax = vm;
+                    imax = im;
+                }
+            }
+            const float iscale = amax != 0.0f ? -127.0f / vmax : 0.0f;
+#pragma unroll
+            for (int i = 0; i < 8; i++) {
+                const int c = amax != 0.0f ? min(127, __float2int_rn(__fmul_rn(iscale, v[i]))) : 0;
+                xs[(size_t)j * k + b * 256 + 32 * i + lane] = (signed char)c;
+                int s = c;
+#pragma unroll
+                for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+                if (lane == 0) {
+                    xd[j * units + b * 8 + i] = amax != 0.0f ? 1.0f / iscale : 0.0f;
+                    xa[j * units + b * 8 + i] = (float)s;
+                }
+            }
+        } else {
+            const int e = b * 32 + lane;
+            float a = split_input(xr, e, k, swiglu);
+            if (norm_w != nullptr) a = norm_w[e] * (a * r);
+            const float amax = warp_max(fabsf(a));
+            const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+            const int c = __float2int_rn(__fmul_rn(a, id));
+            xs[(size_t)j * k + e] = (signed char)c;
+            int s = c;
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+            if (lane == 0) {
+                const float d = amax / 127.0f;
+                xd[j * units + b] = f16_to_f32(f32_to_f16(d));
+                xa[j * units + b] = f16_to_f32(f32_to_f16(d * (float)s));
+            }
+        }
+    }
+}
+
+// Units of W each lane of gemv_blocks keeps in flight.
+#define BLK_PF 2
+
+// y [m, n] (+)= x · Wᵀ (y's rows ldy apart, so a matrix in parts writes its columns) for f32
+// rows x (input mode as q8_quantize) and weights of type T (body, halves: see above). Block
+// (bx, g) quantizes rows R g .. R g + R - 1 (R = rows_per_block <= 8) into shared memory, then
+// each warp takes output columns as gemv_q8 does, unpacking each unit of W once for all rows.
+// Each lane loads BLK_PF units ahead of its products; the first ones before the kernel waits
+// for the one before it (the weights are not written by earlier kernels) and quantizes.
+template <int T>
+__device__ void gemv_blocks(const float* x, const unsigned char* body, const f16_t* halves,
+                            float* y, int m, int n, int k, int ldy, int accumulate,
+                            const float* norm_w, float eps, int swiglu, int rows_per_block) {
+    extern __shared__ int4 xs_blk[];
+    constexpr int UPB = blk_units(T), BODY = blk_body(T), HALVES = blk_halves(T);
+    const int units = k / 32, nb = units / UPB;
+    const int row0 = blockIdx.y * rows_per_block;
+    const int rows = min(rows_per_block, m - row0);
+    signed char* xs = (signed char*)xs_blk;
+    float* xd = (float*)(xs + (size_t)rows * k);
+    float* xa = xd + rows * units;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, warps = blockDim.x >> 5;
+    const int stride = gridDim.x * warps;
+    RawUnit<T> raw[BLK_PF];
+    // Loads units base + 32 p + lane (p < BLK_PF) of column col into raw.
+    auto load = [&](int col, int base) {
+#pragma unroll
+        for (int p = 0; p < BLK_PF; p++) {
+            const int u = base + 32 * p + lane;
+            if (col < n && u < units) {
+                const int b = u / UPB;
+                const size_t bi = (size_t)col * nb + b;
+                load_unit<T>(body + bi * BODY, halves + bi * HALVES, u - b * UPB, raw[p]);
+            }
+        }
+    };
+    int col = blockIdx.x * warps + warp;
+    load(col, 0);
+    DEP_ENTER();
+    quantize_rows<T>(x, row0, rows, k, norm_w, eps, swiglu, xs, xd, xa);
+    __syncthreads();
+    for (; col < n; col += stride) {
+        float acc[8];
+#pragma unroll
+        for (int j = 0; j < 8; j++) acc[j] = 0.0f;
+        for (int base = 0; base < units; base += 32 * BLK_PF) {
+            Unit w[BLK_PF];
+            UnitScales sc[BLK_PF];
+#pragma unroll
+            for (int p = 0; p < BLK_PF; p++) {
+                const int u = base + 32 * p + lane;
+                if (u < units) decode_unit<T>(raw[p], u % UPB, w[p], sc[p]);
+            }
+            // The next pass's units: further along this column, or the next column's first.
+            if (base + 32 * BLK_PF < units) load(col, base + 32 * BLK_PF);
+            else load(col + stride, 0);
+#pragma unroll
+            for (int p = 0; p < BLK_PF; p++) {
+                const int u = base + 32 * p + lane;
+                if (u >= units) break;
+#pragma unroll
+                for (int j = 0; j < 8; j++) {
+                    if (j >= rows) break;
+                    const int4* a = (const int4*)(xs + (size_t)j * k + 32 * u);
+                    const int4 a0 = a[0], a1 = a[1];
+                    int t0 = __dp4a(w[p].w[0], a0.x, 0);
+                    t0 = __dp4a(w[p].w[1], a0.y, t0);
+                    t0 = __dp4a(w[p].w[2], a0.z, t0);
+                    t0 = __dp4a(w[p].w[3], a0.w, t0);
+                    int t1 = __dp4a(w[p].w[4], a1.x, 0);
+                    t1 = __dp4a(w[p].w[5], a1.y, t1);
+                    t1 = __dp4a(w[p].w[6], a1.z, t1);
+                    t1 = __dp4a(w[p].w[7], a1.w, t1);
+                    acc[j] += unit_term<T>(sc[p], t0, t1, xd[j * units + u], xa[j * units + u]);
+                }
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            if (j >= rows) break;
+            const float s = warp_sum(acc[j]);
+            if (lane == 0) {
+                float* o = y + (size_t)(row0 + j) * ldy + col;
+                *o = accumulate ? *o + s : s;
+            }
+        }
+    }
+}
+
+#define GEMV_BLOCKS_ENTRY(name, T)                                                             \
+    extern "C" __global__ void name(const float* x, const unsigned char* body,                 \
+                                    const f16_t* halves, float* y, int m, int n, int k,        \
+                                    int ldy, int accumulate, const float* norm_w, float eps,   \
+                                    int swiglu, int rows_per_block) {                          \
+        gemv_blocks<T>(x, body, halves, y, m, n, k, ldy, accumulate, norm_w, eps, swiglu,      \
+                       rows_per_block);                                                        \
+    }
+GEMV_BLOCKS_ENTRY(gemv_q4_0, T_Q4_0)
+GEMV_BLOCKS_ENTRY(gemv_q4_1, T_Q4_1)
+GEMV_BLOCKS_ENTRY(gemv_q5_0, T_Q5_0)
+GEMV_BLOCKS_ENTRY(gemv_q4_k, T_Q4_K)
+GEMV_BLOCKS_ENTRY(gemv_q6_k, T_Q6_K)
+GEMV_BLOCKS_ENTRY(gemv_q8_0, T_Q8_0)
+
+// The activations of m rows quantized for the block types once (for gemm_blocks): codes xq
+// [m, k], per unit xd and xa, as quantize_rows; block g takes rows 8g .. 8g + 7. Two forms:
+// per 32 (Q8_0 / Q8_1: Q4_0, Q4_1, Q5_0, Q8_0) and per 256 (Q8_K: Q4_K, Q6_K).
+template <int T>
+__device__ void quantize_blocks_act(const float* x, signed char* xq, float* xd, float* xa, int m,
+                                    int k, const float* norm_w, float eps, int swiglu) {
+    DEP_ENTER();
+    const int row0 = blockIdx.x * 8, rows = min(8, m - row0), units = k / 32;
+    quantize_rows<T>(x, row0, rows, k, norm_w, eps, swiglu, xq + (size_t)row0 * k,
+                     xd + (size_t)row0 * units, xa + (size_t)row0 * units);
+}
+extern "C" __global__ void blk_quantize_32(const float* x, signed char* xq, float* xd, float* xa,
+                                           int m, int k, const float* norm_w, float eps,
+                                           int swiglu) {
+    quantize_blocks_act<T_Q4_0>(x, xq, xd, xa, m, k, norm_w, eps, swiglu);
+}
+extern "C" __global__ void blk_quantize_256(const float* x, signed char* xq, float* xd,
+                                            float* xa, int m, int k, const float* norm_w,
+                                            float eps, int swiglu) {
+    quantize_blocks_act<T_Q4_K>(x, xq, xd, xa, m, k, norm_w, eps, swiglu);
+}
+
+// Tiles of gemm_blocks: 64 rows x 64 columns per block of 256 threads (each 4 x 4 outputs),
+// k staged BLK_KU units of 32 at a time; every thread unpacks one unit of one column a stage.
+#define BLK_TILE 64
+#define BLK_KU 4
+
+// y [m, n] (+)= x · Wᵀ (rows ldy apart) for rows quantized by blk_quantize_* and weights of
+// type T, as gemm_q8 with the block types' units: integer sums per half unit, combined per unit
+// by unit_term. Grid (n / 64, m / 64) rounded up.
+template <int T>
+__device__ void gemm_blocks(const signed char* xq, const float* xd, const float* xa,
+                            const unsigned char* body, const f16_t* halves, float* y, int m,
+                            int n, int k, int ldy, int accumulate) {
+    __shared__ int xs[BLK_TILE][BLK_KU * 8 + 1];
+    __shared__ int ws[BLK_TILE][BLK_KU * 8 + 1];
+    __shared__ float xds[BLK_KU][BLK_TILE];
+    __shared__ float xas[BLK_KU][BLK_TILE];
+    __shared__ UnitScales wsc[BLK_KU][BLK_TILE];
+    DEP_ENTER();
+    constexpr int UPB = blk_units(T), BODY = blk_body(T), HALVES = blk_halves(T);
+    const int r0 = blockIdx.y * BLK_TILE, c0 = blockIdx.x * BLK_TILE;
+    const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
+    const int units = k / 32, nb = units / UPB;
+    float acc[4][4];
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++) acc[i][j] = 0.0f;
+    for (int u0 = 0; u0 < units; u0 += BLK_KU) {
+        for (int t = threadIdx.x; t < BLK_TILE * BLK_KU * 8; t += blockDim.x) {
+            const int row = t / (BLK_KU * 8), w = t - row * (BLK_KU * 8);
+            const int xr = r0 + row;
+            xs[row][w] = xr < m && u0 + w / 8 < units
+                ? ((const int*)(xq + (size_t)xr * k))[u0 * 8 + w] : 0;
+        }
+        for (int t = threadIdx.x; t < BLK_TILE * BLK_KU; t += blockDim.x) {
+            const int row = t / BLK_KU, uu = t - row * BLK_KU;
+            const int xr = r0 + row, u = u0 + uu;
+            const bool in = xr < m && u < units;
+            xds[uu][row] = in ? xd[(size_t)xr * units + u] : 0.0f;
+            xas[uu][row] = in ? xa[(size_t)xr * units + u] : 0.0f;
+        }
+        for (int t = threadIdx.x; t < BLK_TILE * BLK_KU; t += blockDim.x) {
+            const int col = t / BLK_KU, uu = t - col * BLK_KU;
+            const int wc = c0 + col, u = u0 + uu;
+            if (wc < n && u < units) {
+                const int b = u / UPB, ju = u - b * UPB;
+                const size_t bi = (size_t)wc * nb + b;
+                RawUnit<T> r;
+                load_unit<T>(body + bi * BODY, halves + bi * HALVES, ju, r);
+                Unit w;
+                decode_unit<T>(r, ju, w, wsc[uu][col]);
+#pragma unroll
+                for (int i = 0; i < 8; i++) ws[col][uu * 8 + i] = w.w[i];
+            } else {
+#pragma unroll
+                for (int i = 0; i < 8; i++) ws[col][uu * 8 + i] = 0;
+                wsc[uu][col] = UnitScales{0.0f, 0.0f, 0, 0, 0};
+            }
+        }
+        __syncthreads();
+#pragma unroll
+        for (int uu = 0; uu < BLK_KU; uu++) {
+            int s0[4][4], s1[4][4];
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+#pragma unroll
+                for (int j = 0; j < 4; j++) s0[i][j] = s1[i][j] = 0;
+#pragma unroll
+            for (int w = 0; w < 8; w++) {
+                int a[4], c[4];
+#pragma unroll
+                for (int i = 0; i < 4; i++) a[i] = xs[ty + 16 * i][uu * 8 + w];
+#pragma unroll
+                for (int j = 0; j < 4; j++) c[j] = ws[tx + 16 * j][uu * 8 + w];
+#pragma unroll
+                for (int i = 0; i < 4; i++)
+#pragma unroll
+                    for (int j = 0; j < 4; j++) {
+                        if (w < 4) s0[i][j] = __dp4a(a[i], c[j], s0[i][j]);
+                        else s1[i][j] = __dp4a(a[i], c[j], s1[i][j]);
+                    }
+            }
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                const UnitScales sc = wsc[uu][tx + 16 * j];
+#pragma unroll
+                for (int i = 0; i < 4; i++)
+                    acc[i][j] += unit_term<T>(sc, s0[i][j], s1[i][j], xds[uu][ty + 16 * i],
+                                              xas[uu][ty + 16 * i]);
+            }
+        }
+        __syncthreads();
+    }
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const int r = r0 + ty + 16 * i;
+        if (r >= m) continue;
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const int c = c0 + tx + 16 * j;
+            if (c >= n) continue;
+            float* o = y + (size_t)r * ldy + c;
+            *o = accumulate ? *o + acc[i][j] : acc[i][j];
+        }
+    }
+}
+
+#define GEMM_BLOCKS_ENTRY(name, T)                                                             \
+    extern "C" __global__ void name(const signed char* xq, const float* xd, const float* xa,  \
+                                    const unsigned char* body, const f16_t* halves, float* y,  \
+                                    int m, int n, int k, int ldy, int accumulate) {            \
+        gemm_blocks<T>(xq, xd, xa, body, halves, y, m, n, k, ldy, accumulate);                 \
+    }
+GEMM_BLOCKS_ENTRY(gemm_q4_0, T_Q4_0)
+GEMM_BLOCKS_ENTRY(gemm_q4_1, T_Q4_1)
+GEMM_BLOCKS_ENTRY(gemm_q5_0, T_Q5_0)
+GEMM_BLOCKS_ENTRY(gemm_q4_k, T_Q4_K)
+GEMM_BLOCKS_ENTRY(gemm_q6_k, T_Q6_K)
+GEMM_BLOCKS_ENTRY(gemm_q8_0, T_Q8_0)
