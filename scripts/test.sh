@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/fetch_models.sh
 ./scripts/fetch_sentencepiece.sh
-# NVRTC lets the CUDA kernels compile here; without it that one test says SKIPPED.
+# NVRTC (and ptxas) let the CUDA kernels compile here; without them that one test says SKIPPED.
 nvrtc=$(./scripts/fetch_nvrtc.sh || echo "fetch of NVRTC failed" >&2)
 cargo fmt --all -- --check
 cargo clippy --release --workspace --all-targets -- -D warnings
@@ -18,7 +18,7 @@ log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 status=0
 cargo test --release --workspace --lib --bins --tests 2>&1 | tee "$log" || status=$?
-LD_LIBRARY_PATH="$nvrtc${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+LD_LIBRARY_PATH="$nvrtc${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" LATTICE_PTXAS="$nvrtc/../bin/ptxas" \
   cargo test --release -p lattice-inference --features cuda --test cuda_ops --test cuda_parity \
   -- --nocapture 2>&1 | tee -a "$log" || status=$?
 # Each fuzz target for a short time on its committed corpus (libFuzzer, nightly; the long runs

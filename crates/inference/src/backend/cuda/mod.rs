@@ -138,9 +138,7 @@ pub(crate) struct Kernels {
     pub embed_f32: CudaFunction,
     pub gemv_bf16: CudaFunction,
     pub gemv_f32: CudaFunction,
-    pub q8_quantize: CudaFunction,
     pub gemv_q8: CudaFunction,
-    pub gemm_q8: CudaFunction,
     /// The block types' matrix-vector kernels (quant.rs `block_layout`: Q4_0, Q4_1, Q5_0,
     /// Q4_K, Q6_K, Q8_0).
     pub gemv_blocks: [CudaFunction; 6],
@@ -337,9 +335,7 @@ impl CudaDevice {
             embed_f32: f("embed_f32")?,
             gemv_bf16: f("gemv_bf16")?,
             gemv_f32: f("gemv_f32")?,
-            q8_quantize: f("q8_quantize")?,
             gemv_q8: f("gemv_q8")?,
-            gemm_q8: f("gemm_q8")?,
             gemv_blocks: [
                 f("gemv_q4_0")?,
                 f("gemv_q4_1")?,
@@ -411,9 +407,7 @@ impl CudaDevice {
                 (kernels.gdn_chunked.iter().zip(gdn::DELTA_KEY_DIMS))
                     .map(|(k, dk)| (k, gdn::chunk_smem_bytes(dk))),
             )
-            .chain(
-                (kernels.gemv_blocks.iter()).map(|k| (k, launch::GEMV_SMEM_BYTES)),
-            );
+            .chain((kernels.gemv_blocks.iter()).map(|k| (k, launch::GEMV_SMEM_BYTES)));
         for (k, bytes) in attn.chain([
             (&kernels.gemv_bf16, launch::GEMV_SMEM_BYTES),
             (&kernels.gemv_f32, launch::GEMV_SMEM_BYTES),

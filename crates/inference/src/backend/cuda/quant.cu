@@ -6,38 +6,17 @@
 // sum of its 32 code products times dw * dx. The integer sums are exact, so the GPU differs
 // from the CPU only in the order the f32 block terms are added.
 
-// Block r quantizes row r of x, with the input mode of split_bf16 applied (RMSNorm with
-// norm_w, or SwiGLU of rows of 2k values), into codes q [r, k] and scales d [r, k / 32] (f32
-// holding the f16-rounded scale). k is a multiple of 32; blockDim.x a multiple of 32.
-extern "C" __global__ void q8_quantize(const float* x, signed char* q, float* d, int k,
-                                       const float* norm_w, float eps, int swiglu) {
-    DEP_ENTER();
-    const int r = blockIdx.x;
-    const float* xr = x + (size_t)r * (swiglu ? 2 * k : k);
-    const float scale = norm_w != nullptr ? row_rms_scale(xr, k, swiglu, eps) : 1.0f;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
-    const int kb = k / 32;
-    for (int b = warp; b < kb; b += warps) {
-        const int i = b * 32 + lane;
-        float v = split_input(xr, i, k, swiglu);
-        if (norm_w != nullptr) v = norm_w[i] * (v * scale);
-        const float amax = warp_max(fabsf(v));
-        const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
-        q[(size_t)r * k + i] = (signed char)__float2int_rn(v * id);
-        if (lane == 0) d[(size_t)r * kb + b] = f16_to_f32(f32_to_f16(amax / 127.0f));
-    }
-}
-
 // Chunks of 16 codes each lane loads before it multiplies any (bytes in flight per warp).
 #define Q8_PF 4
 
 // Rows one block of gemv_q8 takes (its grid's y dimension walks groups of them).
 #define Q8_GEMV_ROWS 8
 
-// y [m, n] (+)= x · Wᵀ for f32 rows x (input mode as q8_quantize) and Q8_0 weights (wq [n, k],
-// wd [n, k / 32] f16): block (bx, g) quantizes rows 8g .. 8g + 7 into shared memory (codes,
-// then scales: 9k / 8 bytes a row) exactly as q8_quantize, then each warp takes output columns
-// as gemv does, streaming W once per row group (the second and later groups from L2).
+// y [m, n] (+)= x · Wᵀ for f32 rows x (input mode as split_bf16: RMSNorm with norm_w, or
+// SwiGLU of rows of 2k values) and Q8_0 weights (wq [n, k], wd [n, k / 32] f16): block (bx, g)
+// quantizes rows 8g .. 8g + 7 into shared memory (codes, then scales: 9k / 8 bytes a row) as
+// above, then each warp takes output columns as gemv does, streaming W once per row group (the
+// second and later groups from L2).
 extern "C" __global__ void gemv_q8(const float* x, const signed char* wq, const f16_t* wd,
                                    float* y, int m, int n, int k, int accumulate,
                                    const float* norm_w, float eps, int swiglu) {
@@ -115,90 +94,6 @@ extern "C" __global__ void gemv_q8(const float* x, const signed char* wq, const 
                 float* o = y + (size_t)(row0 + j) * n + col;
                 *o = accumulate ? *o + s : s;
             }
-        }
-    }
-}
-
-// Tiles of the batched product: 64 rows x 64 columns per block of 256 threads (each 4 x 4
-// outputs), k staged Q8_KB blocks of 32 at a time.
-#define Q8_TILE 64
-#define Q8_KB 4
-#define Q8_WORDS (Q8_KB * 8)
-
-// y [m, n] (+)= x · Wᵀ for any m, operands as gemv_q8; grid (n / 64, m / 64) rounded up.
-extern "C" __global__ void gemm_q8(const signed char* xq, const float* xd,
-                                   const signed char* wq, const f16_t* wd, float* y, int m,
-                                   int n, int k, int accumulate) {
-    // Rows padded by one word: the 16 columns a warp reads fall in distinct banks.
-    __shared__ int xs[Q8_TILE][Q8_WORDS + 1];
-    __shared__ int ws[Q8_TILE][Q8_WORDS + 1];
-    __shared__ float xds[Q8_KB][Q8_TILE];
-    __shared__ float wds[Q8_KB][Q8_TILE];
-    DEP_ENTER();
-    const int r0 = blockIdx.y * Q8_TILE, c0 = blockIdx.x * Q8_TILE;
-    const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
-    const int kb = k / 32;
-    float acc[4][4];
-#pragma unroll
-    for (int i = 0; i < 4; i++)
-#pragma unroll
-        for (int j = 0; j < 4; j++) acc[i][j] = 0.0f;
-    for (int b0 = 0; b0 < kb; b0 += Q8_KB) {
-        for (int t = threadIdx.x; t < Q8_TILE * Q8_WORDS; t += blockDim.x) {
-            const int row = t / Q8_WORDS, w = t - row * Q8_WORDS;
-            const int b = b0 + w / 8;
-            const bool in_k = b < kb;
-            const int xr = r0 + row, wc = c0 + row;
-            xs[row][w] = xr < m && in_k
-                ? ((const int*)(xq + (size_t)xr * k))[b0 * 8 + w] : 0;
-            ws[row][w] = wc < n && in_k
-                ? ((const int*)(wq + (size_t)wc * k))[b0 * 8 + w] : 0;
-        }
-        for (int t = threadIdx.x; t < Q8_TILE * Q8_KB; t += blockDim.x) {
-            const int row = t / Q8_KB, bb = t - row * Q8_KB;
-            const int b = b0 + bb;
-            const int xr = r0 + row, wc = c0 + row;
-            xds[bb][row] = xr < m && b < kb ? xd[(size_t)xr * kb + b] : 0.0f;
-            wds[bb][row] = wc < n && b < kb ? f16_to_f32(wd[(size_t)wc * kb + b]) : 0.0f;
-        }
-        __syncthreads();
-#pragma unroll
-        for (int bb = 0; bb < Q8_KB; bb++) {
-            int s[4][4];
-#pragma unroll
-            for (int i = 0; i < 4; i++)
-#pragma unroll
-                for (int j = 0; j < 4; j++) s[i][j] = 0;
-#pragma unroll
-            for (int w = bb * 8; w < bb * 8 + 8; w++) {
-                int a[4], c[4];
-#pragma unroll
-                for (int i = 0; i < 4; i++) a[i] = xs[ty + 16 * i][w];
-#pragma unroll
-                for (int j = 0; j < 4; j++) c[j] = ws[tx + 16 * j][w];
-#pragma unroll
-                for (int i = 0; i < 4; i++)
-#pragma unroll
-                    for (int j = 0; j < 4; j++) s[i][j] = __dp4a(a[i], c[j], s[i][j]);
-            }
-#pragma unroll
-            for (int i = 0; i < 4; i++)
-#pragma unroll
-                for (int j = 0; j < 4; j++)
-                    acc[i][j] += (float)s[i][j] * (xds[bb][ty + 16 * i] * wds[bb][tx + 16 * j]);
-        }
-        __syncthreads();
-    }
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        const int r = r0 + ty + 16 * i;
-        if (r >= m) continue;
-#pragma unroll
-        for (int j = 0; j < 4; j++) {
-            const int c = c0 + tx + 16 * j;
-            if (c >= n) continue;
-            float* o = y + (size_t)r * n + c;
-            *o = accumulate ? *o + acc[i][j] : acc[i][j];
         }
     }
 }
@@ -381,7 +276,7 @@ __device__ __forceinline__ float unit_term(const UnitScales& w, int t0, int t1, 
     }
 }
 
-// Quantizes rows row0 .. row0 + rows - 1 of x (input mode as q8_quantize) for weights of type
+// Quantizes rows row0 .. row0 + rows - 1 of x (input mode as gemv_q8) for weights of type
 // T into shared memory: codes xs [rows, k], per unit of 32 the scale xd and the extra term xa
 // (Q4_1: s = f16(d · Σq); Q4_K: Σq of the unit; otherwise unused).
 template <int T>
@@ -471,7 +366,7 @@ __device__ void quantize_rows(const float* x, int row0, int rows, int k, const f
 #define BLK_PF 2
 
 // y [m, n] (+)= x · Wᵀ (y's rows ldy apart, so a matrix in parts writes its columns) for f32
-// rows x (input mode as q8_quantize) and weights of type T (body, halves: see above). Block
+// rows x (input mode as gemv_q8) and weights of type T (body, halves: see above). Block
 // (bx, g) quantizes rows R g .. R g + R - 1 (R = rows_per_block <= 8) into shared memory, then
 // each warp takes output columns as gemv_q8 does, unpacking each unit of W once for all rows.
 // Each lane loads BLK_PF units ahead of its products; the first ones before the kernel waits
@@ -572,14 +467,14 @@ GEMV_BLOCKS_ENTRY(gemv_q6_k, T_Q6_K)
 GEMV_BLOCKS_ENTRY(gemv_q8_0, T_Q8_0)
 
 // The activations of m rows quantized for the block types once (for gemm_blocks): codes xq
-// [m, k], per unit xd and xa, as quantize_rows; block g takes rows 8g .. 8g + 7. Two forms:
+// [m, k], per unit xd and xa, as quantize_rows; block r takes row r. Two forms:
 // per 32 (Q8_0 / Q8_1: Q4_0, Q4_1, Q5_0, Q8_0) and per 256 (Q8_K: Q4_K, Q6_K).
 template <int T>
 __device__ void quantize_blocks_act(const float* x, signed char* xq, float* xd, float* xa, int m,
                                     int k, const float* norm_w, float eps, int swiglu) {
     DEP_ENTER();
-    const int row0 = blockIdx.x * 8, rows = min(8, m - row0), units = k / 32;
-    quantize_rows<T>(x, row0, rows, k, norm_w, eps, swiglu, xq + (size_t)row0 * k,
+    const int row0 = blockIdx.x, units = k / 32;
+    quantize_rows<T>(x, row0, 1, k, norm_w, eps, swiglu, xq + (size_t)row0 * k,
                      xd + (size_t)row0 * units, xa + (size_t)row0 * units);
 }
 extern "C" __global__ void blk_quantize_32(const float* x, signed char* xq, float* xd, float* xa,
@@ -593,68 +488,190 @@ extern "C" __global__ void blk_quantize_256(const float* x, signed char* xq, flo
     quantize_blocks_act<T_Q4_K>(x, xq, xd, xa, m, k, norm_w, eps, swiglu);
 }
 
-// Tiles of gemm_blocks: 64 rows x 64 columns per block of 256 threads (each 4 x 4 outputs),
-// k staged BLK_KU units of 32 at a time; every thread unpacks one unit of one column a stage.
+// Tiles of gemm_blocks: 64 rows x 64 columns per block of 256 threads (the staging assumes
+// exactly 256), k staged BLK_KU units of 32 at a time; every thread unpacks one unit of one
+// column a stage. On compute capability 8.0
+// and later each warp takes 32 rows x 16 columns with int8 tensor-core products (mma m16n8k32,
+// or two m16n8k16 for Q6_K's halves): exact integer sums, so the same results as dp4a; before
+// 8.0, each thread takes 4 x 4 outputs with dp4a.
 #define BLK_TILE 64
 #define BLK_KU 4
+// Words per staged row: 8 per unit, padded so the fragment loads (rows g, words t) fall in
+// distinct banks.
+#define BLK_ROW (BLK_KU * 8 + 4)
+
+#if __CUDA_ARCH__ >= 800
+// D += A (16 x 32, rows of 4 words) · Bᵀ (8 x 32), int8 in, int32 sums.
+__device__ __forceinline__ void mma_k32(int (&d)[4], const int (&a)[4], const int (&b)[2]) {
+    asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+        "{%8, %9}, {%0, %1, %2, %3};"
+        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+// D += A (16 x 16) · Bᵀ (8 x 16), int8 in, int32 sums.
+__device__ __forceinline__ void mma_k16(int (&d)[4], int a0, int a1, int b0) {
+    asm("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5}, {%6}, "
+        "{%0, %1, %2, %3};"
+        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+        : "r"(a0), "r"(a1), "r"(b0));
+}
+#endif
 
 // y [m, n] (+)= x · Wᵀ (rows ldy apart) for rows quantized by blk_quantize_* and weights of
-// type T, as gemm_q8 with the block types' units: integer sums per half unit, combined per unit
-// by unit_term. Grid (n / 64, m / 64) rounded up.
+// type T: integer sums per unit (per half unit for Q6_K), combined per unit by unit_term.
+// Grid (n / 64, m / 64) rounded up.
 template <int T>
 __device__ void gemm_blocks(const signed char* xq, const float* xd, const float* xa,
                             const unsigned char* body, const f16_t* halves, float* y, int m,
                             int n, int k, int ldy, int accumulate) {
-    __shared__ int xs[BLK_TILE][BLK_KU * 8 + 1];
-    __shared__ int ws[BLK_TILE][BLK_KU * 8 + 1];
+    __shared__ int xs[BLK_TILE][BLK_ROW];
+    __shared__ int ws[BLK_TILE][BLK_ROW];
     __shared__ float xds[BLK_KU][BLK_TILE];
     __shared__ float xas[BLK_KU][BLK_TILE];
     __shared__ UnitScales wsc[BLK_KU][BLK_TILE];
     DEP_ENTER();
     constexpr int UPB = blk_units(T), BODY = blk_body(T), HALVES = blk_halves(T);
     const int r0 = blockIdx.y * BLK_TILE, c0 = blockIdx.x * BLK_TILE;
-    const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
     const int units = k / 32, nb = units / UPB;
+#if __CUDA_ARCH__ >= 800
+    // Warp (wm, wn): rows 32 wm .. + 32 (two tiles of 16), columns 16 wn .. + 16 (two of 8);
+    // lane = 4 g + t holds rows g, g + 8 and columns 2t, 2t + 1 of each tile.
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int wm = warp >> 2, wn = warp & 3, g = lane >> 2, t = lane & 3;
+    float acc[2][2][4];
+    // K-quants: integer sums of the current super-block (sc · Σ and, Q4_K, m · Σ activations).
+    int isum[2][2][4], msum[2][2][4];
+#pragma unroll
+    for (int i = 0; i < 16; i++) {
+        ((int*)isum)[i] = 0;
+        ((int*)msum)[i] = 0;
+    }
+#else
+    const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
     float acc[4][4];
+#endif
 #pragma unroll
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < (int)(sizeof(acc) / sizeof(float)); i++) ((float*)acc)[i] = 0.0f;
+    // Staging runs a stage ahead: each thread (256 of them) loads 8 activation words, one
+    // (row, unit) pair of activation scales and one (column, unit) of weights into registers,
+    // issued before the current stage's products and stored to shared memory after them.
+    const int sw = threadIdx.x & 31, srow = threadIdx.x >> 5;
+    const int pr = threadIdx.x >> 2, pu = threadIdx.x & 3;
+    int xv[8];
+    float dv = 0.0f, av = 0.0f;
+    RawUnit<T> rw;
+    bool wok = false;
+    auto fetch = [&](int u0) {
 #pragma unroll
-        for (int j = 0; j < 4; j++) acc[i][j] = 0.0f;
+        for (int p = 0; p < 8; p++) {
+            const int xr = r0 + srow + 8 * p;
+            xv[p] = xr < m && u0 + sw / 8 < units
+                ? ((const int*)(xq + (size_t)xr * k))[u0 * 8 + sw] : 0;
+        }
+        const int xr = r0 + pr, u = u0 + pu, wc = c0 + pr;
+        const bool in = xr < m && u < units;
+        dv = in ? xd[(size_t)xr * units + u] : 0.0f;
+        av = in ? xa[(size_t)xr * units + u] : 0.0f;
+        wok = wc < n && u < units;
+        if (wok) {
+            const size_t bi = (size_t)wc * nb + u / UPB;
+            load_unit<T>(body + bi * BODY, halves + bi * HALVES, u % UPB, rw);
+        }
+    };
+    fetch(0);
     for (int u0 = 0; u0 < units; u0 += BLK_KU) {
-        for (int t = threadIdx.x; t < BLK_TILE * BLK_KU * 8; t += blockDim.x) {
-            const int row = t / (BLK_KU * 8), w = t - row * (BLK_KU * 8);
-            const int xr = r0 + row;
-            xs[row][w] = xr < m && u0 + w / 8 < units
-                ? ((const int*)(xq + (size_t)xr * k))[u0 * 8 + w] : 0;
-        }
-        for (int t = threadIdx.x; t < BLK_TILE * BLK_KU; t += blockDim.x) {
-            const int row = t / BLK_KU, uu = t - row * BLK_KU;
-            const int xr = r0 + row, u = u0 + uu;
-            const bool in = xr < m && u < units;
-            xds[uu][row] = in ? xd[(size_t)xr * units + u] : 0.0f;
-            xas[uu][row] = in ? xa[(size_t)xr * units + u] : 0.0f;
-        }
-        for (int t = threadIdx.x; t < BLK_TILE * BLK_KU; t += blockDim.x) {
-            const int col = t / BLK_KU, uu = t - col * BLK_KU;
-            const int wc = c0 + col, u = u0 + uu;
-            if (wc < n && u < units) {
-                const int b = u / UPB, ju = u - b * UPB;
-                const size_t bi = (size_t)wc * nb + b;
-                RawUnit<T> r;
-                load_unit<T>(body + bi * BODY, halves + bi * HALVES, ju, r);
-                Unit w;
-                decode_unit<T>(r, ju, w, wsc[uu][col]);
 #pragma unroll
-                for (int i = 0; i < 8; i++) ws[col][uu * 8 + i] = w.w[i];
-            } else {
+        for (int p = 0; p < 8; p++) xs[srow + 8 * p][sw] = xv[p];
+        xds[pu][pr] = dv;
+        xas[pu][pr] = av;
+        if (wok) {
+            Unit w;
+            decode_unit<T>(rw, (u0 + pu) % UPB, w, wsc[pu][pr]);
 #pragma unroll
-                for (int i = 0; i < 8; i++) ws[col][uu * 8 + i] = 0;
-                wsc[uu][col] = UnitScales{0.0f, 0.0f, 0, 0, 0};
-            }
+            for (int q = 0; q < 8; q++) ws[pr][pu * 8 + q] = w.w[q];
+        } else {
+#pragma unroll
+            for (int q = 0; q < 8; q++) ws[pr][pu * 8 + q] = 0;
+            wsc[pu][pr] = UnitScales{0.0f, 0.0f, 0, 0, 0};
         }
         __syncthreads();
+        if (u0 + BLK_KU < units) fetch(u0 + BLK_KU);
 #pragma unroll
         for (int uu = 0; uu < BLK_KU; uu++) {
+#if __CUDA_ARCH__ >= 800
+            // s[mt][nt][0..3]: the unit's sums (Q6_K: first half; h: second half).
+            int s[2][2][4], h[2][2][4];
+#pragma unroll
+            for (int i = 0; i < 16; i++) {
+                ((int*)s)[i] = 0;
+                ((int*)h)[i] = 0;
+            }
+#pragma unroll
+            for (int mt = 0; mt < 2; mt++) {
+                const int ra = 32 * wm + 16 * mt + g;
+                const int a[4] = {xs[ra][uu * 8 + t], xs[ra + 8][uu * 8 + t],
+                                  xs[ra][uu * 8 + 4 + t], xs[ra + 8][uu * 8 + 4 + t]};
+#pragma unroll
+                for (int nt = 0; nt < 2; nt++) {
+                    const int cb = 16 * wn + 8 * nt + g;
+                    const int b[2] = {ws[cb][uu * 8 + t], ws[cb][uu * 8 + 4 + t]};
+                    if constexpr (T == T_Q6_K) {
+                        mma_k16(s[mt][nt], a[0], a[1], b[0]);
+                        mma_k16(h[mt][nt], a[2], a[3], b[1]);
+                    } else {
+                        mma_k32(s[mt][nt], a, b);
+                    }
+                }
+            }
+#pragma unroll
+            for (int nt = 0; nt < 2; nt++) {
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    const UnitScales sc = wsc[uu][16 * wn + 8 * nt + 2 * t + e];
+#pragma unroll
+                    for (int mt = 0; mt < 2; mt++) {
+#pragma unroll
+                        for (int hr = 0; hr < 2; hr++) {
+                            const int row = 32 * wm + 16 * mt + g + 8 * hr, r = 2 * hr + e;
+                            if constexpr (T == T_Q4_K || T == T_Q6_K) {
+                                // Integer sums over the super-block, as the CPU reference.
+                                isum[mt][nt][r] += sc.s0 * s[mt][nt][r] + sc.s1 * h[mt][nt][r];
+                                if constexpr (T == T_Q4_K)
+                                    msum[mt][nt][r] += sc.mi * (int)xas[uu][row];
+                            } else {
+                                acc[mt][nt][r] += unit_term<T>(sc, s[mt][nt][r], h[mt][nt][r],
+                                                               xds[uu][row], xas[uu][row]);
+                            }
+                        }
+                    }
+                }
+            }
+            if constexpr (T == T_Q4_K || T == T_Q6_K) {
+                // The last unit of a super-block of 256 (8 units; u0 is a multiple of 4): its
+                // f32 term, (d · dy) · isum - (dmin · dy) · msum.
+                if (uu == BLK_KU - 1 && (u0 & 7) == 4) {
+#pragma unroll
+                    for (int nt = 0; nt < 2; nt++)
+#pragma unroll
+                        for (int e = 0; e < 2; e++) {
+                            const UnitScales sc = wsc[uu][16 * wn + 8 * nt + 2 * t + e];
+#pragma unroll
+                            for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+                                for (int hr = 0; hr < 2; hr++) {
+                                    const int row = 32 * wm + 16 * mt + g + 8 * hr;
+                                    const int r = 2 * hr + e;
+                                    const float dy = xds[uu][row];
+                                    acc[mt][nt][r] += (sc.d * dy) * (float)isum[mt][nt][r];
+                                    if constexpr (T == T_Q4_K)
+                                        acc[mt][nt][r] -= (sc.dm * dy) * (float)msum[mt][nt][r];
+                                    isum[mt][nt][r] = 0;
+                                    msum[mt][nt][r] = 0;
+                                }
+                        }
+                }
+            }
+#else
             int s0[4][4], s1[4][4];
 #pragma unroll
             for (int i = 0; i < 4; i++)
@@ -683,9 +700,24 @@ __device__ void gemm_blocks(const signed char* xq, const float* xd, const float*
                     acc[i][j] += unit_term<T>(sc, s0[i][j], s1[i][j], xds[uu][ty + 16 * i],
                                               xas[uu][ty + 16 * i]);
             }
+#endif
         }
         __syncthreads();
     }
+#if __CUDA_ARCH__ >= 800
+#pragma unroll
+    for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+        for (int nt = 0; nt < 2; nt++)
+#pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int row = r0 + 32 * wm + 16 * mt + g + 8 * (r >> 1);
+                const int col = c0 + 16 * wn + 8 * nt + 2 * t + (r & 1);
+                if (row >= m || col >= n) continue;
+                float* o = y + (size_t)row * ldy + col;
+                *o = accumulate ? *o + acc[mt][nt][r] : acc[mt][nt][r];
+            }
+#else
 #pragma unroll
     for (int i = 0; i < 4; i++) {
         const int r = r0 + ty + 16 * i;
@@ -698,12 +730,13 @@ __device__ void gemm_blocks(const signed char* xq, const float* xd, const float*
             *o = accumulate ? *o + acc[i][j] : acc[i][j];
         }
     }
+#endif
 }
 
 #define GEMM_BLOCKS_ENTRY(name, T)                                                             \
-    extern "C" __global__ void name(const signed char* xq, const float* xd, const float* xa,  \
-                                    const unsigned char* body, const f16_t* halves, float* y,  \
-                                    int m, int n, int k, int ldy, int accumulate) {            \
+    extern "C" __global__ void __launch_bounds__(256, 2)                                       \
+        name(const signed char* xq, const float* xd, const float* xa, const unsigned char* body, \
+             const f16_t* halves, float* y, int m, int n, int k, int ldy, int accumulate) {    \
         gemm_blocks<T>(xq, xd, xa, body, halves, y, m, n, k, ldy, accumulate);                 \
     }
 GEMM_BLOCKS_ENTRY(gemm_q4_0, T_Q4_0)

@@ -2,15 +2,15 @@
 //!
 //! - Q8_0: a matrix is uploaded as int8 codes and f16 scales; a product quantizes its input
 //!   rows per block of 32 as the CPU backend does (with the input's RMSNorm or SwiGLU fused),
-//!   then multiplies with integer dot products: a matrix-vector kernel that quantizes its rows
-//!   itself for up to 8 rows (decode), a tiled kernel after a quantizing pass for more
-//!   (prefill).
+//!   then multiplies with integer dot products: `gemv_q8`, which quantizes its rows itself, for
+//!   up to 8 rows (decode); for more, the tiled kernel of the block types below (the two arrays
+//!   are exactly the Q8_0 block type's bodies and scales).
 //! - Q4_0, Q4_1, Q5_0, Q4_K, Q6_K (and Q8_0 beside them in one fused matrix): [`BlockRows`],
 //!   the file's blocks with their f16 scales split off (so the rest is 4-byte aligned); the
 //!   activations quantized as the CPU quantizes them for that type (Q8_0, Q8_1 or Q8_K); one
 //!   matrix-vector kernel per type for up to 8 rows (quantizing them itself), a tiled kernel
-//!   after a quantizing pass for more (`LATTICE_CUDA_QUANT=gemv` keeps the matrix-vector
-//!   kernel, in groups of 8 rows, for every product: an A/B switch).
+//!   on the int8 tensor cores after a quantizing pass for more (`LATTICE_CUDA_QUANT=gemv`
+//!   keeps the matrix-vector kernel, in groups of 8 rows, for every product: an A/B switch).
 
 use cudarc::driver::{CudaSlice, LaunchConfig};
 
@@ -26,9 +26,6 @@ const Q8_GEMV_ROWS: usize = 8;
 /// by side, each streaming the weights, but at 64 rows that measured 3,448 tokens/s against
 /// 4,669 for the tiled kernel on an H200): more rows take the tiled kernel.
 const Q8_GEMV_MAX: usize = Q8_GEMV_ROWS;
-
-/// Rows and columns of a tile of the batched kernel (`Q8_TILE` in quant.cu).
-const TILE: usize = 64;
 
 /// Bytes of a GGUF Q8_0 block: an f16 scale, then 32 codes.
 const BLOCK_BYTES: usize = 34;
@@ -73,17 +70,12 @@ impl CudaDevice {
             k.is_multiple_of(32) && q.len() >= n * k && d.len() >= n * k / 32 && y.len() >= m * n
         );
         let (pn, eps, sw) = self.input_args(input, x, m, k);
-        if m <= BLOCK_GROUP_ROWS && q8_as_blocks() {
-            // The same arrays are the Q8_0 block type's bodies (32 codes) and scales.
-            let w = (Q8_0_KERNEL, (self.ptr(q), self.ptr(d)), n);
-            return self.gemv_blocks_part(x, m, w, 0, n, k, y, accumulate, (pn, eps, sw));
-        }
-        let (pw, pwd, py) = (self.ptr(q), self.ptr(d), self.mptr(y));
-        let (mi, ni, ki, acc) = (m as i32, n as i32, k as i32, i32::from(accumulate));
-        let px = self.ptr(x);
         let smem = Q8_GEMV_ROWS.min(m) * k * 9 / 8;
-        if m <= Q8_GEMV_MAX && smem <= GEMV_SMEM_BYTES.min(self.max_smem()) {
+        if m <= Q8_GEMV_MAX && !q8_as_blocks() && smem <= GEMV_SMEM_BYTES.min(self.max_smem()) {
             // One launch: every block quantizes its group of rows itself.
+            let (pw, pwd, py) = (self.ptr(q), self.ptr(d), self.mptr(y));
+            let (mi, ni, ki, acc) = (m as i32, n as i32, k as i32, i32::from(accumulate));
+            let px = self.ptr(x);
             let mut b = self.args(&self.kernels().gemv_q8);
             b.arg(&px)
                 .arg(&pw)
@@ -111,41 +103,19 @@ impl CudaDevice {
             // columns c < n (y holds m n); its shared memory holds 8 rows of 9k / 8 bytes.
             return unsafe { self.go(&mut b, cfg, "gemv_q8") };
         }
-        // The quantized rows in one buffer: codes (m k bytes), then scales (m k / 32 f32).
-        let words = m * k / 4;
-        let mut xq = self.alloc_buf(words + m * k / 32)?;
-        let pq = self.mptr(&mut xq);
-        let pd = pq + (words * 4) as u64;
-        let mut b = self.args(&self.kernels().q8_quantize);
-        b.arg(&px)
-            .arg(&pq)
-            .arg(&pd)
-            .arg(&ki)
-            .arg(&pn)
-            .arg(&eps)
-            .arg(&sw);
-        // SAFETY: block r reads row r of x (k or 2k values, checked by input_args) and k of
-        // the norm weight, and writes codes [r k, r k + k) and scales [r k/32, ...) of xq,
-        // which holds m k / 4 + m k / 32 words.
-        unsafe { self.go(&mut b, per_row(m, 256), "q8_quantize") }?;
-        let cfg = LaunchConfig {
-            grid_dim: (n.div_ceil(TILE) as u32, m.div_ceil(TILE) as u32, 1),
-            block_dim: (256, 1, 1),
-            shared_mem_bytes: 0,
+        // The same arrays are the Q8_0 block type's bodies (32 codes) and scales.
+        let part = PartArgs {
+            kernel: Q8_0_KERNEL,
+            per256: false,
+            w: (self.ptr(q), self.ptr(d)),
+            rows: n,
         };
-        let mut b = self.args(&self.kernels().gemm_q8);
-        b.arg(&pq)
-            .arg(&pd)
-            .arg(&pw)
-            .arg(&pwd)
-            .arg(&py)
-            .arg(&mi)
-            .arg(&ni)
-            .arg(&ki)
-            .arg(&acc);
-        // SAFETY: the kernel reads m k codes and m k / 32 scales of xq, n k codes of q and
-        // n k / 32 scales of d (asserted), and writes y[r n + c] for r < m, c < n (y holds m n).
-        unsafe { self.go(&mut b, cfg, "gemm_q8") }
+        let input = (pn, eps, sw);
+        if m <= BLOCK_GROUP_ROWS {
+            self.gemv_blocks_part(x, m, part, 0, n, k, y, accumulate, input)
+        } else {
+            self.gemm_blocks(x, m, &[part], n, k, y, accumulate, input)
+        }
     }
 }
 
@@ -175,7 +145,8 @@ const BLOCK_TILE: usize = 64;
 const Q8_0_KERNEL: usize = 5;
 
 /// `LATTICE_CUDA_Q8=blocks`: Q8_0 matrices' products of up to 8 rows through the block types'
-/// matrix-vector kernel (loads issued ahead) instead of `gemv_q8`: an A/B switch.
+/// matrix-vector kernel (loads issued ahead) instead of `gemv_q8`: an A/B switch (calls
+/// 6.2 / 6.4 on the H200: tg 562 / 604 against 617 / 597 tokens/s).
 fn q8_as_blocks() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ON.get_or_init(|| std::env::var("LATTICE_CUDA_Q8").is_ok_and(|v| v == "blocks"))
@@ -185,6 +156,17 @@ fn q8_as_blocks() -> bool {
 fn gemv_only() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ON.get_or_init(|| std::env::var("LATTICE_CUDA_QUANT").is_ok_and(|v| v == "gemv"))
+}
+
+/// One run of block rows as a launch takes it: the kernel index, whether its activations are
+/// quantized per 256 (Q8_K) rather than per 32, its bodies' and scales' device addresses
+/// (sizes checked), and its rows.
+#[derive(Clone, Copy)]
+struct PartArgs {
+    kernel: usize,
+    per256: bool,
+    w: (u64, u64),
+    rows: usize,
 }
 
 /// A run of rows of a GGUF matrix of one block type, on the device: every block's f16 scales
@@ -202,9 +184,8 @@ impl BlockRows {
     /// The device form of `n` rows of `k` values of type `t` (`gguf`: the rows' blocks as in
     /// the file); float types are refused.
     pub fn new(dev: &CudaDevice, t: QuantType, gguf: &[u8], n: usize, k: usize) -> Result<Self> {
-        let (kernel, at) = block_layout(t).ok_or_else(|| {
-            Error::Device(format!("cuda: {} is not a block type", t.name()))
-        })?;
+        let (kernel, at) = block_layout(t)
+            .ok_or_else(|| Error::Device(format!("cuda: {} is not a block type", t.name())))?;
         let bb = t.block_bytes();
         match t.row_bytes(k) {
             Some(rb) if rb * n == gguf.len() => {}
@@ -280,13 +261,21 @@ impl CudaDevice {
     ) -> Result<()> {
         assert!(y.len() >= m * n && parts.iter().map(|p| p.rows).sum::<usize>() == n);
         let input = self.input_args(input, x, m, k);
+        let parts: Vec<PartArgs> = parts
+            .iter()
+            .map(|p| PartArgs {
+                kernel: p.kernel,
+                per256: p.qtype.block_len() == 256,
+                w: p.device_args(self, k),
+                rows: p.rows,
+            })
+            .collect();
         if m > BLOCK_GROUP_ROWS && !gemv_only() {
-            return self.gemm_blocks(x, m, parts, n, k, y, accumulate, input);
+            return self.gemm_blocks(x, m, &parts, n, k, y, accumulate, input);
         }
         let mut col0 = 0usize;
         for p in parts {
-            let w = p.device_args(self, k);
-            self.gemv_blocks_part(x, m, (p.kernel, w, p.rows), col0, n, k, y, accumulate, input)?;
+            self.gemv_blocks_part(x, m, p, col0, n, k, y, accumulate, input)?;
             col0 += p.rows;
         }
         Ok(())
@@ -300,7 +289,7 @@ impl CudaDevice {
         &self,
         x: &Buf,
         m: usize,
-        (kernel, (pb, ph), rows): (usize, (u64, u64), usize),
+        part: PartArgs,
         col0: usize,
         n: usize,
         k: usize,
@@ -308,6 +297,7 @@ impl CudaDevice {
         accumulate: bool,
         (pn, eps, sw): (u64, f32, i32),
     ) -> Result<()> {
+        let (rows, (pb, ph)) = (part.rows, part.w);
         assert!(y.len() >= m * n && col0 + rows <= n);
         // Shared memory per row: k codes, then two f32 per 32 values.
         let per_row = k + k / 4;
@@ -324,7 +314,7 @@ impl CudaDevice {
         let (px, py) = (self.ptr(x), self.mptr(y) + (col0 * 4) as u64);
         let (mi, ni, ki, ldy) = (m as i32, rows as i32, k as i32, n as i32);
         let (acc, g) = (i32::from(accumulate), group as i32);
-        let mut b = self.args(&self.kernels().gemv_blocks[kernel]);
+        let mut b = self.args(&self.kernels().gemv_blocks[part.kernel]);
         b.arg(&px)
             .arg(&pb)
             .arg(&ph)
@@ -358,7 +348,7 @@ impl CudaDevice {
         &self,
         x: &Buf,
         m: usize,
-        parts: &[BlockRows],
+        parts: &[PartArgs],
         n: usize,
         k: usize,
         y: &mut Buf,
@@ -376,7 +366,7 @@ impl CudaDevice {
         let mut quantized = [false; 2];
         let mut col0 = 0usize;
         for p in parts {
-            let form = usize::from(p.qtype.block_len() == 256);
+            let form = usize::from(p.per256);
             if !quantized[form] {
                 // Parts of the other form re-quantize into the same buffer after this one's
                 // products (same stream: in order).
@@ -390,14 +380,14 @@ impl CudaDevice {
                     .arg(&pn)
                     .arg(&eps)
                     .arg(&sw);
-                // SAFETY: block g reads rows 8g .. 8g + 7 of x (k or 2k values each, checked by
-                // input_args) and k of the norm weight, and writes those rows' codes, xd and xa
-                // in buf (m k bytes + 2 m k / 32 f32).
-                unsafe { self.go(&mut b, per_row(m.div_ceil(8), 256), "blk_quantize") }?;
+                // SAFETY: block r < m reads row r of x (k or 2k values, checked by input_args)
+                // and k of the norm weight, and writes that row's codes, xd and xa in buf
+                // (m k bytes + 2 m k / 32 f32).
+                unsafe { self.go(&mut b, per_row(m, 256), "blk_quantize") }?;
                 quantized = [false; 2];
                 quantized[form] = true;
             }
-            let (pb, ph) = p.device_args(self, k);
+            let (pb, ph) = p.w;
             let pyc = py + (col0 * 4) as u64;
             let ni = p.rows as i32;
             let mut b = self.args(&self.kernels().gemm_blocks[p.kernel]);
