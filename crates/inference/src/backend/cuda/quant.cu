@@ -488,9 +488,8 @@ extern "C" __global__ void blk_quantize_256(const float* x, signed char* xq, flo
     quantize_blocks_act<T_Q4_K>(x, xq, xd, xa, m, k, norm_w, eps, swiglu);
 }
 
-// Tiles of gemm_blocks: 64 rows x 64 columns per block of 256 threads (the staging assumes
-// exactly 256), k staged BLK_KU units of 32 at a time; every thread unpacks one unit of one
-// column a stage. On compute capability 8.0
+// Tiles of gemm_blocks: 64 rows x 64 columns per block of 256 threads, k staged BLK_KU units of
+// 32 at a time; every thread unpacks one unit of one column a stage. On compute capability 8.0
 // and later each warp takes 32 rows x 16 columns with int8 tensor-core products (mma m16n8k32,
 // or two m16n8k16 for Q6_K's halves): exact integer sums, so the same results as dp4a; before
 // 8.0, each thread takes 4 x 4 outputs with dp4a.
@@ -552,50 +551,39 @@ __device__ void gemm_blocks(const signed char* xq, const float* xd, const float*
 #endif
 #pragma unroll
     for (int i = 0; i < (int)(sizeof(acc) / sizeof(float)); i++) ((float*)acc)[i] = 0.0f;
-    // Staging runs a stage ahead: each thread (256 of them) loads 8 activation words, one
-    // (row, unit) pair of activation scales and one (column, unit) of weights into registers,
-    // issued before the current stage's products and stored to shared memory after them.
-    const int sw = threadIdx.x & 31, srow = threadIdx.x >> 5;
-    const int pr = threadIdx.x >> 2, pu = threadIdx.x & 3;
-    int xv[8];
-    float dv = 0.0f, av = 0.0f;
-    RawUnit<T> rw;
-    bool wok = false;
-    auto fetch = [&](int u0) {
-#pragma unroll
-        for (int p = 0; p < 8; p++) {
-            const int xr = r0 + srow + 8 * p;
-            xv[p] = xr < m && u0 + sw / 8 < units
-                ? ((const int*)(xq + (size_t)xr * k))[u0 * 8 + sw] : 0;
-        }
-        const int xr = r0 + pr, u = u0 + pu, wc = c0 + pr;
-        const bool in = xr < m && u < units;
-        dv = in ? xd[(size_t)xr * units + u] : 0.0f;
-        av = in ? xa[(size_t)xr * units + u] : 0.0f;
-        wok = wc < n && u < units;
-        if (wok) {
-            const size_t bi = (size_t)wc * nb + u / UPB;
-            load_unit<T>(body + bi * BODY, halves + bi * HALVES, u % UPB, rw);
-        }
-    };
-    fetch(0);
     for (int u0 = 0; u0 < units; u0 += BLK_KU) {
+        for (int i = threadIdx.x; i < BLK_TILE * BLK_KU * 8; i += blockDim.x) {
+            const int row = i / (BLK_KU * 8), w = i - row * (BLK_KU * 8);
+            const int xr = r0 + row;
+            xs[row][w] = xr < m && u0 + w / 8 < units
+                ? ((const int*)(xq + (size_t)xr * k))[u0 * 8 + w] : 0;
+        }
+        for (int i = threadIdx.x; i < BLK_TILE * BLK_KU; i += blockDim.x) {
+            const int row = i / BLK_KU, uu = i - row * BLK_KU;
+            const int xr = r0 + row, u = u0 + uu;
+            const bool in = xr < m && u < units;
+            xds[uu][row] = in ? xd[(size_t)xr * units + u] : 0.0f;
+            xas[uu][row] = in ? xa[(size_t)xr * units + u] : 0.0f;
+        }
+        for (int i = threadIdx.x; i < BLK_TILE * BLK_KU; i += blockDim.x) {
+            const int col = i / BLK_KU, uu = i - col * BLK_KU;
+            const int wc = c0 + col, u = u0 + uu;
+            if (wc < n && u < units) {
+                const int b = u / UPB, ju = u - b * UPB;
+                const size_t bi = (size_t)wc * nb + b;
+                RawUnit<T> r;
+                load_unit<T>(body + bi * BODY, halves + bi * HALVES, ju, r);
+                Unit w;
+                decode_unit<T>(r, ju, w, wsc[uu][col]);
 #pragma unroll
-        for (int p = 0; p < 8; p++) xs[srow + 8 * p][sw] = xv[p];
-        xds[pu][pr] = dv;
-        xas[pu][pr] = av;
-        if (wok) {
-            Unit w;
-            decode_unit<T>(rw, (u0 + pu) % UPB, w, wsc[pu][pr]);
+                for (int q = 0; q < 8; q++) ws[col][uu * 8 + q] = w.w[q];
+            } else {
 #pragma unroll
-            for (int q = 0; q < 8; q++) ws[pr][pu * 8 + q] = w.w[q];
-        } else {
-#pragma unroll
-            for (int q = 0; q < 8; q++) ws[pr][pu * 8 + q] = 0;
-            wsc[pu][pr] = UnitScales{0.0f, 0.0f, 0, 0, 0};
+                for (int q = 0; q < 8; q++) ws[col][uu * 8 + q] = 0;
+                wsc[uu][col] = UnitScales{0.0f, 0.0f, 0, 0, 0};
+            }
         }
         __syncthreads();
-        if (u0 + BLK_KU < units) fetch(u0 + BLK_KU);
 #pragma unroll
         for (int uu = 0; uu < BLK_KU; uu++) {
 #if __CUDA_ARCH__ >= 800
@@ -734,9 +722,9 @@ __device__ void gemm_blocks(const signed char* xq, const float* xd, const float*
 }
 
 #define GEMM_BLOCKS_ENTRY(name, T)                                                             \
-    extern "C" __global__ void __launch_bounds__(256, 2)                                       \
-        name(const signed char* xq, const float* xd, const float* xa, const unsigned char* body, \
-             const f16_t* halves, float* y, int m, int n, int k, int ldy, int accumulate) {    \
+    extern "C" __global__ void name(const signed char* xq, const float* xd, const float* xa,  \
+                                    const unsigned char* body, const f16_t* halves, float* y,  \
+                                    int m, int n, int k, int ldy, int accumulate) {            \
         gemm_blocks<T>(xq, xd, xa, body, halves, y, m, n, k, ldy, accumulate);                 \
     }
 GEMM_BLOCKS_ENTRY(gemm_q4_0, T_Q4_0)
