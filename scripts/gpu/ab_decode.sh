@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
-# A/B of the CUDA decode path on the device: two `lattice` binaries (OLD, NEW) alternating on the
-# random Qwen3-0.6B bf16 checkpoint (scripts/gpu/make_models.py), with nothing else running on
-# the host (the decode step's host pass shares the CPU: a concurrent build slows it). Carry
-# .device/ with both stripped binaries and qwen3-tokenizer/.
-#   OLD=.device/lattice-old NEW=.device/lattice bash scripts/gpu/ab_decode.sh
+# A/B of the CUDA decode path on the device, variants alternating round by round on one model,
+# with nothing else running on the host (the decode step's host pass shares the CPU: a
+# concurrent build slows it). A variant is a binary and an environment:
+#   OLD=.device/lattice-old NEW=.device/lattice bash scripts/gpu/ab_decode.sh     (two binaries)
+#   VARIANTS="LATTICE_CUDA_PREFETCH=0 LATTICE_CUDA_PREFETCH=1" bash scripts/gpu/ab_decode.sh
+# (each VARIANTS entry: comma-separated VAR=VALUE settings for .device/lattice). MODEL defaults
+# to the random Qwen3-0.6B bf16 checkpoint of scripts/gpu/make_models.py (made if missing; carry
+# .device/qwen3-tokenizer/), FLAGS to --bf16 for it; ROUNDS (2), STREAMS (64). With
+# LATTICE_CUDA_TRACE=1 in a variant, the graph's device time per step is printed too.
 set -u
 cd "$(dirname "$0")/../.."
 libdirs=$(find /usr/local/cuda* /usr/lib/x86_64-linux-gnu /opt /usr/local/lib -maxdepth 8 \
@@ -11,14 +15,33 @@ libdirs=$(find /usr/local/cuda* /usr/lib/x86_64-linux-gnu /opt /usr/local/lib -m
   grep -v /stubs/ | xargs -r -n1 dirname | sort -u | tr '\n' ':')
 export LD_LIBRARY_PATH="$libdirs${LD_LIBRARY_PATH:-}"
 M=${MODELS_DIR:-/tmp/gpu-models}
-[ -f "$M/qwen3-0.6b-bf16/model.safetensors" ] ||
+model=${MODEL:-$M/qwen3-0.6b-bf16}
+flags=${FLAGS-"--bf16"}
+[ -e "$model" ] || [ -n "${MODEL:-}" ] ||
   python3 scripts/gpu/make_models.py --out "$M" --device cuda \
     --tokenizer .device/qwen3-tokenizer/tokenizer.json.gz > /dev/null
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.draw,temperature.gpu --format=csv,noheader
-for r in 1 2; do
-  for b in "${OLD:-.device/lattice-old}" "${NEW:-.device/lattice}"; do
-    timeout 100 "$b" bench generate --model "$M/qwen3-0.6b-bf16" --bf16 --device cuda \
-      --prompt-tokens 512 --gen-tokens 128 --runs 5 --streams 64 --json 2>/dev/null |
-      python3 -c "import json,sys; d=json.load(sys.stdin); print('$b', 'pp512', round(d['prompt_tokens_per_s']), 'tg128', round(d['gen_tokens_per_s'], 1), 'x64', round(d['batched_gen_tokens_per_s']))"
+if [ -n "${VARIANTS:-}" ]; then
+  variants=$VARIANTS
+  bins=.device/lattice
+else
+  variants="- -"
+  bins="${OLD:-.device/lattice-old} ${NEW:-.device/lattice}"
+fi
+echo "model $model flags $flags"
+for r in $(seq "${ROUNDS:-2}"); do
+  set -- $bins
+  for v in $variants; do
+    b=$1
+    [ $# -gt 1 ] && shift
+    env_args=()
+    [ "$v" = - ] || IFS=, read -r -a env_args <<< "$v"
+    # shellcheck disable=SC2086
+    timeout 150 env "${env_args[@]}" "$b" bench generate --model "$model" $flags --device cuda \
+      --prompt-tokens 512 --gen-tokens 128 --runs 5 --streams "${STREAMS:-64}" --json \
+      2> /tmp/ab_err.log |
+      python3 -c "import json,sys; d=json.load(sys.stdin); print('$b $v', 'pp512', round(d['prompt_tokens_per_s']), 'tg128', round(d['gen_tokens_per_s'], 1), 'streams', round(d['batched_gen_tokens_per_s']))"
+    grep -m3 'replayed step of 1 rows' /tmp/ab_err.log | tail -1
+    grep -iE 'error|panick' /tmp/ab_err.log | head -3
   done
 done
