@@ -7,6 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/fetch_models.sh
 ./scripts/fetch_sentencepiece.sh
+./scripts/fetch_text.sh > /dev/null
 # NVRTC (and ptxas) let the CUDA kernels compile here; without them that one test says SKIPPED.
 nvrtc=$(./scripts/fetch_nvrtc.sh || echo "fetch of NVRTC failed" >&2)
 cargo fmt --all -- --check

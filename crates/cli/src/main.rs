@@ -30,6 +30,8 @@ enum Command {
     Bench(cmd::bench::Args),
     /// Complete a prompt with a decoder (model folder or .gguf file).
     Generate(cmd::generate::Args),
+    /// Perplexity of a decoder over a text file (llama.cpp's `llama-perplexity` semantics).
+    Perplexity(cmd::perplexity::Args),
     /// Chat interactively with a decoder, using its chat template.
     Chat(cmd::chat::Args),
     /// Serve generation, embeddings and reranking over HTTP (OpenAI and text-embeddings-inference
@@ -50,6 +52,7 @@ fn main() {
         Command::Bench(a) => cmd::bench::run(a),
         Command::Generate(a) => cmd::generate::run(a),
         Command::Chat(a) => cmd::chat::run(a),
+        Command::Perplexity(a) => cmd::perplexity::run(a),
         Command::Serve(a) => cmd::serve::run(a),
         #[cfg(feature = "download")]
         Command::Download(a) => cmd::download::run(a),

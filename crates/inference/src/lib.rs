@@ -15,6 +15,7 @@
 //!   (pooling, sequence-classification score).
 //! - [`vision`]: images for vision-language models: decoding, the reference processor's resize,
 //!   normalization and patches.
+//! - [`perplexity`]: a decoder's perplexity over a text, as llama.cpp's `llama-perplexity`.
 //! - [`fuzz`]: the entry points of the fuzz targets (`fuzz/`) over every parser of untrusted
 //!   bytes.
 #![deny(unsafe_code)]
@@ -31,6 +32,7 @@ pub mod io;
 pub mod lora;
 pub mod model;
 pub mod ops;
+pub mod perplexity;
 pub mod quant;
 pub mod sample;
 pub mod sentencepiece;

@@ -13,6 +13,7 @@ pub mod embed;
 pub mod eval;
 pub mod generate;
 pub mod input;
+pub mod perplexity;
 pub mod rerank;
 pub mod serve;
 pub mod tokenize;
