@@ -8,20 +8,12 @@
 //! their addresses) current without any model-specific code here, and then one graph launch
 //! does the device work. The chosen token ids land in a fixed output buffer, read after the
 //! launch.
-//!
-//! While a step is recorded, each matrix-vector product also gets an L2 prefetch of its weights
-//! on a side stream, starting when the product before it starts
-//! ([`CudaDevice::prefetch_weights`]): a batch-1 product alone reads DRAM far below its speed
-//! (each launch ramps up and drains), while the side stream keeps DRAM busy through the small
-//! kernels between products.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::Mutex;
 
-use cudarc::driver::{
-    sys, CudaEvent, CudaGraph, CudaSlice, CudaStream, LaunchConfig, PushKernelArg,
-};
+use cudarc::driver::{sys, CudaGraph, CudaSlice};
 
 use super::{err, CudaDevice};
 use crate::{Error, Result};
@@ -63,30 +55,6 @@ pub(super) struct Graphs {
     step: Mutex<()>,
     /// Replayed steps so far (for `LATTICE_CUDA_TRACE`).
     traced: std::sync::atomic::AtomicU64,
-    /// The prefetches' stream (made at the first recording that prefetches).
-    side: OnceLock<Arc<CudaStream>>,
-    /// While recording: the main stream's state just before the last matrix-vector product,
-    /// and whether the side stream has work the main stream must join.
-    prefetch: Mutex<(Option<CudaEvent>, bool)>,
-}
-
-/// `LATTICE_CUDA_PREFETCH`: `1` turns the L2 prefetches of recorded steps on (off until they are
-/// measured on the device), `lines` asks per 128-byte line instead of in bulk;
-/// `LATTICE_CUDA_PREFETCH_BLOCKS` (16) sizes their grid.
-fn prefetch_mode() -> Option<(i32, u32)> {
-    static MODE: OnceLock<Option<(i32, u32)>> = OnceLock::new();
-    *MODE.get_or_init(|| {
-        let blocks = std::env::var("LATTICE_CUDA_PREFETCH_BLOCKS")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .filter(|&b| b > 0)
-            .unwrap_or(16);
-        match std::env::var("LATTICE_CUDA_PREFETCH").as_deref() {
-            Ok("1") => Some((0, blocks)),
-            Ok("lines") => Some((1, blocks)),
-            _ => None,
-        }
-    })
 }
 
 impl Graphs {
@@ -129,83 +97,6 @@ enum Plan {
 }
 
 impl CudaDevice {
-    /// While a step is recorded: queues an L2 prefetch of `spans` (device address, bytes: the
-    /// weights of the matrix-vector product about to be launched) on the side stream, after the
-    /// kernel before the previous product (so it streams while that product runs), and marks
-    /// where this product starts for the next one. Elsewhere it does nothing.
-    pub(super) fn prefetch_weights(&self, spans: &[(u64, usize)]) -> Result<()> {
-        let Some((lines, blocks)) = prefetch_mode() else {
-            return Ok(());
-        };
-        if !self.graphs.recording() {
-            return Ok(());
-        }
-        let mut state = self
-            .graphs
-            .prefetch
-            .lock()
-            .map_err(|_| Error::Device("cuda: prefetch state poisoned".into()))?;
-        let e = |what| move |e| err(what, e);
-        if let Some(before) = state.0.take() {
-            let side = match self.graphs.side.get() {
-                Some(s) => s,
-                None => {
-                    let s = self
-                        .stream()
-                        .context()
-                        .new_stream()
-                        .map_err(e("creating the prefetch stream"))?;
-                    self.graphs.side.get_or_init(|| s)
-                }
-            };
-            side.wait(&before).map_err(e("ordering a prefetch"))?;
-            for &(p, bytes) in spans {
-                // Whole 16-byte units inside the span (a hint may drop a few bytes).
-                let start = p.next_multiple_of(16);
-                let end = (p + bytes as u64) & !15;
-                if end <= start {
-                    continue;
-                }
-                let len = end - start;
-                let mut b = side.launch_builder(&self.kernels().l2_prefetch);
-                b.arg(&start).arg(&len).arg(&lines);
-                let cfg = LaunchConfig {
-                    grid_dim: (blocks, 1, 1),
-                    block_dim: (32, 1, 1),
-                    shared_mem_bytes: 0,
-                };
-                // SAFETY: the kernel only issues L2 prefetches of [start, end), inside a live
-                // weight buffer (the caller's span); it reads and writes no memory.
-                unsafe { b.launch(cfg) }.map_err(e("l2_prefetch"))?;
-            }
-            state.1 = true;
-        }
-        let flags = Some(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING);
-        state.0 = Some(
-            self.stream()
-                .record_event(flags)
-                .map_err(e("marking a product"))?,
-        );
-        Ok(())
-    }
-
-    /// Ends the recording's prefetches: the main stream joins the side stream (a capture must
-    /// end on the stream it began on).
-    fn join_prefetches(&self) -> Result<()> {
-        let Ok(mut state) = self.graphs.prefetch.lock() else {
-            return Err(Error::Device("cuda: prefetch state poisoned".into()));
-        };
-        state.0 = None;
-        if std::mem::take(&mut state.1) {
-            if let Some(side) = self.graphs.side.get() {
-                self.stream()
-                    .join(side)
-                    .map_err(|e| err("joining the prefetch stream", e))?;
-            }
-        }
-        Ok(())
-    }
-
     /// Whether launches are being skipped (a recorded step is being replayed).
     pub(crate) fn replaying(&self) -> bool {
         self.graphs.mode.load(Ordering::Acquire) == REPLAY
@@ -374,8 +265,6 @@ impl CudaDevice {
                 self.graphs.mode.store(RECORD, Ordering::Release);
                 let done = step();
                 self.graphs.mode.store(EAGER, Ordering::Release);
-                let joined = self.join_prefetches();
-                let done = done.and_then(|ids| joined.map(|()| ids));
                 let graph = self.stream().end_capture(
                     sys::CUgraphInstantiate_flags::CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH,
                 );

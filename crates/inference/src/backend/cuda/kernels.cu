@@ -458,32 +458,6 @@ extern "C" __global__ void gemv_f32(const float* x, const float* w, float* y, in
     gemv<false>(x, w, y, m, n, k, accumulate, norm_w, eps, swiglu);
 }
 
-// Asks L2 for `bytes` (a multiple of 16) at `p` (16-byte aligned): the weights of the product
-// a recorded decode step runs next, on a side stream (graph.rs, `prefetch_weights`), so the
-// product reads them from L2 while DRAM keeps streaming. A hint: it writes nothing and waits for
-// nothing. Bulk requests of PF_CHUNK bytes per thread (compute capability 9.0), else, or with
-// `lines`, one request per 128-byte line.
-#define PF_CHUNK 16384u
-extern "C" __global__ void l2_prefetch(u64 p, u64 bytes, int lines) {
-    u64 g;
-    asm("cvta.to.global.u64 %0, %1;" : "=l"(g) : "l"(p));
-    const u64 stride = (u64)gridDim.x * blockDim.x * PF_CHUNK;
-    for (u64 off = ((u64)blockIdx.x * blockDim.x + threadIdx.x) * PF_CHUNK; off < bytes;
-         off += stride) {
-        const u64 left = bytes - off;
-        const unsigned n = left < PF_CHUNK ? (unsigned)left : PF_CHUNK;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-        if (!lines) {
-            asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(g + off), "r"(n)
-                         : "memory");
-            continue;
-        }
-#endif
-        for (unsigned o = 0; o < n; o += 128)
-            asm volatile("prefetch.global.L2 [%0];" ::"l"(g + off + o));
-    }
-}
-
 // The larger of two (value, index) candidates: the larger value, the lower index on ties;
 // index 0x7fffffff stands for "no number yet" (NaN never wins).
 __device__ __forceinline__ void arg_better(float& v, int& i, float ov, int oi) {

@@ -1005,14 +1005,6 @@ impl CudaDevice {
                 return self.matmul_blocks(x, m, parts, n, k, y, accumulate, input);
             }
         };
-        let bytes = n
-            * k
-            * if matches!(w, MatrixData::Bf16(_)) {
-                2
-            } else {
-                4
-            };
-        self.prefetch_weights(&[(pw, bytes)])?;
         let (px, py) = (self.ptr(x), self.mptr(y));
         let (mi, ni, ki, acc) = (m as i32, n as i32, k as i32, i32::from(accumulate));
         let mut b = self.args(f);

@@ -147,8 +147,6 @@ pub(crate) struct Kernels {
     /// Activation quantizers for the tiled kernels: per 32 (Q8_0 / Q8_1), per 256 (Q8_K).
     pub blk_quantize: [CudaFunction; 2],
     pub argmax_part: CudaFunction,
-    /// L2 prefetch of a recorded step's next weights (graph.rs).
-    pub l2_prefetch: CudaFunction,
     pub argmax_merge: CudaFunction,
     pub kv_write_f32: CudaFunction,
     pub kv_write_f16: CudaFunction,
@@ -356,7 +354,6 @@ impl CudaDevice {
             ],
             blk_quantize: [f("blk_quantize_32")?, f("blk_quantize_256")?],
             argmax_part: f("argmax_part")?,
-            l2_prefetch: f("l2_prefetch")?,
             argmax_merge: f("argmax_merge")?,
             kv_write_f32: f("kv_write_f32")?,
             kv_write_f16: f("kv_write_f16")?,

@@ -74,7 +74,6 @@ impl CudaDevice {
         if m <= Q8_GEMV_MAX && !q8_as_blocks() && smem <= GEMV_SMEM_BYTES.min(self.max_smem()) {
             // One launch: every block quantizes its group of rows itself.
             let (pw, pwd, py) = (self.ptr(q), self.ptr(d), self.mptr(y));
-            self.prefetch_weights(&[(pw, n * k), (pwd, n * k / 16)])?;
             let (mi, ni, ki, acc) = (m as i32, n as i32, k as i32, i32::from(accumulate));
             let px = self.ptr(x);
             let mut b = self.args(&self.kernels().gemv_q8);
@@ -109,7 +108,6 @@ impl CudaDevice {
             kernel: Q8_0_KERNEL,
             per256: false,
             w: (self.ptr(q), self.ptr(d)),
-            bytes: (n * k, n * k / 16),
             rows: n,
         };
         let input = (pn, eps, sw);
@@ -168,8 +166,6 @@ struct PartArgs {
     kernel: usize,
     per256: bool,
     w: (u64, u64),
-    /// Bytes of the bodies and of the scales (what a prefetch reads).
-    bytes: (usize, usize),
     rows: usize,
 }
 
@@ -246,14 +242,6 @@ impl BlockRows {
         );
         (dev.ptr(&self.body), dev.ptr(&self.halves))
     }
-
-    /// The bytes of bodies and of scales that products over `k` values read.
-    fn device_bytes(&self, k: usize) -> (usize, usize) {
-        let t = self.qtype;
-        let blocks = self.rows * (k / t.block_len());
-        let nh = block_layout(t).map_or(0, |l| l.1.len());
-        (blocks * (t.block_bytes() - 2 * nh), blocks * nh * 2)
-    }
 }
 
 impl CudaDevice {
@@ -279,7 +267,6 @@ impl CudaDevice {
                 kernel: p.kernel,
                 per256: p.qtype.block_len() == 256,
                 w: p.device_args(self, k),
-                bytes: p.device_bytes(k),
                 rows: p.rows,
             })
             .collect();
@@ -324,7 +311,6 @@ impl CudaDevice {
                 self.max_smem()
             )));
         }
-        self.prefetch_weights(&[(pb, part.bytes.0), (ph, part.bytes.1)])?;
         let (px, py) = (self.ptr(x), self.mptr(y) + (col0 * 4) as u64);
         let (mi, ni, ki, ldy) = (m as i32, rows as i32, k as i32, n as i32);
         let (acc, g) = (i32::from(accumulate), group as i32);
