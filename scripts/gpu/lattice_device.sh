@@ -8,7 +8,9 @@
 # qwen35-tokenizer/tokenizer.json.gz (gzip of .cache/qwen35/tokenizer.json). Results under $OUT.
 #   STEPS="env tests models lattice hybrid torch" bash scripts/gpu/lattice_device.sh
 # `hybrid` measures the Qwen3.5-0.8B shape (scripts/gen_random_qwen35.py, bf16) like `lattice`;
-# RUNS (5) and STREAMS (8 64) apply to both. `gguf` builds llama.cpp with CUDA from the carried
+# RUNS (5) and STREAMS (8 64) apply to both. `fullsize` checks the full-size random checkpoints
+# against transformers on the GPU (tests/cuda_parity.rs, LATTICE_TEST_TORCH_REF); `fullbert` a
+# full-size random BERT against sentence-transformers (carry .device/minilm, see the step). `gguf` builds llama.cpp with CUDA from the carried
 # .device/llama-src.tar.gz (scripts/gpu/pack_llama_src.sh), converts the bf16 Qwen3-0.6B to a
 # BF16 GGUF, quantizes it to each of QUANTS (Q4_K_M Q4_0 Q8_0) and runs llama-bench and
 # `lattice bench generate` on the same files (QUANT_KERNELS="default gemv q8blocks": A/B of
@@ -119,6 +121,53 @@ for step in $steps; do
       # The same files on the GPU against the CPU (logits, greedy).
       LATTICE_TEST_GGUF=$(ls "$models"/qwen3-0.6b-Q*.gguf | tr '\n' ,) .device/cuda_parity \
         quantized_gguf --nocapture 2>&1 | tee "$out/gguf_parity.log" | grep -vE '^$'
+      ;;
+    fullsize)
+      # Full-size random checkpoints, transformers (f32, TF32 off) against Lattice on the same
+      # GPU: Qwen3-0.6B in f32 and its bf16 checkpoint (the same values) in --bf16 mode; the
+      # Qwen3.5-0.8B shape (bf16 values, f32 reference) likewise when transformers here has it.
+      refs=
+      python3 scripts/gpu/torch_logits.py --model "$models/qwen3-0.6b-f32" --dtype f32 \
+        --device cuda --out "$out/ref_qwen3_f32.json" 2>&1 | tail -1 &&
+        refs="f32:$models/qwen3-0.6b-f32=$out/ref_qwen3_f32.json,bf16:$models/qwen3-0.6b-bf16=$out/ref_qwen3_f32.json"
+      if [ -f "$models/qwen35-0.8b-bf16/config.json" ]; then
+        python3 scripts/gpu/torch_logits.py --model "$models/qwen35-0.8b-bf16" --dtype f32 \
+          --device cuda --id-max 248044 --out "$out/ref_qwen35_f32.json" 2>&1 | tail -1 &&
+          refs="$refs,bf16:$models/qwen35-0.8b-bf16=$out/ref_qwen35_f32.json,f32:$models/qwen35-0.8b-bf16=$out/ref_qwen35_f32.json"
+      fi
+      LATTICE_TEST_TORCH_REF="$refs" .device/cuda_parity full_size --nocapture --test-threads=1 2>&1 |
+        tee "$out/fullsize.log" | grep -vE '^$'
+      ;;
+    fullbert)
+      # A full-size BERT (all-MiniLM-L6-v2's config and tokenizer, carried as .device/minilm
+      # without model.safetensors; random weights drawn here by transformers' BertModel init,
+      # seed 0) on the STS-B dev sentences (.device/stsb-en-dev.csv): sentence-transformers f32 on
+      # the GPU against `lattice embed` on the GPU and on the CPU, 1 - cos per sentence.
+      python3 - <<'PY'
+import torch
+from transformers import BertConfig, BertModel
+torch.manual_seed(0)
+m = BertModel(BertConfig.from_pretrained(".device/minilm"), add_pooling_layer=False).eval()
+m.save_pretrained(".device/minilm", safe_serialization=True)
+PY
+      python3 scripts/gpu/st_embed.py --model .device/minilm --sentences .device/stsb-en-dev.csv \
+        --batch 128 --runs 1 --dtype f32 --dump-n 2910 --dump "$out/st_f32.json" > /dev/null 2>&1
+      OUT=$out python3 - <<'PY'
+import json, os, subprocess
+import numpy as np
+rows = json.load(open(os.environ["OUT"] + "/st_f32.json"))["items"]
+with open("/tmp/texts.jsonl", "w") as f:
+    for r in rows:
+        f.write(json.dumps({"text": r["text"]}) + "\n")
+ref = np.array([r["embedding"] for r in rows], dtype=np.float64)
+for dev in ["cuda", "cpu"]:
+    out = subprocess.run([".device/lattice", "embed", "--model", ".device/minilm", "--device", dev,
+                          "--input", "/tmp/texts.jsonl"], capture_output=True, text=True, check=True)
+    got = np.array([json.loads(l)["embedding"] for l in out.stdout.splitlines()], dtype=np.float64)
+    cos = (got * ref).sum(1) / np.linalg.norm(got, axis=1) / np.linalg.norm(ref, axis=1)
+    print(f"lattice --device {dev} vs sentence-transformers f32: {len(rows)} sentences, "
+          f"1 - cos max {1 - cos.min():.2e} mean {np.mean(1 - cos):.2e}")
+PY
       ;;
     torch)
       python3 scripts/gpu/torch_bench.py --model "$models/qwen3-0.6b-bf16" --device cuda \

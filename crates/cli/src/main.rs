@@ -32,6 +32,8 @@ enum Command {
     Generate(cmd::generate::Args),
     /// Perplexity of a decoder over a text file (llama.cpp's `llama-perplexity` semantics).
     Perplexity(cmd::perplexity::Args),
+    /// Remove the K layers of least block influence (ShortGPT) from a GGUF decoder.
+    Prune(cmd::prune::Args),
     /// Chat interactively with a decoder, using its chat template.
     Chat(cmd::chat::Args),
     /// Serve generation, embeddings and reranking over HTTP (OpenAI and text-embeddings-inference
@@ -53,6 +55,7 @@ fn main() {
         Command::Generate(a) => cmd::generate::run(a),
         Command::Chat(a) => cmd::chat::run(a),
         Command::Perplexity(a) => cmd::perplexity::run(a),
+        Command::Prune(a) => cmd::prune::run(a),
         Command::Serve(a) => cmd::serve::run(a),
         #[cfg(feature = "download")]
         Command::Download(a) => cmd::download::run(a),

@@ -494,3 +494,105 @@ fn lora_adapters_from_the_cli() {
         &["cannot load model", "lora_"],
     );
 }
+
+/// `lattice perplexity`, `lattice prune` and `--metrics layers` on the tiny fixtures: they run,
+/// write what they promise, and bad input fails with a message naming what is wrong.
+#[test]
+fn perplexity_prune_and_layer_metrics() {
+    let dir = std::env::temp_dir().join(format!("lattice-cli-ppl-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let text = dir.join("text.txt");
+    std::fs::write(
+        &text,
+        "Call me Ishmael. Some years ago, never mind how long precisely, having little or no \
+         money in my purse, and nothing particular to interest me on shore, I thought I would \
+         sail about a little and see the watery part of the world. "
+            .repeat(4),
+    )
+    .unwrap();
+    let model = fixture("tiny-qwen3");
+    let (m, t) = (model.to_str().unwrap(), text.to_str().unwrap());
+    let o = lattice(&[
+        "perplexity",
+        "--model",
+        m,
+        "--text",
+        t,
+        "--ctx",
+        "32",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(v["ppl"].as_f64().unwrap() > 1.0);
+    assert_eq!(v["scored"], v["chunks"].as_u64().unwrap() * 15);
+    assert!(stderr(&o).contains("Final estimate: PPL = "));
+    assert_fails_with(
+        &lattice(&["perplexity", "--model", m, "--text", t, "--ctx", "512"]),
+        &["556 tokens", "a context of 512 needs at least 1024"],
+    );
+    assert_fails_with(
+        &lattice(&["perplexity", "--model", m, "--text", t, "--ctx", "4096"]),
+        &["must be 4..=1024 tokens", "got 4096"],
+    );
+    assert_fails_with(
+        &lattice(&["perplexity", "--model", m, "--text", "/nonexistent/t.txt"]),
+        &["cannot read the text `/nonexistent/t.txt`"],
+    );
+    // Per-layer JSON lines: one per layer and pass, the documented fields.
+    let metrics = dir.join("m.jsonl");
+    let o = lattice(&[
+        "generate",
+        "--model",
+        m,
+        "--prompt",
+        "Hello",
+        "--max-tokens",
+        "2",
+        "--temperature",
+        "0",
+        "--metrics",
+        "layers",
+        "--metrics-file",
+        metrics.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let lines: Vec<serde_json::Value> = std::fs::read_to_string(&metrics)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert!(
+        !lines.is_empty() && lines.len().is_multiple_of(2),
+        "{}",
+        lines.len()
+    );
+    for key in [
+        "pass",
+        "layer",
+        "rows",
+        "input_norm",
+        "output_norm",
+        "update_ratio",
+        "influence",
+        "attention_entropy",
+        "seconds",
+    ] {
+        assert!(lines.iter().all(|l| l.get(key).is_some()), "{key}");
+    }
+    // prune takes GGUF files only, and says so.
+    assert_fails_with(
+        &lattice(&[
+            "prune",
+            "--model",
+            m,
+            "--calibration",
+            t,
+            "--remove",
+            "1",
+            "out.gguf",
+        ]),
+        &["reads a .gguf model"],
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -15,7 +15,10 @@
 //!   (pooling, sequence-classification score).
 //! - [`vision`]: images for vision-language models: decoding, the reference processor's resize,
 //!   normalization and patches.
+//! - [`metrics`]: per-layer statistics of forward passes (`--metrics layers`, ShortGPT's block
+//!   influence), off by default.
 //! - [`perplexity`]: a decoder's perplexity over a text, as llama.cpp's `llama-perplexity`.
+//! - [`prune`]: ShortGPT layer pruning by block influence, written as GGUF.
 //! - [`fuzz`]: the entry points of the fuzz targets (`fuzz/`) over every parser of untrusted
 //!   bytes.
 #![deny(unsafe_code)]
@@ -30,9 +33,11 @@ pub mod fuzz;
 pub mod grammar;
 pub mod io;
 pub mod lora;
+pub mod metrics;
 pub mod model;
 pub mod ops;
 pub mod perplexity;
+pub mod prune;
 pub mod quant;
 pub mod sample;
 pub mod sentencepiece;

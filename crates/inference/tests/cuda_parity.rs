@@ -351,3 +351,78 @@ fn quantized_gguf_on_the_gpu_matches_the_cpu() {
         "beyond the bar or greedy on the device differs: {failed:?}"
     );
 }
+
+/// Full-size random-weight checkpoints on the GPU against transformers on the same GPU
+/// (scripts/gpu/torch_logits.py, f32 with TF32 off): `LATTICE_TEST_TORCH_REF` lists
+/// `MODE:DIR=REF.json` entries, comma-separated (MODE `f32`, or `bf16` for a checkpoint whose
+/// f32 reference was made from the same values in f32). Last-position logits within 1e-4
+/// relative error (the project's f32 bar), and greedy tokens equal up to the first step whose
+/// reference top-2 gap is below 1e-3 of the largest logit (a near-tie f32 order may flip).
+/// Run on the device by scripts/gpu/lattice_device.sh's `fullsize` step; skipped elsewhere.
+#[test]
+fn full_size_models_match_transformers_on_the_gpu() {
+    let Ok(spec) = std::env::var("LATTICE_TEST_TORCH_REF") else {
+        eprintln!(
+            "SKIPPED full_size_models_match_transformers_on_the_gpu: LATTICE_TEST_TORCH_REF is \
+             not set (device runs only)"
+        );
+        return;
+    };
+    let Some(dev) = gpu("full_size_models_match_transformers_on_the_gpu") else {
+        return;
+    };
+    for entry in spec.split(',').filter(|e| !e.is_empty()) {
+        let (mode, rest) = entry.split_once(':').expect("MODE:DIR=REF");
+        let (dir, refp) = rest.split_once('=').expect("MODE:DIR=REF");
+        let mode = match mode {
+            "f32" => WeightMode::F32,
+            "bf16" => WeightMode::Bf16,
+            other => panic!("mode {other}: f32 or bf16"),
+        };
+        let model = load_decoder_on(
+            std::path::Path::new(dir),
+            &Placement::new(mode, dev.clone()),
+        )
+        .unwrap();
+        let reference = read_json(std::path::Path::new(refp));
+        for p in reference["prompts"].as_array().unwrap() {
+            let ids = u32s(&p["ids"]);
+            let want = f32s(&p["last_logits"]);
+            let mut cache = model.new_cache(4096);
+            let logits = model
+                .forward(&ids, &[ids.len()], &mut [&mut cache], Outputs::LastLogits)
+                .unwrap();
+            let err = rel_err(&logits, &want);
+            let scale = want.iter().fold(0.0f32, |m, x| m.max(x.abs()));
+            let want_ids = u32s(&p["greedy_ids"]);
+            let gaps = f32s(&p["gaps"]);
+            let got_ids = greedy_on_device(model.as_ref(), &ids, want_ids.len());
+            let same = got_ids
+                .iter()
+                .zip(&want_ids)
+                .take_while(|(a, b)| a == b)
+                .count();
+            eprintln!(
+                "{dir} ({mode:?}) prompt of {}: last logits {err:.2e} from transformers, greedy \
+                 {same} of {} equal{}",
+                ids.len(),
+                want_ids.len(),
+                if same < want_ids.len() {
+                    format!(" (reference gap at step {same}: {:.2e})", gaps[same])
+                } else {
+                    String::new()
+                }
+            );
+            assert!(err < 1e-4, "{dir} prompt of {}: {err:e}", ids.len());
+            if same < want_ids.len() {
+                assert!(
+                    gaps[same] < 1e-3 * scale,
+                    "{dir} prompt of {}: greedy diverged at step {same} where the reference's \
+                     top-2 gap is {}",
+                    ids.len(),
+                    gaps[same]
+                );
+            }
+        }
+    }
+}

@@ -91,6 +91,9 @@ pub struct ServeOptions {
     pub max_image_pixels: u64,
     /// Fetch `http(s)` image URLs (refused otherwise: data URLs only).
     pub allow_image_urls: bool,
+    /// Observe the generation model's layers (`--metrics layers`): per-layer statistics on
+    /// `/metrics` (lattice_inference::metrics; slows every pass).
+    pub layer_metrics: bool,
 }
 
 impl Default for ServeOptions {
@@ -121,6 +124,7 @@ impl Default for ServeOptions {
             max_image_bytes: 20 << 20,
             max_image_pixels: 40_000_000,
             allow_image_urls: false,
+            layer_metrics: false,
         }
     }
 }
@@ -166,6 +170,11 @@ pub fn start(models: Models, options: ServeOptions) -> Result<Arc<AppState>> {
         return Err(Error::NoModel);
     }
     let metrics = Arc::new(metrics::Metrics::default());
+    if options.layer_metrics {
+        let totals = Arc::new(lattice_inference::metrics::LayerTotals::default());
+        metrics.set_layers(Arc::clone(&totals));
+        lattice_inference::metrics::install(totals);
+    }
     let generation = models.generation.map(|(names, model)| {
         let engine = generation::Generator::start(model, &options, Arc::clone(&metrics));
         served(names, engine)

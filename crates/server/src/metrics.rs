@@ -3,10 +3,11 @@
 //! (one short critical section per observation).
 
 use lattice_inference::engine::MemoryStats;
+use lattice_inference::metrics::{LayerTotals, Totals};
 use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 /// Latency buckets in seconds.
 const SECONDS: &[f64] = &[
@@ -80,6 +81,8 @@ pub struct Metrics {
     embed_batch_size: Mutex<Histogram>,
     time_to_first_token: Mutex<Histogram>,
     memory: Mutex<Option<MemoryStats>>,
+    /// Per-layer sums while `--metrics layers` observes the generation model's layers.
+    layers: std::sync::OnceLock<Arc<LayerTotals>>,
 }
 
 impl Default for Metrics {
@@ -98,6 +101,7 @@ impl Default for Metrics {
             embed_batch_size: Mutex::new(Histogram::new(SIZES)),
             time_to_first_token: Mutex::new(Histogram::new(SECONDS)),
             memory: Mutex::new(None),
+            layers: std::sync::OnceLock::new(),
         }
     }
 }
@@ -108,6 +112,40 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl Metrics {
+    /// Reports the per-layer sums of `totals` (the installed layer sink) on `/metrics`.
+    pub fn set_layers(&self, totals: Arc<LayerTotals>) {
+        let _ = self.layers.set(totals);
+    }
+
+    /// The per-layer section: row-weighted means and totals per layer.
+    fn render_layers(&self, out: &mut String) {
+        let Some(totals) = self.layers.get() else {
+            return;
+        };
+        let layers = totals.snapshot();
+        let mean = |sum: f64, rows: u64| if rows == 0 { 0.0 } else { sum / rows as f64 };
+        type Pick = fn(&Totals) -> (f64, u64);
+        let series: [(&str, &str, &str, Pick); 8] = [
+            ("lattice_layer_passes_total", "counter", "Forward passes through the layer.", |t| (t.passes as f64, 1)),
+            ("lattice_layer_rows_total", "counter", "Rows (tokens) through the layer.", |t| (t.rows as f64, 1)),
+            ("lattice_layer_seconds_total", "counter", "Time in the layer (observed; includes copying its input and output to the host).", |t| (t.seconds, 1)),
+            ("lattice_layer_input_norm", "gauge", "Mean L2 norm of the layer's input rows.", |t| (t.input_norm, t.rows)),
+            ("lattice_layer_output_norm", "gauge", "Mean L2 norm of the layer's output rows.", |t| (t.output_norm, t.rows)),
+            ("lattice_layer_update_ratio", "gauge", "Mean |out - in| / |in| of the layer's rows.", |t| (t.update_ratio, t.rows)),
+            ("lattice_layer_influence", "gauge", "Mean 1 - cos(in, out) of the layer's rows (ShortGPT's block influence).", |t| (t.influence, t.rows)),
+            ("lattice_layer_attention_entropy", "gauge", "Mean entropy (nats) of the layer's attention distributions (CPU attention layers).", |t| (t.attention_entropy, t.entropy_rows)),
+        ];
+        for (name, kind, help, pick) in series {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+            for (i, t) in layers.iter().enumerate() {
+                let (v, rows) = pick(t);
+                if rows > 0 {
+                    let _ = writeln!(out, "{name}{{layer=\"{i}\"}} {}", mean(v, rows));
+                }
+            }
+        }
+    }
+
     /// One finished request on `route` with HTTP `status`, answered in `secs`.
     pub fn request(&self, route: &str, status: u16, secs: f64) {
         *lock(&self.requests)
@@ -336,6 +374,7 @@ impl Metrics {
                 );
             }
         }
+        self.render_layers(&mut out);
         if let Some(rss) = resident_bytes() {
             let _ = writeln!(
                 out,
@@ -357,6 +396,40 @@ fn resident_bytes() -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn renders_layer_metrics() {
+        use lattice_inference::metrics::{LayerSink, LayerStats};
+        let m = Metrics::default();
+        assert!(!m.render().contains("lattice_layer_"));
+        let totals = Arc::new(LayerTotals::default());
+        m.set_layers(Arc::clone(&totals));
+        let stats = |layer, rows, influence, entropy| LayerStats {
+            layer,
+            rows,
+            input_norm: 2.0,
+            output_norm: 3.0,
+            update_ratio: 0.5,
+            influence,
+            attention_entropy: entropy,
+            seconds: 0.25,
+        };
+        totals.record(&stats(0, 3, 0.1, Some(1.0)));
+        totals.record(&stats(0, 1, 0.5, Some(2.0)));
+        totals.record(&stats(1, 4, 0.2, None));
+        let text = m.render();
+        // Row-weighted means: (3 * 0.1 + 1 * 0.5) / 4 = 0.2; (3 * 1 + 2) / 4 = 1.25.
+        assert!(
+            text.contains("lattice_layer_influence{layer=\"0\"} 0.2"),
+            "{text}"
+        );
+        assert!(text.contains("lattice_layer_attention_entropy{layer=\"0\"} 1.25"));
+        assert!(!text.contains("lattice_layer_attention_entropy{layer=\"1\"}"));
+        assert!(text.contains("lattice_layer_rows_total{layer=\"1\"} 4"));
+        assert!(text.contains("lattice_layer_passes_total{layer=\"0\"} 2"));
+        assert!(text.contains("lattice_layer_seconds_total{layer=\"0\"} 0.5"));
+        assert!(text.contains("# TYPE lattice_layer_input_norm gauge"));
+    }
 
     #[test]
     fn renders_prometheus_text() {

@@ -227,6 +227,15 @@ pub struct ModelArgs {
     /// not applied to every row; the model takes adapters even when none is given yet.
     #[arg(skip)]
     pub lora_selectable: bool,
+    /// Observe every layer of every forward pass (`layers`): input and output norms, the
+    /// residual-update ratio, the 1 − cos block influence, attention entropy and time, one JSON
+    /// line per layer and pass (to --metrics-file, else stderr). Off: no cost; on: each pass
+    /// copies every layer's rows to the host.
+    #[arg(long, value_enum)]
+    pub metrics: Option<super::metrics::MetricsKind>,
+    /// Where --metrics writes its JSON lines (default: stderr).
+    #[arg(long, requires = "metrics", value_name = "FILE")]
+    pub metrics_file: Option<PathBuf>,
 }
 
 impl ModelArgs {
@@ -288,6 +297,7 @@ impl ModelArgs {
         place.lora = self.lora_plan()?;
         let mut model = TextModel::load_on(&path, &place)
             .with_context(|| format!("cannot load model `{}`", self.model.display()))?;
+        super::metrics::start(self.metrics, self.metrics_file.as_deref())?;
         if self.kv_f16 {
             model.kv_dtype = KvDtype::F16;
         }

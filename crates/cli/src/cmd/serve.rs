@@ -125,6 +125,10 @@ pub struct Args {
     /// without it only `data:` URLs are taken.
     #[arg(long)]
     allow_image_urls: bool,
+    /// Observe the generation model's layers (`layers`): per-layer norms, residual-update
+    /// ratio, block influence, attention entropy and time on `/metrics` (slows every pass).
+    #[arg(long, value_enum)]
+    metrics: Option<super::metrics::MetricsKind>,
     /// Worker threads for the forward passes (default: all cores).
     #[arg(long)]
     threads: Option<usize>,
@@ -223,6 +227,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             lora_merge: args.lora_merge,
             lora_selectable: !args.lora_merge
                 && (!adapter_names.is_empty() || args.lora_dir.is_some()),
+            metrics: None,
+            metrics_file: None,
         };
         let text_model = loader.load()?;
         if args.speculative.draft_tokens() > 0 {
@@ -304,6 +310,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         max_image_bytes: args.max_image_bytes,
         max_image_pixels: args.max_image_pixels,
         allow_image_urls: args.allow_image_urls,
+        layer_metrics: args.metrics == Some(super::metrics::MetricsKind::Layers),
     };
     lattice_server::serve(models, options)?;
     Ok(())

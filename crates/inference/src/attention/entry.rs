@@ -56,6 +56,12 @@ pub fn attend(
         state.append(layer, &k[r.clone()], &v[r]);
         row0 += n;
     }
+    if crate::metrics::enabled() {
+        let views: Vec<&SeqState> = states.iter().map(|s| &**s).collect();
+        crate::metrics::report_attention_entropy(mean_entropy(
+            q, seq_lens, &views, layer, shape, scale,
+        ));
+    }
     if seq_lens.iter().all(|&n| n == 1) {
         let views: Vec<&SeqState> = states.iter().map(|s| &**s).collect();
         return cached_decode_batch(q, &views, layer, shape, scale);
@@ -80,6 +86,49 @@ pub fn attend(
         row0 += n;
     }
     Ok(ctx)
+}
+
+/// The mean entropy of the attention distributions of every head of every new row (the
+/// layer metrics; a second pass over the keys, taken only when they are observed).
+fn mean_entropy(
+    q: &[f32],
+    seq_lens: &[usize],
+    states: &[&SeqState],
+    layer: usize,
+    shape: &CausalShape,
+    scale: f32,
+) -> f64 {
+    let (hd, nh) = (shape.head_dim, shape.n_heads);
+    let group = nh / shape.n_kv_heads.max(1);
+    let kv_dim = shape.n_kv_heads * hd;
+    let (mut sum, mut count) = (0.0f64, 0usize);
+    let mut row0 = 0;
+    for (&n, state) in seq_lens.iter().zip(states) {
+        let keys = state.keys(layer);
+        let total = keys.rows();
+        let k = keys.gather_f32(0..total);
+        for r in 0..n {
+            let t = total - n + r;
+            let lo = shape
+                .sliding_window
+                .map_or(0, |w| (t + 1).saturating_sub(w));
+            let qr = &q[(row0 + r) * nh * hd..(row0 + r + 1) * nh * hd];
+            for h in 0..nh {
+                let qh = &qr[h * hd..(h + 1) * hd];
+                let kh = (h / group) * hd;
+                let scores: Vec<f32> = (lo..=t)
+                    .map(|j| {
+                        let kj = &k[j * kv_dim + kh..j * kv_dim + kh + hd];
+                        scale * qh.iter().zip(kj).map(|(a, b)| a * b).sum::<f32>()
+                    })
+                    .collect();
+                sum += crate::metrics::softmax_entropy(&scores);
+                count += 1;
+            }
+        }
+        row0 += n;
+    }
+    sum / count.max(1) as f64
 }
 
 /// Sequences of at most this many new rows attend row by row with the decode kernel, so a

@@ -4,6 +4,7 @@
 
 pub mod gguf;
 pub mod gguf_tensors;
+pub mod gguf_write;
 pub mod mmap;
 pub mod safetensors;
 pub mod store;

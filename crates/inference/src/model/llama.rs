@@ -9,6 +9,7 @@
 
 use crate::attention::{attend_qkv, CausalShape, QkvHeads};
 use crate::backend::{Device, Op};
+use crate::metrics::observe_layer;
 use crate::ops::{argmax_rows, Linear, RmsNorm, Rope};
 use crate::state::{LayerKind, SeqState};
 use crate::tensor::Tensor;
@@ -252,7 +253,9 @@ impl LlamaModel {
         let p3 = batch.rope3d();
         let mut x = embed_tensor(&self.embed, batch, cfg.hidden_size, self.device())?;
         for layer in 0..self.layers.len() {
-            x = self.forward_layer(layer, x, &batch.seq_lens, (&positions, p3), states)?;
+            x = observe_layer(layer, x, |x| {
+                self.forward_layer(layer, x, &batch.seq_lens, (&positions, p3), states)
+            })?;
             batch.add_deepstack(layer, &mut x)?;
         }
         finish_tensor(x, batch, states, &self.norm, self.lm_head.as_ref())

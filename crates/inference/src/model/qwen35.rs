@@ -21,6 +21,7 @@
 
 use crate::attention::{attend_qkv, CausalShape, GdnLayer, QkvHeads};
 use crate::backend::{Device, Op};
+use crate::metrics::observe_layer;
 use crate::ops::{argmax_rows, sigmoid_gate, split_query_gate, Linear, RmsNorm, Rope};
 use crate::state::{LayerKind, SeqState};
 use crate::tensor::Tensor;
@@ -266,19 +267,21 @@ impl Qwen35Model {
         let lens = &batch.seq_lens;
         let mut x = embed_tensor(&self.embed, batch, cfg.hidden_size, self.device())?;
         for (layer, l) in self.layers.iter().enumerate() {
-            x = match &l.mixer {
-                Mixer::Linear(g) => {
-                    let proj = g.in_proj.apply_normed(&x, &l.input_norm)?;
-                    let mut core = g.core.apply(layer, &proj, lens, states)?;
-                    g.core.gated_norm(&mut core, &proj, &g.norm)?;
-                    g.out_proj.apply_residual(&core, x)?
-                }
-                Mixer::Full(a) => {
-                    self.attention(layer, a, &l.input_norm, x, lens, (&positions, p3), states)?
-                }
-            };
-            let gate_up = l.gate_up.apply_normed(&x, &l.post_norm)?;
-            x = l.down.apply_swiglu_residual(&gate_up, x)?;
+            x = observe_layer(layer, x, |x| {
+                let x = match &l.mixer {
+                    Mixer::Linear(g) => {
+                        let proj = g.in_proj.apply_normed(&x, &l.input_norm)?;
+                        let mut core = g.core.apply(layer, &proj, lens, states)?;
+                        g.core.gated_norm(&mut core, &proj, &g.norm)?;
+                        g.out_proj.apply_residual(&core, x)?
+                    }
+                    Mixer::Full(a) => {
+                        self.attention(layer, a, &l.input_norm, x, lens, (&positions, p3), states)?
+                    }
+                };
+                let gate_up = l.gate_up.apply_normed(&x, &l.post_norm)?;
+                l.down.apply_swiglu_residual(&gate_up, x)
+            })?;
         }
         finish_tensor(x, batch, states, &self.norm, Some(&self.lm_head))
     }
