@@ -22,7 +22,8 @@
 # GGUF files by scripts/gen_qwen35_gguf.py (both need .cache/venv-ref). Needs
 # scripts/build_llama_cpp.sh and `cargo build --release -p lattice-cli`. Environment: LATTICE
 # (binary, default target/release/lattice), LLAMA_BENCH (binary), MODELS (space-separated GGUF
-# paths, default the Q8_0 and BF16 files in .cache/models/). Measure on an otherwise idle machine
+# paths, default the Q8_0 and BF16 files in .cache/models/), TITLE (the table's caption; other
+# models, e.g. scripts/bench_bitnet.sh, pass theirs in MODELS, made beforehand). Measure on an otherwise idle machine
 # (the load average before and after is printed; see scripts/bench_generate.sh on OpenMP).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -85,7 +86,8 @@ work, runs, env_note, pp_sizes, gen, depth = sys.argv[1:7]
 models = sys.argv[7:]
 pps = pp_sizes.split()
 tests = [f"pp{p}" for p in pps] + [f"tg{gen}", f"tg{gen} @ d{depth}"]
-print(f"Qwen3.5-0.8B shape (random weights), CPU, 2 threads, medians of {runs} runs ({env_note})")
+title = os.environ.get("TITLE", "Qwen3.5-0.8B shape (random weights)")
+print(f"{title}, CPU, 2 threads, medians of {runs} runs ({env_note})")
 print()
 print("| model | test | llama.cpp t/s | Lattice t/s | Lattice / llama.cpp |")
 print("|---|---|---|---|---|")

@@ -5,7 +5,7 @@
 #
 #   .cache/llama.cpp/src/     llama.cpp as vendored by the llama-cpp-python 0.3.36 sdist
 #   .cache/llama.cpp/build/   CMake build (Release, GGML_NATIVE=ON, shared libraries);
-#                             bin/ holds llama-bench, llama-completion, llama-simple, llama-perplexity,
+#                             bin/ holds llama-bench, llama-completion, llama-simple, llama-perplexity, llama-quantize,
 #                             llama-tokenize and libllama.so / libggml*.so
 #   .cache/venv-llama/        cmake + ninja (from PyPI), numpy and llama-cpp-python 0.3.36
 #
@@ -60,7 +60,7 @@ if [ ! -f "$src/CMakeLists.txt" ]; then
 fi
 
 # 4. Native build of the tools (and the shared libraries the Python bindings load).
-targets=(llama-bench llama-completion llama-simple llama-tokenize llama-perplexity)
+targets=(llama-bench llama-completion llama-simple llama-tokenize llama-perplexity llama-quantize)
 if [ "${WITH_CLI:-0}" = 1 ]; then targets+=(llama-cli); fi
 # WITH_MTMD=1: the multimodal CLI (vision towers from an mmproj GGUF), the image peer.
 if [ "${WITH_MTMD:-0}" = 1 ]; then targets+=(llama-mtmd-cli); fi

@@ -34,6 +34,9 @@ enum Command {
     Perplexity(cmd::perplexity::Args),
     /// Remove the K layers of least block influence (ShortGPT) from a GGUF decoder.
     Prune(cmd::prune::Args),
+    /// Re-quantize a GGUF decoder: plain block types, or QuaRot (rotated, 4-bit weights with
+    /// int8 activations).
+    Quantize(cmd::quantize::Args),
     /// Chat interactively with a decoder, using its chat template.
     Chat(cmd::chat::Args),
     /// Serve generation, embeddings and reranking over HTTP (OpenAI and text-embeddings-inference
@@ -56,6 +59,7 @@ fn main() {
         Command::Chat(a) => cmd::chat::run(a),
         Command::Perplexity(a) => cmd::perplexity::run(a),
         Command::Prune(a) => cmd::prune::run(a),
+        Command::Quantize(a) => cmd::quantize::run(a),
         Command::Serve(a) => cmd::serve::run(a),
         #[cfg(feature = "download")]
         Command::Download(a) => cmd::download::run(a),

@@ -20,7 +20,10 @@
 //! ```
 
 use std::hint::black_box;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+mod common;
+use common::{rates, time_runs};
 
 use lattice_inference::backend::cpu::{Isa, QuantMatrix};
 use lattice_inference::quant::{quantize_row, QuantType};
@@ -64,58 +67,6 @@ fn parse_args() -> Args {
         }
     }
     a
-}
-
-/// On-CPU time of all threads of this process so far (Linux `schedstat`, ns); 0 elsewhere.
-fn cpu_ns() -> u64 {
-    let Ok(dir) = std::fs::read_dir("/proc/self/task") else {
-        return 0;
-    };
-    dir.filter_map(|e| {
-        let s = std::fs::read_to_string(e.ok()?.path().join("schedstat")).ok()?;
-        s.split_whitespace().next()?.parse::<u64>().ok()
-    })
-    .sum()
-}
-
-/// Timing of one case: median wall time of a run, and on-CPU time per run and thread (the CPU
-/// time of the whole process over all timed runs, divided by runs and threads; the kernel's
-/// `schedstat` clock lags by up to a tick, so only the total is used). On this shared 2-core
-/// VM other processes take turns on the cores; the on-CPU figure is the speed while running.
-#[derive(Clone, Copy)]
-struct Timing {
-    wall: Duration,
-    cpu: Duration,
-}
-
-/// Times `f` over enough runs to fill `budget` (at least 5, at most 20000), after a warm-up.
-fn time_runs(budget: Duration, threads: usize, mut f: impl FnMut()) -> Timing {
-    f();
-    let t0 = Instant::now();
-    f();
-    let once = t0.elapsed().max(Duration::from_nanos(100));
-    let runs = (budget.as_secs_f64() / once.as_secs_f64()).clamp(5.0, 20_000.0) as usize;
-    let mut walls = Vec::with_capacity(runs);
-    let c0 = cpu_ns();
-    for _ in 0..runs {
-        let t = Instant::now();
-        f();
-        walls.push(t.elapsed());
-    }
-    let cpu = (cpu_ns() - c0) / (runs * threads) as u64;
-    walls.sort();
-    Timing {
-        wall: walls[runs / 2],
-        cpu: Duration::from_nanos(cpu),
-    }
-}
-
-/// `amount / time` in units of 1e9 per second, for wall time and on-CPU time.
-fn rates(amount: f64, t: Timing) -> (f64, f64) {
-    (
-        amount / t.wall.as_secs_f64() / 1e9,
-        amount / t.cpu.as_secs_f64().max(1e-12) / 1e9,
-    )
 }
 
 fn data(n: usize, seed: u32) -> Vec<f32> {

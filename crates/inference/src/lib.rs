@@ -19,6 +19,8 @@
 //!   influence), off by default.
 //! - [`perplexity`]: a decoder's perplexity over a text, as llama.cpp's `llama-perplexity`.
 //! - [`prune`]: ShortGPT layer pruning by block influence, written as GGUF.
+//! - [`quantize`]: re-quantizing a GGUF decoder: plain block types and QuaRot (rotated residual
+//!   stream, 4-bit weights, int8 activations).
 //! - [`fuzz`]: the entry points of the fuzz targets (`fuzz/`) over every parser of untrusted
 //!   bytes.
 #![deny(unsafe_code)]
@@ -39,6 +41,7 @@ pub mod ops;
 pub mod perplexity;
 pub mod prune;
 pub mod quant;
+pub mod quantize;
 pub mod sample;
 pub mod sentencepiece;
 pub mod state;

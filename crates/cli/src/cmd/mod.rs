@@ -16,6 +16,7 @@ pub mod input;
 pub mod metrics;
 pub mod perplexity;
 pub mod prune;
+pub mod quantize;
 pub mod rerank;
 pub mod serve;
 pub mod tokenize;

@@ -237,6 +237,8 @@ pub fn ggml_type_layout(ggml_type: u32) -> Option<(&'static str, u64, u64)> {
         28 => ("F64", 1, 8),
         29 => ("IQ1_M", 256, 56),
         30 => ("BF16", 1, 2),
+        34 => ("TQ1_0", 256, 54),
+        35 => ("TQ2_0", 256, 66),
         _ => return None,
     })
 }
@@ -506,6 +508,15 @@ impl GgufFile {
             .try_fold(1u64, |acc, &d| acc.checked_mul(d))
             .ok_or_else(|| rd.err(format!("tensor `{name}` element count overflows")))?;
         let n_bytes = match ggml_type_layout(ggml_type) {
+            // bitnet.cpp's I2_S has no block geometry: 2 bits a value, then a 32-byte tail.
+            None if ggml_type == crate::quant::ternary::GGML_I2_S => {
+                if n_elements % 128 != 0 {
+                    return Err(rd.err(format!(
+                        "tensor `{name}`: I2_S holds whole blocks of 128 values, not {n_elements}"
+                    )));
+                }
+                crate::quant::ternary::ggml_ternary_bytes(ggml_type, n_elements)
+            }
             None => None,
             Some((type_name, block, block_bytes)) => {
                 let row = dims.first().copied().unwrap_or(1);

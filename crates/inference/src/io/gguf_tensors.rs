@@ -73,6 +73,19 @@ impl GgufTensors {
                     .map(|(n, _, _)| n.to_string())
                     .unwrap_or_else(|| format!("GGML type {}", info.ggml_type)),
             })?;
+        let (info, shape, bytes) = self.raw_untyped(name)?;
+        Ok(RawTensor {
+            info,
+            qtype,
+            shape,
+            bytes,
+        })
+    }
+
+    /// Tensor `name`'s header entry, shape (outermost first) and bytes, of any GGML type whose
+    /// size the header knows (e.g. the ternary types, which [`QuantType`] does not cover).
+    pub fn raw_untyped(&self, name: &str) -> Result<(&GgufTensorInfo, Vec<usize>, &[u8])> {
+        let info = self.header.tensor(name).ok_or_else(|| self.missing(name))?;
         let n_bytes = info
             .n_bytes
             .ok_or_else(|| self.invalid(format!("tensor `{name}` has an unknown size")))?;
@@ -86,12 +99,7 @@ impl GgufTensors {
                 self.invalid(format!("tensor `{name}` lies past the end of the file"))
             })?;
         let shape: Vec<usize> = info.dims.iter().rev().map(|&d| d as usize).collect();
-        Ok(RawTensor {
-            info,
-            qtype,
-            shape,
-            bytes: &self.file.bytes()[range.0..range.1],
-        })
+        Ok((info, shape, &self.file.bytes()[range.0..range.1]))
     }
 
     /// Checks that tensor `name` has `shape` (outermost first) and returns it.

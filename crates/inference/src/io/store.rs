@@ -179,8 +179,8 @@ impl WeightStore {
             .is_some_and(|(_, info)| matches!(info.dtype, Dtype::BF16))
     }
 
-    /// Loads the tensor `name` as f32, checking its shape equals `shape`.
-    pub fn get(&self, name: &str, shape: &[usize]) -> Result<Weight> {
+    /// The file and header entry of tensor `name`, checking its shape equals `shape`.
+    fn entry(&self, name: &str, shape: &[usize]) -> Result<(&Arc<MappedFile>, &TensorInfo)> {
         let (file_idx, info) = self.index.get(name).ok_or_else(|| Error::MissingTensor {
             name: name.to_string(),
             location: self.location.display().to_string(),
@@ -194,6 +194,25 @@ impl WeightStore {
                 found: info.shape.clone(),
             });
         }
+        Ok((file, info))
+    }
+
+    /// The bytes of the `U8` tensor `name` (e.g. packed ternary weights), checking its shape.
+    pub fn get_u8(&self, name: &str, shape: &[usize]) -> Result<&[u8]> {
+        let (file, info) = self.entry(name, shape)?;
+        if !matches!(info.dtype, Dtype::Other("U8")) {
+            return Err(Error::UnsupportedDtype {
+                name: name.to_string(),
+                path: file.path().to_path_buf(),
+                dtype: format!("{} (packed weights are U8)", info.dtype.name()),
+            });
+        }
+        Ok(&file.bytes()[info.range.clone()])
+    }
+
+    /// Loads the tensor `name` as f32, checking its shape equals `shape`.
+    pub fn get(&self, name: &str, shape: &[usize]) -> Result<Weight> {
+        let (file, info) = self.entry(name, shape)?;
         let bytes = &file.bytes()[info.range.clone()];
         let data = match info.dtype {
             Dtype::F32 => {

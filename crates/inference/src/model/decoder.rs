@@ -29,6 +29,18 @@ pub enum DecoderArch {
     Qwen3,
     /// Qwen3.5: Gated DeltaNet layers between gated full-attention layers (`model::qwen35`).
     Qwen35,
+    /// BitNet b1.58: ternary projections on int8 activations, sub-norms before the attention
+    /// output and the down projection (`model::bitnet`).
+    BitNet,
+}
+
+/// The gated MLP's activation: `act(gate) ⊙ up`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MlpActivation {
+    /// SiLU (SwiGLU), the Llama family's.
+    Silu,
+    /// Squared ReLU (`relu2`), BitNet b1.58's.
+    Relu2,
 }
 
 /// A decoder's hyper-parameters, checked for consistency.
@@ -78,6 +90,8 @@ pub struct DecoderConfig {
     pub hybrid: Option<HybridConfig>,
     /// Multimodal rotary embeddings (`mrope_section`): the model takes 3-D positions.
     pub mrope: Option<Mrope>,
+    /// The gated MLP's activation.
+    pub mlp_act: MlpActivation,
 }
 
 impl DecoderConfig {
@@ -132,13 +146,17 @@ impl DecoderConfig {
         let bool_of = |key: &str, default: bool| -> bool {
             v.get(key).and_then(Value::as_bool).unwrap_or(default)
         };
-        if let Some(act) = v.get("hidden_act").and_then(Value::as_str) {
-            if act != "silu" {
+        let mlp_act = match (v.get("hidden_act").and_then(Value::as_str), arch) {
+            (None, DecoderArch::BitNet) | (Some("relu2"), DecoderArch::BitNet) => {
+                MlpActivation::Relu2
+            }
+            (None, _) | (Some("silu"), _) => MlpActivation::Silu,
+            (Some(act), _) => {
                 return Err(bad(format!(
-                    "hidden_act `{act}` is not supported (decoders use `silu`)"
+                    "hidden_act `{act}` is not supported (decoders use `silu`; BitNet `relu2`)"
                 )));
             }
-        }
+        };
         let hidden_size = need("hidden_size")?;
         let n_heads = need("num_attention_heads")?;
         let n_kv_heads = usize_of("num_key_value_heads")?.unwrap_or(n_heads);
@@ -216,6 +234,7 @@ impl DecoderConfig {
             bos_token_id: ids("bos_token_id").first().copied(),
             eos_token_ids: ids("eos_token_id"),
             hybrid: None,
+            mlp_act,
             mrope: match rope_params.and_then(|p| p.get("mrope_section")) {
                 None | Some(Value::Null) => None,
                 Some(sec) => {
@@ -342,6 +361,12 @@ impl DecoderConfig {
             eos_token_ids: id("tokenizer.ggml.eos_token_id").into_iter().collect(),
             hybrid: None,
             mrope: None,
+            // llama.cpp's `bitnet` graph gates with SiLU; bitnet.cpp's `bitnet-b1.58` and
+            // `bitnet-25` (BitNet b1.58 2B4T) with squared ReLU, as the checkpoint's config says.
+            mlp_act: match model_type.as_str() {
+                "bitnet-b1.58" | "bitnet-25" => MlpActivation::Relu2,
+                _ => MlpActivation::Silu,
+            },
         };
         if arch == DecoderArch::Qwen35 {
             cfg.hybrid = Some(HybridConfig::from_gguf(file, cfg.n_layers).map_err(bad)?);

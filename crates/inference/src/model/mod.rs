@@ -5,13 +5,15 @@
 //! return the last hidden state of every token. [`load_encoder`] picks the architecture from
 //! `config.json`'s `model_type`.
 //!
-//! Decoders ([`decoder::Decoder`]: Llama, Qwen2, Qwen3 in [`llama`], Qwen3.5 in [`qwen35`])
+//! Decoders ([`decoder::Decoder`]: Llama, Qwen2, Qwen3 in [`llama`], Qwen3.5 in [`qwen35`],
+//! BitNet b1.58 in [`bitnet`])
 //! extend per-sequence states and return logits; [`load_decoder`] reads a model folder or a
 //! GGUF file through [`source::TensorSource`] and picks the architecture from
 //! [`DECODER_FAMILIES`], the registry: a new architecture is one model file plus a row there.
 
 pub mod batch;
 pub mod bert;
+pub mod bitnet;
 pub mod decoder;
 pub mod heads;
 pub mod hybrid;
@@ -52,6 +54,10 @@ fn load_llama(c: DecoderConfig, s: &TensorSource, p: &Placement) -> Result<Box<d
     Ok(Box::new(llama::LlamaModel::load(c, s, p, true)?))
 }
 
+fn load_bitnet(c: DecoderConfig, s: &TensorSource, p: &Placement) -> Result<Box<dyn Decoder>> {
+    Ok(Box::new(bitnet::BitNetModel::load(c, s, p)?))
+}
+
 fn load_qwen35(c: DecoderConfig, s: &TensorSource, p: &Placement) -> Result<Box<dyn Decoder>> {
     Ok(Box::new(qwen35::Qwen35Model::load(c, s, p)?))
 }
@@ -81,6 +87,12 @@ pub const DECODER_FAMILIES: &[DecoderFamily] = &[
         hf_model_types: &["qwen3_5", "qwen3_5_text"],
         gguf_archs: &["qwen35"],
         load: load_qwen35,
+    },
+    DecoderFamily {
+        arch: DecoderArch::BitNet,
+        hf_model_types: &["bitnet"],
+        gguf_archs: &["bitnet", "bitnet-b1.58", "bitnet-25"],
+        load: load_bitnet,
     },
 ];
 

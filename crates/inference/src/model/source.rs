@@ -10,10 +10,12 @@
 
 use std::path::Path;
 
+use crate::backend::cpu::TernaryMatrix;
 use crate::backend::{Device, Mirror};
 use crate::io::gguf_tensors::{GgufTensors, RawTensor};
 use crate::io::store::{Weight, WeightStore};
 use crate::ops::{Linear, QuantMatrix};
+use crate::quant::ternary::{self, TernaryScale};
 use crate::quant::{quantize_row, QuantType};
 use crate::tensor::Tensor;
 use crate::{Error, Result};
@@ -130,6 +132,20 @@ pub(crate) fn dense_linear(
         // Widths that are not whole Q8_0 blocks stay f32.
         _ => Linear::from_f32_on(dev, w, out_dim, in_dim, bias),
     }
+}
+
+/// How a checkpoint holds its BitNet (ternary) layers: transformers' `quantization_config`
+/// (`linear_class`, `quantization_mode`), or a GGUF file's tensor types.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BitLinearKind {
+    /// `bitlinear`: packed `uint8` values, `weight_scale = 1 / mean|W|` (divides).
+    Packed,
+    /// `autobitlinear`, offline: packed values, `weight_scale = mean|W|` (multiplies).
+    PackedAuto,
+    /// `autobitlinear`, online: full-precision master weights ternarized at load.
+    Online,
+    /// GGUF: TQ1_0 / TQ2_0 / I2_S blocks, or float tensors holding ternary values.
+    Gguf,
 }
 
 /// An opened weights file or folder.
@@ -308,6 +324,8 @@ fn gguf_name(hf: &str, arch: &str) -> Option<String> {
         "mlp.gate_proj" => "ffn_gate",
         "mlp.up_proj" => "ffn_up",
         "mlp.down_proj" => "ffn_down",
+        "self_attn.attn_sub_norm" => "attn_sub_norm",
+        "mlp.ffn_sub_norm" => "ffn_sub_norm",
         "linear_attn.in_proj_qkv" => "attn_qkv",
         "linear_attn.in_proj_z" => "attn_gate",
         "linear_attn.in_proj_b" => "ssm_beta",
@@ -605,6 +623,99 @@ impl TensorSource {
         let per_row = !prefixes.contains(&"lm_head");
         let site = plan.add_site(self.lora_parts(prefixes, out_dims), in_dim, per_row)?;
         Ok(linear.with_lora(std::sync::Arc::clone(plan), site))
+    }
+
+    /// A BitNet layer stacking the ternary projections `prefixes` (each `[out_dims[i], in_dim]`)
+    /// along the output dimension, read as `held` says (see [`BitLinearKind`]).
+    pub fn ternary_linear(
+        &self,
+        prefixes: &[&str],
+        out_dims: &[usize],
+        in_dim: usize,
+        held: BitLinearKind,
+    ) -> Result<Linear> {
+        let mut parts = Vec::with_capacity(prefixes.len());
+        for (p, &n) in prefixes.iter().zip(out_dims) {
+            let (values, scale) = self.ternary_part(p, n, in_dim, held)?;
+            let m = TernaryMatrix::from_values(n, in_dim, &values)?;
+            parts.push((m, scale));
+        }
+        Linear::from_ternary(parts, None)
+    }
+
+    fn ternary_part(
+        &self,
+        prefix: &str,
+        n: usize,
+        in_dim: usize,
+        held: BitLinearKind,
+    ) -> Result<(Vec<i8>, TernaryScale)> {
+        match self {
+            Self::Safetensors {
+                store,
+                model_prefix,
+                config_path,
+                ..
+            } => {
+                let name = Self::st_name(model_prefix, prefix, "weight");
+                let bad = |reason: String| Error::InvalidWeights {
+                    path: config_path.parent().unwrap_or(config_path).to_path_buf(),
+                    reason: format!("tensor `{name}`: {reason}"),
+                };
+                if held == BitLinearKind::Online {
+                    let w = store.get(&name, &[n, in_dim])?;
+                    let (values, m) = ternary::ternarize_absmean(w.as_slice());
+                    return Ok((values, TernaryScale::Multiply(m)));
+                }
+                let packed = store.get_u8(&name, &[n.div_ceil(4), in_dim])?;
+                let values = ternary::unpack_hf(packed, n, in_dim).map_err(bad)?;
+                let scale_name = Self::st_name(model_prefix, prefix, "weight_scale");
+                let s = store.get(&scale_name, &[1])?.as_slice()[0];
+                Ok((
+                    values,
+                    match held {
+                        BitLinearKind::Packed => TernaryScale::Divide(s),
+                        _ => TernaryScale::Multiply(s),
+                    },
+                ))
+            }
+            Self::Gguf(g) => {
+                let name = Self::gguf_full(g, prefix, "weight")?;
+                let (info, shape, bytes) = g.raw_untyped(&name)?;
+                let path = g.header().path().to_path_buf();
+                if shape != [n, in_dim] {
+                    return Err(Error::ShapeMismatch {
+                        name,
+                        path,
+                        expected: vec![n, in_dim],
+                        found: shape,
+                    });
+                }
+                let bad = |reason: String| Error::InvalidWeights {
+                    path: path.clone(),
+                    reason: format!("tensor `{name}`: {reason}"),
+                };
+                let (values, mut s) = if matches!(
+                    info.ggml_type,
+                    ternary::GGML_TQ1_0 | ternary::GGML_TQ2_0 | ternary::GGML_I2_S
+                ) {
+                    ternary::decode_ggml(info.ggml_type, bytes, n * in_dim).map_err(bad)?
+                } else {
+                    // Float (or other quantized) tensors holding ternary values, as llama.cpp's
+                    // converter writes them with --outtype f32 / f16.
+                    let w = g.f32(&name, &[n, in_dim])?;
+                    ternary::ternary_values(w.as_slice()).ok_or_else(|| {
+                        bad("a BitNet weight must hold 0 and ±s only (one s per tensor)".into())
+                    })?
+                };
+                // llama.cpp's optional per-tensor scale (`blk.N.attn_q.scale`) multiplies too.
+                let scale_name = Self::gguf_full(g, prefix, "scale")?;
+                if g.contains(&scale_name) {
+                    s *= g.f32(&scale_name, &[1])?.as_slice()[0];
+                }
+                Ok((values, TernaryScale::Multiply(s)))
+            }
+        }
     }
 
     /// `(first output column, outputs, module names)` of each projection `prefixes` stacks in

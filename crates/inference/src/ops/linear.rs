@@ -9,6 +9,9 @@
 //! weights that are exactly bf16 (bf16 checkpoints, by default) stay in 16 bits in the f32
 //! panel layout and are widened as the microkernel loads them ([`cpu::PackedBf16`]): the f32
 //! path's results bit for bit at half the bytes.
+//! Ternary weights ([`cpu::TernaryMatrix`], BitNet b1.58) multiply int8 activations quantized
+//! per row as transformers' `BitLinear` does (absmax to ±127), with exact integer sums scaled
+//! back by the row's and the matrix's scales.
 //! On a GPU the weight is a device matrix (f32 or bf16, row-major; bf16 multiplies the f32
 //! activations, see backend/cuda) multiplied by the device's kernels or cuBLAS; the tensor
 //! methods ([`Linear::apply`] and friends) run wherever the input lives.
@@ -19,6 +22,7 @@ use crate::backend::{Device, Mirror};
 use crate::io::store::{Scope, Weight};
 use crate::lora::LoraPlan;
 use crate::ops::RmsNorm;
+use crate::quant::ternary::TernaryScale;
 use crate::tensor::{Storage, Tensor};
 use crate::{Error, Result};
 use std::sync::Arc;
@@ -34,6 +38,9 @@ enum LinearWeight {
     Bf16(Bf16Weights),
     /// Exactly-bf16 values kept in 16 bits in the f32 panel layout, widened as they load.
     Widened(cpu::PackedBf16),
+    /// Ternary (BitNet) matrices stacked along the output dimension, each with its scale;
+    /// the input rows are quantized to int8 per row first (see [`Linear::from_ternary`]).
+    Ternary(Vec<(cpu::TernaryMatrix, TernaryScale)>),
     /// On a GPU (f32 or bf16, row-major).
     #[cfg(feature = "cuda")]
     Cuda(crate::backend::cuda::MatrixData),
@@ -274,6 +281,34 @@ impl Linear {
         })
     }
 
+    /// A BitNet layer from ternary matrices with the same input width, stacked along the output
+    /// dimension in order, each with its scale. Every input row `x` is quantized to int8 as
+    /// transformers' `BitLinear.activation_quant` does (`s = 127 / max(max|x|, 1e-5)`,
+    /// `q = round_half_even(x · s)` clamped to ±127..−128); the exact integer products `Σ q·w`
+    /// become outputs as the part's [`TernaryScale`] says. CPU only.
+    pub fn from_ternary(
+        parts: Vec<(cpu::TernaryMatrix, TernaryScale)>,
+        bias: Option<Vec<f32>>,
+    ) -> Result<Self> {
+        let in_dim = parts.first().map_or(0, |(m, _)| m.k());
+        if parts.is_empty() || parts.iter().any(|(m, _)| m.k() != in_dim) {
+            return Err(Error::Shape {
+                op: "Linear::from_ternary",
+                reason: "needs at least one matrix, all with the same input width".into(),
+            });
+        }
+        let out_dim = parts.iter().map(|(m, _)| m.n_rows()).sum();
+        check_parts(out_dim * in_dim, out_dim * in_dim, bias.as_deref(), out_dim)?;
+        Ok(Self {
+            weight: LinearWeight::Ternary(parts),
+            bias,
+            in_dim,
+            out_dim,
+            bias_dev: Mirror::new(),
+            lora: None,
+        })
+    }
+
     /// [`Linear::from_quant`] with the matrices placed on `device`: on a GPU, float tensors
     /// (F32, F16 as f32; BF16 as bf16) or quantized blocks of any supported type (parts of
     /// different block types side by side); a mix of float and quantized parts is refused.
@@ -353,6 +388,7 @@ impl Linear {
             LinearWeight::Packed(_) => self.in_dim * self.out_dim * 4,
             LinearWeight::Bf16(_) | LinearWeight::Widened(_) => self.in_dim * self.out_dim * 2,
             LinearWeight::Quant(parts) => parts.iter().map(QuantMatrix::gguf_bytes).sum(),
+            LinearWeight::Ternary(parts) => parts.iter().map(|(m, _)| m.packed_bytes()).sum(),
             #[cfg(feature = "cuda")]
             LinearWeight::Cuda(crate::backend::cuda::MatrixData::F32(_)) => {
                 self.in_dim * self.out_dim * 4
@@ -443,6 +479,10 @@ impl Linear {
                 }
                 self.epilogue(y, gelu);
             }
+            LinearWeight::Ternary(parts) => {
+                self.run_ternary(parts, x, m, y, accumulate);
+                self.epilogue(y, gelu);
+            }
             LinearWeight::Bf16(w) => {
                 gemm_bt_bf16(
                     m,
@@ -459,6 +499,39 @@ impl Linear {
             }
             #[cfg(feature = "cuda")]
             LinearWeight::Cuda(_) => unreachable!("device weights take the tensor path"),
+        }
+    }
+
+    /// The ternary product: `y[r, o] (+)= Σ_c q[r, c] · w[o, c]` scaled by row `r`'s
+    /// activation scale and the part's scale, in transformers' order of operations.
+    fn run_ternary(
+        &self,
+        parts: &[(cpu::TernaryMatrix, TernaryScale)],
+        x: &[f32],
+        m: usize,
+        y: &mut [f32],
+        accumulate: bool,
+    ) {
+        let k = self.in_dim;
+        let mut q = vec![0i8; m * k];
+        let x_scales = cpu::ternary::quantize_rows_absmax(x, m, k, &mut q);
+        let widest = parts.iter().map(|(w, _)| w.n_rows()).max().unwrap_or(0);
+        let mut sums = vec![0i32; m * widest];
+        let mut col = 0;
+        for (w, scale) in parts {
+            let n = w.n_rows();
+            w.matmul_i8(&q, m, &mut sums, n);
+            for (r, &xs) in x_scales.iter().enumerate() {
+                let out = &mut y[r * self.out_dim + col..r * self.out_dim + col + n];
+                for (o, &s) in out.iter_mut().zip(&sums[r * n..(r + 1) * n]) {
+                    let v = match *scale {
+                        TernaryScale::Divide(ws) => s as f32 / (ws * xs),
+                        TernaryScale::Multiply(ws) => s as f32 / xs * ws,
+                    };
+                    *o = if accumulate { *o + v } else { v };
+                }
+            }
+            col += n;
         }
     }
 

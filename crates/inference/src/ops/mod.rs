@@ -207,6 +207,40 @@ pub fn swiglu(gate_up: &Tensor) -> Result<Tensor> {
     }
 }
 
+/// Squared-ReLU GLU (BitNet b1.58's `relu2`): `gate_up` [n, 2 * width] → `relu(gate)² ⊙ up`
+/// [n, width], in transformers' order of operations (`square(relu(g)) * u`). CPU only: the
+/// ternary products it feeds run there.
+pub fn relu2_glu(gate_up: &Tensor) -> Result<Tensor> {
+    if !gate_up.cols().is_multiple_of(2) {
+        return Err(Error::Shape {
+            op: "relu2_glu",
+            reason: format!(
+                "rows of {} values (gate and up side by side)",
+                gate_up.cols()
+            ),
+        });
+    }
+    let (rows, width) = (gate_up.rows(), gate_up.cols() / 2);
+    match gate_up.storage() {
+        Storage::Cpu(v) => {
+            let mut out = vec![0.0f32; rows * width];
+            for (row, o) in v.chunks_exact(2 * width).zip(out.chunks_exact_mut(width)) {
+                let (gate, up) = row.split_at(width);
+                for ((o, &g), &u) in o.iter_mut().zip(gate).zip(up) {
+                    let r = g.max(0.0);
+                    *o = r * r * u;
+                }
+            }
+            Ok(Tensor::cpu(rows, width, out))
+        }
+        #[cfg(feature = "cuda")]
+        Storage::Cuda(_) => Err(Error::Device(format!(
+            "relu2_glu runs on the CPU, not on {}",
+            gate_up.device()
+        ))),
+    }
+}
+
 /// Runs `step`, a greedy decode step of `rows` rows of model instance `key` on `device`, as a
 /// recorded graph where the device can (CUDA: after one eager run of that shape); on the CPU
 /// it just runs.

@@ -20,7 +20,9 @@
 
 pub mod act;
 mod blocks;
+pub mod hadamard;
 pub mod reference;
+pub mod ternary;
 
 pub use blocks::{dequantize_row, quantize_row, QK_K};
 // Block helpers the CPU backend's repacked layout needs.

@@ -39,6 +39,7 @@ mod qkernels;
 mod qmatrix;
 mod repack;
 pub mod scalar;
+pub mod ternary;
 // Parts of the vector vocabulary and the generic elementwise kernels are only instantiated by
 // the x86 tables (the portable table uses the scalar references).
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
@@ -57,6 +58,7 @@ pub use lowrank::{add_low_rank, Delta, Values};
 pub use packed::{PackedBf16, PackedWeights};
 pub use qmatrix::QuantMatrix;
 pub use repack::GROUP_ROWS;
+pub use ternary::TernaryMatrix;
 
 /// Runs `f` on a worker thread of the thread pool (directly when already on one).
 ///

@@ -12,6 +12,7 @@ pub(super) mod avx512;
 pub(super) mod gemm_bf16;
 pub(super) mod qdot_avx2;
 pub(super) mod qdot_avx512;
+pub(super) mod ternary;
 
 /// Defines the `#[target_feature]` entry points of one instruction set and its `KERNELS`
 /// table. `$tok` is the token type (with an `unsafe fn new_unchecked()`), `$feat` the

@@ -1,0 +1,69 @@
+//! `lattice quantize`: re-quantizes a GGUF decoder (lattice_inference::quantize): plain block
+//! types, or QuaRot (norms folded, residual stream rotated, Q4 weights, int8 activations).
+
+use std::path::PathBuf;
+
+use lattice_inference::quantize::{quantize_gguf, Method, Rounding};
+
+/// Arguments of `lattice quantize`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// f32 | f16 | q8_0 | q4_0 | q4_1 (every matrix to that type), quarot-w4a8 (QuaRot, Q4_1
+    /// layers), quarot-w4a8-sym (QuaRot, Q4_0 layers), rotate-f32 (QuaRot's rotation alone).
+    #[arg(long)]
+    method: String,
+    /// How 4-bit groups are rounded: `nearest` (ggml's reference quantizers) or `mse` (each
+    /// group's scale / range searched for the least squared error). Default: mse for QuaRot,
+    /// nearest for the plain types.
+    #[arg(long)]
+    rounding: Option<String>,
+    /// Seed of QuaRot's random Hadamard signs.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// The GGUF decoder to read (any block types; dequantized first).
+    input: PathBuf,
+    /// The GGUF file to write.
+    output: PathBuf,
+}
+
+/// Runs the subcommand.
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let method = Method::parse(&args.method, args.seed).ok_or_else(|| {
+        anyhow::anyhow!(
+            "--method `{}` is not one of: {}",
+            args.method,
+            Method::NAMES.join(", ")
+        )
+    })?;
+    let rounding = match (args.rounding.as_deref(), method) {
+        (Some("nearest"), _) => Rounding::Nearest,
+        (Some("mse"), _) => Rounding::Mse,
+        (Some(other), _) => anyhow::bail!("--rounding `{other}` is not nearest or mse"),
+        (None, Method::Quarot { .. }) => Rounding::Mse,
+        (None, Method::Plain(_)) => Rounding::Nearest,
+    };
+    let input = super::resolve_model(&args.input)?;
+    if input.extension().and_then(|e| e.to_str()) != Some("gguf") {
+        anyhow::bail!(
+            "`{}`: lattice quantize reads and writes GGUF (convert a checkpoint with llama.cpp's \
+             convert_hf_to_gguf.py first)",
+            input.display()
+        );
+    }
+    if args.output == input {
+        anyhow::bail!("the output `{}` is the input itself", args.output.display());
+    }
+    let t0 = std::time::Instant::now();
+    let q = quantize_gguf(&input, &args.output, method, rounding, |done, total| {
+        eprint!("\rquantize: tensor {done}/{total}")
+    })?;
+    eprintln!(
+        "\nwrote {} ({} tensors, {:.1} MB of tensors from {:.1} MB) in {:.1} s",
+        args.output.display(),
+        q.tensors,
+        q.bytes_after as f64 / 1e6,
+        q.bytes_before as f64 / 1e6,
+        t0.elapsed().as_secs_f64()
+    );
+    Ok(())
+}

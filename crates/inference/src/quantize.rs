@@ -1,0 +1,492 @@
+//! Re-quantizing a GGUF decoder (`lattice quantize`): plain block types (the baselines) and
+//! QuaRot (arXiv 2404.00456) with 4-bit weights and int8 activations.
+//!
+//! QuaRot, done offline into the weights (so the output is an ordinary GGUF of the same
+//! architecture, which llama.cpp runs too):
+//! 1. every RMSNorm scale γ is folded into the matrices that read the normalized stream
+//!    (`W ← W · diag(γ)` for Q/K/V, gate/up and the output head; the norms become 1), so the
+//!    norms commute with rotations;
+//! 2. the residual stream is rotated by a randomized Hadamard matrix `Q` (`quant::hadamard`):
+//!    the embedding rows and every matrix reading the stream become `W · Q`, every matrix
+//!    writing it (attention output, down projection, their biases) `Qᵀ · W`; the head is untied
+//!    (`output.weight` = the folded, rotated embedding). In exact arithmetic the model computes
+//!    the same function; the rotated matrices have no outlier columns, so 4-bit groups fit;
+//! 3. the layer matrices are quantized to Q4_0 or Q4_1 (groups of 32, f16 scales; Q4_1 with a
+//!    minimum, i.e. asymmetric), the embedding and head to Q8_0. At run time the activations
+//!    are quantized to int8 per 32 values (Q8_0 / Q8_1) by the existing integer kernels.
+//!
+//! QuaRot's online Hadamard transforms (before the down projection and on the values) matter
+//! for 4-bit activations; with 8-bit activations they are left out, so no run-time change is
+//! needed. `rotate-f32` keeps every matrix f32 after the rotation: the check that steps 1-2
+//! preserve the model (tests compare its logits with the original's).
+
+use std::path::Path;
+
+use crate::io::gguf::GgufValue;
+use crate::io::gguf_tensors::{dequantize, GgufTensors};
+use crate::io::gguf_write::{write_gguf, TensorOut};
+use crate::quant::hadamard::Rotation;
+use crate::quant::{quantize_row, QuantType};
+use crate::{Error, Result};
+
+/// How 4-bit groups are rounded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rounding {
+    /// ggml's reference quantizers (the scale from the group's extreme values).
+    Nearest,
+    /// The scale (Q4_0) or range (Q4_1) of each group searched over a grid of clipped values
+    /// for the least squared error, the stored f16 scale included.
+    Mse,
+}
+
+/// What `lattice quantize` makes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Method {
+    /// Every matrix (2-D tensor) to this block type; the rest F32. No rotation.
+    Plain(QuantType),
+    /// QuaRot: norms folded, residual stream rotated; layer matrices to `weights` (Q4_0 or
+    /// Q4_1, or F32 for the rotation alone), embedding and head to Q8_0 (F32 with F32).
+    Quarot {
+        /// Block type of the layer matrices.
+        weights: QuantType,
+        /// Seed of the rotation's random signs.
+        seed: u64,
+    },
+}
+
+impl Method {
+    /// Parses a `--method` value: `f32`, `f16`, `q8_0`, `q4_0`, `q4_1`, `quarot-w4a8` (Q4_1
+    /// layers), `quarot-w4a8-sym` (Q4_0 layers), `rotate-f32`.
+    pub fn parse(name: &str, seed: u64) -> Option<Self> {
+        let plain = |t| Some(Method::Plain(t));
+        match name {
+            "f32" => plain(QuantType::F32),
+            "f16" => plain(QuantType::F16),
+            "q8_0" => plain(QuantType::Q8_0),
+            "q4_0" => plain(QuantType::Q4_0),
+            "q4_1" => plain(QuantType::Q4_1),
+            "quarot-w4a8" => Some(Method::Quarot {
+                weights: QuantType::Q4_1,
+                seed,
+            }),
+            "quarot-w4a8-sym" => Some(Method::Quarot {
+                weights: QuantType::Q4_0,
+                seed,
+            }),
+            "rotate-f32" => Some(Method::Quarot {
+                weights: QuantType::F32,
+                seed,
+            }),
+            _ => None,
+        }
+    }
+
+    /// The names [`Method::parse`] accepts.
+    pub const NAMES: &'static [&'static str] = &[
+        "f32",
+        "f16",
+        "q8_0",
+        "q4_0",
+        "q4_1",
+        "quarot-w4a8",
+        "quarot-w4a8-sym",
+        "rotate-f32",
+    ];
+}
+
+/// What [`quantize_gguf`] wrote.
+#[derive(Debug, Clone)]
+pub struct Quantized {
+    /// Tensor bytes read.
+    pub bytes_before: u64,
+    /// Tensor bytes written.
+    pub bytes_after: u64,
+    /// Tensors written.
+    pub tensors: usize,
+}
+
+/// Architectures whose layers are the Llama structure QuaRot's folding assumes.
+const ARCHS: &[&str] = &["llama", "qwen2", "qwen3"];
+
+/// An f32 tensor being rewritten: name, GGML dims (innermost first), values.
+struct Dense {
+    name: String,
+    dims: Vec<u64>,
+    values: Vec<f32>,
+}
+
+/// Re-quantizes the GGUF decoder `src` into `dst` as `method` says; `progress(done, total)`
+/// after each tensor.
+pub fn quantize_gguf(
+    src: &Path,
+    dst: &Path,
+    method: Method,
+    rounding: Rounding,
+    mut progress: impl FnMut(usize, usize),
+) -> Result<Quantized> {
+    let g = GgufTensors::open(src)?;
+    let h = g.header();
+    let bad = |reason: String| Error::InvalidInput(format!("{}: {reason}", src.display()));
+    let arch = h
+        .metadata("general.architecture")
+        .and_then(GgufValue::as_str)
+        .unwrap_or("")
+        .to_string();
+    let quarot = match method {
+        Method::Quarot { weights, seed } => {
+            if !ARCHS.contains(&arch.as_str()) {
+                return Err(bad(format!(
+                    "QuaRot folds norms of the Llama layer structure ({}); `{arch}` is not one",
+                    ARCHS.join(", ")
+                )));
+            }
+            if !matches!(weights, QuantType::Q4_0 | QuantType::Q4_1 | QuantType::F32) {
+                return Err(bad(format!(
+                    "QuaRot layers are Q4_0, Q4_1 or F32, not {}",
+                    weights.name()
+                )));
+            }
+            let hidden = h
+                .metadata(&format!("{arch}.embedding_length"))
+                .and_then(GgufValue::as_u64)
+                .ok_or_else(|| bad(format!("no `{arch}.embedding_length`")))?
+                as usize;
+            let rot = Rotation::new(hidden, seed).ok_or_else(|| {
+                bad(format!(
+                    "no Hadamard rotation of order {hidden} here (orders m · 2^k with a Paley \
+                     order m)"
+                ))
+            })?;
+            Some((rot, weights))
+        }
+        Method::Plain(_) => None,
+    };
+    let f32_of = |name: &str| -> Result<Dense> {
+        let raw = g.raw(name)?;
+        Ok(Dense {
+            name: name.to_string(),
+            dims: raw.info.dims.clone(),
+            values: dequantize(&raw)?,
+        })
+    };
+    let norm_of = |name: &str| -> Result<Vec<f32>> { Ok(f32_of(name)?.values) };
+
+    let mut out: Vec<(Dense, QuantType)> = Vec::new();
+    let mut bytes_before = 0u64;
+    let total = h.tensors().len();
+    let tied = !g.contains("output.weight");
+    for (i, info) in h.tensors().iter().enumerate() {
+        let name = info.name.as_str();
+        bytes_before += info.n_bytes.unwrap_or(0);
+        let mut t = f32_of(name)?;
+        let is_matrix = t.dims.len() == 2;
+        let qt = match (&quarot, method) {
+            (None, Method::Plain(qt)) => {
+                if is_matrix && t.dims[0] % qt.block_len() as u64 == 0 {
+                    qt
+                } else {
+                    QuantType::F32
+                }
+            }
+            (Some((rot, weights)), _) => {
+                let (kind, layer) = tensor_kind(name);
+                let cols = t.dims[0] as usize;
+                let gamma = |norm: &str| -> Result<Vec<f32>> {
+                    match layer {
+                        Some(l) => norm_of(&format!("blk.{l}.{norm}.weight")),
+                        None => norm_of(&format!("{norm}.weight")),
+                    }
+                };
+                let head_type = if *weights == QuantType::F32 {
+                    QuantType::F32
+                } else {
+                    QuantType::Q8_0
+                };
+                match kind {
+                    Kind::Norm => {
+                        t.values.fill(1.0);
+                        QuantType::F32
+                    }
+                    Kind::Embedding => {
+                        if tied {
+                            // The head: the embedding with the final norm folded in, rotated.
+                            let mut head = Dense {
+                                name: "output.weight".into(),
+                                dims: t.dims.clone(),
+                                values: t.values.clone(),
+                            };
+                            scale_columns(&mut head.values, &gamma("output_norm")?);
+                            rot.rotate_rows(&mut head.values);
+                            out.push((head, head_type));
+                        }
+                        rot.rotate_rows(&mut t.values);
+                        head_type
+                    }
+                    Kind::Head => {
+                        scale_columns(&mut t.values, &gamma("output_norm")?);
+                        rot.rotate_rows(&mut t.values);
+                        head_type
+                    }
+                    Kind::Reads(norm) => {
+                        scale_columns(&mut t.values, &gamma(norm)?);
+                        rot.rotate_rows(&mut t.values);
+                        *weights
+                    }
+                    Kind::Writes => {
+                        rot.rotate_columns(&mut t.values, cols);
+                        *weights
+                    }
+                    Kind::WritesBias => {
+                        rot.rotate_rows(&mut t.values);
+                        QuantType::F32
+                    }
+                    Kind::Untouched => QuantType::F32,
+                    Kind::Unknown => {
+                        return Err(bad(format!(
+                            "tensor `{name}`: QuaRot does not know where it sits in the layer"
+                        )))
+                    }
+                }
+            }
+            _ => unreachable!("quarot is set exactly for Method::Quarot"),
+        };
+        out.push((t, qt));
+        progress(i + 1, total);
+    }
+    let mut blobs: Vec<(String, Vec<u64>, u32, Vec<u8>)> = Vec::with_capacity(out.len());
+    for (t, qt) in &out {
+        let row = t.dims[0] as usize;
+        let row_bytes = qt.row_bytes(row).ok_or_else(|| {
+            bad(format!(
+                "tensor `{}`: rows of {row} for {}",
+                t.name,
+                qt.name()
+            ))
+        })?;
+        let mut bytes = vec![0u8; t.values.len() / row.max(1) * row_bytes];
+        let search = rounding == Rounding::Mse && matches!(qt, QuantType::Q4_0 | QuantType::Q4_1);
+        let mut rows: Vec<(&[f32], &mut [u8])> = t
+            .values
+            .chunks_exact(row.max(1))
+            .zip(bytes.chunks_exact_mut(row_bytes.max(1)))
+            .collect();
+        let results: Vec<Result<()>> = crate::ops::par_map_mut(&mut rows, true, |(s, d)| {
+            if search {
+                mse_quantize_row(*qt, s, d);
+                Ok(())
+            } else {
+                quantize_row(*qt, s, d)
+            }
+        });
+        results.into_iter().collect::<Result<()>>()?;
+        blobs.push((t.name.clone(), t.dims.clone(), qt.ggml_type(), bytes));
+    }
+    let mut metadata: Vec<(String, GgufValue)> = h
+        .metadata_entries()
+        .filter(|(k, _)| *k != "general.file_type" && !k.starts_with("lattice.quantize."))
+        .map(|(k, v)| (k.to_string(), v.clone()))
+        .collect();
+    let (method_name, seed) = match method {
+        Method::Plain(qt) => (qt.name().to_string(), None),
+        Method::Quarot { weights, seed } => (format!("quarot-{}", weights.name()), Some(seed)),
+    };
+    metadata.push((
+        "lattice.quantize.method".into(),
+        GgufValue::String(method_name),
+    ));
+    if let Some(s) = seed {
+        metadata.push(("lattice.quantize.seed".into(), GgufValue::U64(s)));
+    }
+    let tensors: Vec<TensorOut<'_>> = blobs
+        .iter()
+        .map(|(name, dims, ty, bytes)| TensorOut {
+            name: name.clone(),
+            dims: dims.clone(),
+            ggml_type: *ty,
+            bytes,
+        })
+        .collect();
+    write_gguf(dst, &metadata, &tensors, h.alignment())?;
+    Ok(Quantized {
+        bytes_before,
+        bytes_after: blobs.iter().map(|b| b.3.len() as u64).sum(),
+        tensors: blobs.len(),
+    })
+}
+
+/// Where a tensor sits relative to the residual stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// An RMSNorm scale on the stream (folded away: becomes 1).
+    Norm,
+    /// `token_embd`: writes the stream.
+    Embedding,
+    /// `output`: reads the final-normed stream.
+    Head,
+    /// Reads the stream normalized by this norm (`attn_norm` or `ffn_norm`).
+    Reads(&'static str),
+    /// Writes the stream (`attn_output`, `ffn_down`): `Qᵀ · W`.
+    Writes,
+    /// A bias added to the stream: rotated like a row.
+    WritesBias,
+    /// Not on the stream (biases of Q/K/V, per-head Q/K norms).
+    Untouched,
+    /// Anything else.
+    Unknown,
+}
+
+/// The kind of tensor `name` and its layer.
+fn tensor_kind(name: &str) -> (Kind, Option<usize>) {
+    match name {
+        "token_embd.weight" => return (Kind::Embedding, None),
+        "output.weight" => return (Kind::Head, None),
+        "output_norm.weight" => return (Kind::Norm, None),
+        _ => {}
+    }
+    let Some((layer, rest)) = name
+        .strip_prefix("blk.")
+        .and_then(|r| r.split_once('.'))
+        .and_then(|(l, rest)| Some((l.parse::<usize>().ok()?, rest)))
+    else {
+        return (Kind::Unknown, None);
+    };
+    let kind = match rest {
+        "attn_norm.weight" | "ffn_norm.weight" => Kind::Norm,
+        "attn_q.weight" | "attn_k.weight" | "attn_v.weight" => Kind::Reads("attn_norm"),
+        "ffn_gate.weight" | "ffn_up.weight" => Kind::Reads("ffn_norm"),
+        "attn_output.weight" | "ffn_down.weight" => Kind::Writes,
+        "attn_output.bias" | "ffn_down.bias" => Kind::WritesBias,
+        "attn_q.bias" | "attn_k.bias" | "attn_v.bias" | "attn_q_norm.weight"
+        | "attn_k_norm.weight" | "ffn_gate.bias" | "ffn_up.bias" => Kind::Untouched,
+        _ => Kind::Unknown,
+    };
+    (kind, Some(layer))
+}
+
+/// Q4_0 / Q4_1 blocks of `x` into `dst` with each group's scale (Q4_0: `d = max / −8 · f`) or
+/// range (Q4_1: `[min + a·r, max − b·r]`, `r = max − min`) chosen on a grid for the least
+/// squared error, measured with the f16-rounded values the block stores. The block layout is
+/// ggml's (`quant::quantize_row`).
+fn mse_quantize_row(qt: QuantType, x: &[f32], dst: &mut [u8]) {
+    let f16 = |v: f32| half::f16::from_f32(v);
+    let pack = |codes: &[u8; 32], out: &mut [u8]| {
+        for j in 0..16 {
+            out[j] = codes[j] | (codes[j + 16] << 4);
+        }
+    };
+    if qt == QuantType::Q4_0 {
+        for (g, blk) in x.chunks_exact(32).zip(dst.chunks_exact_mut(18)) {
+            let max = g
+                .iter()
+                .fold(0f32, |m, &v| if v.abs() > m.abs() { v } else { m });
+            let (mut best, mut best_d, mut best_codes) = (f32::INFINITY, 0.0f32, [8u8; 32]);
+            for step in 0..24 {
+                let d = f16(max / -8.0 * (1.0 - 0.0125 * step as f32)).to_f32();
+                let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+                let mut codes = [0u8; 32];
+                let mut err = 0.0f32;
+                for (c, &v) in codes.iter_mut().zip(g) {
+                    let q = (v * id).round().clamp(-8.0, 7.0);
+                    *c = (q + 8.0) as u8;
+                    err += (v - q * d) * (v - q * d);
+                }
+                if err < best {
+                    (best, best_d, best_codes) = (err, d, codes);
+                }
+            }
+            blk[..2].copy_from_slice(&f16(best_d).to_le_bytes());
+            pack(&best_codes, &mut blk[2..]);
+        }
+    } else {
+        for (g, blk) in x.chunks_exact(32).zip(dst.chunks_exact_mut(20)) {
+            let lo = g.iter().copied().fold(f32::MAX, f32::min);
+            let hi = g.iter().copied().fold(-f32::MAX, f32::max);
+            let r = hi - lo;
+            let mut best = (f32::INFINITY, 0.0f32, 0.0f32, [0u8; 32]);
+            for a in 0..6 {
+                for b in 0..6 {
+                    let (mn, mx) = (lo + r * 0.02 * a as f32, hi - r * 0.02 * b as f32);
+                    let d = f16((mx - mn) / 15.0).to_f32();
+                    let m = f16(mn).to_f32();
+                    let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+                    let mut codes = [0u8; 32];
+                    let mut err = 0.0f32;
+                    for (c, &v) in codes.iter_mut().zip(g) {
+                        let q = ((v - m) * id).round().clamp(0.0, 15.0);
+                        *c = q as u8;
+                        let e = v - (q * d + m);
+                        err += e * e;
+                    }
+                    if err < best.0 {
+                        best = (err, d, m, codes);
+                    }
+                }
+            }
+            blk[..2].copy_from_slice(&f16(best.1).to_le_bytes());
+            blk[2..4].copy_from_slice(&f16(best.2).to_le_bytes());
+            pack(&best.3, &mut blk[4..]);
+        }
+    }
+}
+
+/// `W ← W · diag(γ)` for `w` [rows, γ.len()].
+fn scale_columns(w: &mut [f32], gamma: &[f32]) {
+    for row in w.chunks_exact_mut(gamma.len().max(1)) {
+        for (v, g) in row.iter_mut().zip(gamma) {
+            *v *= g;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn searched_groups_are_never_worse_than_nearest() {
+        let x: Vec<f32> = (0..32 * 64)
+            .map(|i| ((i as f32 * 0.731).sin() * 3.0).powi(3) * 0.01)
+            .collect();
+        for qt in [QuantType::Q4_0, QuantType::Q4_1] {
+            let rb = qt.row_bytes(x.len()).unwrap();
+            let (mut near, mut mse) = (vec![0u8; rb], vec![0u8; rb]);
+            quantize_row(qt, &x, &mut near).unwrap();
+            mse_quantize_row(qt, &x, &mut mse);
+            let err = |b: &[u8]| {
+                let mut y = vec![0f32; x.len()];
+                crate::quant::dequantize_row(qt, b, &mut y).unwrap();
+                x.iter()
+                    .zip(&y)
+                    .map(|(a, b)| (a - b) * (a - b))
+                    .sum::<f32>()
+            };
+            assert!(
+                err(&mse) < err(&near),
+                "{}: {} vs {}",
+                qt.name(),
+                err(&mse),
+                err(&near)
+            );
+        }
+    }
+
+    #[test]
+    fn methods_parse_and_tensors_are_classified() {
+        for name in Method::NAMES {
+            assert!(Method::parse(name, 1).is_some(), "{name}");
+        }
+        assert!(Method::parse("q4_k", 1).is_none());
+        assert_eq!(
+            tensor_kind("blk.3.attn_k.weight"),
+            (Kind::Reads("attn_norm"), Some(3))
+        );
+        assert_eq!(
+            tensor_kind("blk.0.ffn_down.weight"),
+            (Kind::Writes, Some(0))
+        );
+        assert_eq!(tensor_kind("blk.0.attn_q.bias"), (Kind::Untouched, Some(0)));
+        assert_eq!(tensor_kind("token_embd.weight"), (Kind::Embedding, None));
+        assert_eq!(tensor_kind("blk.x.attn_k.weight").0, Kind::Unknown);
+        assert_eq!(tensor_kind("rope_freqs.weight").0, Kind::Unknown);
+    }
+}
