@@ -594,5 +594,44 @@ fn perplexity_prune_and_layer_metrics() {
         ]),
         &["reads a .gguf model"],
     );
+    // quantize: GGUF in and out, named methods only.
+    assert_fails_with(
+        &lattice(&["quantize", "--method", "q4_0", m, "out.gguf"]),
+        &["reads and writes GGUF"],
+    );
+    assert_fails_with(
+        &lattice(&["quantize", "--method", "q3_k", m, "out.gguf"]),
+        &["--method `q3_k` is not one of", "quarot-w4a8"],
+    );
+    let gguf = fixture("tiny-qwen35").join("tiny-qwen35.bf16.gguf");
+    let out = dir.join("q8.gguf");
+    let o = lattice(&[
+        "quantize",
+        "--method",
+        "q8_0",
+        gguf.to_str().unwrap(),
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = lattice(&[
+        "generate",
+        "--model",
+        out.to_str().unwrap(),
+        "--prompt",
+        "Hello",
+        "--max-tokens",
+        "2",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_fails_with(
+        &lattice(&[
+            "quantize",
+            "--method",
+            "quarot-w4a8",
+            gguf.to_str().unwrap(),
+            out.to_str().unwrap(),
+        ]),
+        &["`qwen35` is not one"],
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

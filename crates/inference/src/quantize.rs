@@ -39,6 +39,10 @@ pub enum Rounding {
     Mse,
 }
 
+/// GGUF metadata key of a QuaRot file whose down projections take rotated inputs: the seed of
+/// the rotation (order = the FFN width) the loader applies to their input rows.
+pub const FFN_ROTATION_KEY: &str = "lattice.quantize.ffn_down_rotation_seed";
+
 /// What `lattice quantize` makes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Method {
@@ -51,12 +55,16 @@ pub enum Method {
         weights: QuantType,
         /// Seed of the rotation's random signs.
         seed: u64,
+        /// Also rotate the down projections' inputs (an online Hadamard of the FFN width at
+        /// run time, which only Lattice applies: such files are not for llama.cpp).
+        online: bool,
     },
 }
 
 impl Method {
     /// Parses a `--method` value: `f32`, `f16`, `q8_0`, `q4_0`, `q4_1`, `quarot-w4a8` (Q4_1
-    /// layers), `quarot-w4a8-sym` (Q4_0 layers), `rotate-f32`.
+    /// layers), `quarot-w4a8-sym` (Q4_0 layers), `rotate-f32` (the rotation alone); `-online`
+    /// after a QuaRot name also rotates the down projections' inputs at run time.
     pub fn parse(name: &str, seed: u64) -> Option<Self> {
         let plain = |t| Some(Method::Plain(t));
         match name {
@@ -68,14 +76,32 @@ impl Method {
             "quarot-w4a8" => Some(Method::Quarot {
                 weights: QuantType::Q4_1,
                 seed,
+                online: false,
             }),
             "quarot-w4a8-sym" => Some(Method::Quarot {
                 weights: QuantType::Q4_0,
                 seed,
+                online: false,
+            }),
+            "quarot-w4a8-online" => Some(Method::Quarot {
+                weights: QuantType::Q4_1,
+                seed,
+                online: true,
+            }),
+            "quarot-w4a8-sym-online" => Some(Method::Quarot {
+                weights: QuantType::Q4_0,
+                seed,
+                online: true,
             }),
             "rotate-f32" => Some(Method::Quarot {
                 weights: QuantType::F32,
                 seed,
+                online: false,
+            }),
+            "rotate-f32-online" => Some(Method::Quarot {
+                weights: QuantType::F32,
+                seed,
+                online: true,
             }),
             _ => None,
         }
@@ -90,7 +116,10 @@ impl Method {
         "q4_1",
         "quarot-w4a8",
         "quarot-w4a8-sym",
+        "quarot-w4a8-online",
+        "quarot-w4a8-sym-online",
         "rotate-f32",
+        "rotate-f32-online",
     ];
 }
 
@@ -132,8 +161,18 @@ pub fn quantize_gguf(
         .and_then(GgufValue::as_str)
         .unwrap_or("")
         .to_string();
+    if h.metadata(FFN_ROTATION_KEY).is_some() {
+        return Err(bad(
+            "already QuaRot with rotated down-projection inputs: quantize the original model"
+                .into(),
+        ));
+    }
     let quarot = match method {
-        Method::Quarot { weights, seed } => {
+        Method::Quarot {
+            weights,
+            seed,
+            online,
+        } => {
             if !ARCHS.contains(&arch.as_str()) {
                 return Err(bad(format!(
                     "QuaRot folds norms of the Llama layer structure ({}); `{arch}` is not one",
@@ -157,7 +196,21 @@ pub fn quantize_gguf(
                      order m)"
                 ))
             })?;
-            Some((rot, weights))
+            let ffn = if online {
+                let inter = h
+                    .metadata(&format!("{arch}.feed_forward_length"))
+                    .and_then(GgufValue::as_u64)
+                    .ok_or_else(|| bad(format!("no `{arch}.feed_forward_length`")))?
+                    as usize;
+                Some(Rotation::new(inter, seed ^ 0xFF).ok_or_else(|| {
+                    bad(format!(
+                        "no Hadamard rotation of order {inter} (the FFN width) here"
+                    ))
+                })?)
+            } else {
+                None
+            };
+            Some((rot, weights, ffn))
         }
         Method::Plain(_) => None,
     };
@@ -188,7 +241,7 @@ pub fn quantize_gguf(
                     QuantType::F32
                 }
             }
-            (Some((rot, weights)), _) => {
+            (Some((rot, weights, ffn)), _) => {
                 let (kind, layer) = tensor_kind(name);
                 let cols = t.dims[0] as usize;
                 let gamma = |norm: &str| -> Result<Vec<f32>> {
@@ -234,6 +287,10 @@ pub fn quantize_gguf(
                     }
                     Kind::Writes => {
                         rot.rotate_columns(&mut t.values, cols);
+                        if let (Some(f), true) = (ffn, name.ends_with("ffn_down.weight")) {
+                            // Its input is rotated at run time by `f`: W ← W · f.
+                            f.rotate_rows(&mut t.values);
+                        }
                         *weights
                     }
                     Kind::WritesBias => {
@@ -288,8 +345,14 @@ pub fn quantize_gguf(
         .collect();
     let (method_name, seed) = match method {
         Method::Plain(qt) => (qt.name().to_string(), None),
-        Method::Quarot { weights, seed } => (format!("quarot-{}", weights.name()), Some(seed)),
+        Method::Quarot { weights, seed, .. } => (format!("quarot-{}", weights.name()), Some(seed)),
     };
+    if let Method::Quarot {
+        seed, online: true, ..
+    } = method
+    {
+        metadata.push((FFN_ROTATION_KEY.into(), GgufValue::U64(seed ^ 0xFF)));
+    }
     metadata.push((
         "lattice.quantize.method".into(),
         GgufValue::String(method_name),

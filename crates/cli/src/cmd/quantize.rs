@@ -9,7 +9,9 @@ use lattice_inference::quantize::{quantize_gguf, Method, Rounding};
 #[derive(clap::Args)]
 pub struct Args {
     /// f32 | f16 | q8_0 | q4_0 | q4_1 (every matrix to that type), quarot-w4a8 (QuaRot, Q4_1
-    /// layers), quarot-w4a8-sym (QuaRot, Q4_0 layers), rotate-f32 (QuaRot's rotation alone).
+    /// layers), quarot-w4a8-sym (QuaRot, Q4_0 layers), rotate-f32 (QuaRot's rotation alone);
+    /// a QuaRot name + `-online` also rotates the down projections' inputs at run time (such
+    /// files run correctly in Lattice only).
     #[arg(long)]
     method: String,
     /// How 4-bit groups are rounded: `nearest` (ggml's reference quantizers) or `mse` (each

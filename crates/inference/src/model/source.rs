@@ -610,6 +610,11 @@ impl TensorSource {
                 dense_linear(&place, &rows, out_dim, in_dim, bias_values, prefixes[0])
             }
         }?;
+        // QuaRot files rotated the down projection's input offline (`crate::quantize`).
+        let linear = match self.quarot_ffn_rotation(prefixes, in_dim)? {
+            Some(r) => linear.with_input_rotation(r)?,
+            None => linear,
+        };
         let Some(plan) = place.lora.as_ref().filter(|p| !p.merges()) else {
             return Ok(linear);
         };
@@ -716,6 +721,35 @@ impl TensorSource {
                 Ok((values, TernaryScale::Multiply(s)))
             }
         }
+    }
+
+    /// The online rotation a QuaRot GGUF asks for before `mlp.down_proj`
+    /// (`lattice.quantize.ffn_down_rotation_seed`), of order `in_dim`.
+    fn quarot_ffn_rotation(
+        &self,
+        prefixes: &[&str],
+        in_dim: usize,
+    ) -> Result<Option<std::sync::Arc<crate::quant::hadamard::Rotation>>> {
+        let Self::Gguf(g) = self else {
+            return Ok(None);
+        };
+        let Some(seed) = g
+            .header()
+            .metadata(crate::quantize::FFN_ROTATION_KEY)
+            .and_then(|v| v.as_u64())
+        else {
+            return Ok(None);
+        };
+        if !matches!(prefixes, [p] if p.ends_with(".mlp.down_proj")) {
+            return Ok(None);
+        }
+        let r = crate::quant::hadamard::Rotation::new(in_dim, seed).ok_or_else(|| {
+            Error::InvalidWeights {
+                path: g.header().path().to_path_buf(),
+                reason: format!("no rotation of order {in_dim} for the down projection"),
+            }
+        })?;
+        Ok(Some(std::sync::Arc::new(r)))
     }
 
     /// `(first output column, outputs, module names)` of each projection `prefixes` stacks in

@@ -22,6 +22,7 @@ use crate::backend::{Device, Mirror};
 use crate::io::store::{Scope, Weight};
 use crate::lora::LoraPlan;
 use crate::ops::RmsNorm;
+use crate::quant::hadamard::Rotation;
 use crate::quant::ternary::TernaryScale;
 use crate::tensor::{Storage, Tensor};
 use crate::{Error, Result};
@@ -58,6 +59,9 @@ pub struct Linear {
     /// The LoRA plan and site this layer's unmerged adapters attach at: each row adds the
     /// deltas of the adapters its request picked (see `crate::lora`).
     lora: Option<(Arc<LoraPlan>, usize)>,
+    /// An orthogonal rotation applied to every input row before the product (QuaRot's online
+    /// Hadamard: the weights were rotated by it offline, see `crate::quantize`). CPU only.
+    input_rotation: Option<Arc<Rotation>>,
 }
 
 impl Linear {
@@ -96,6 +100,7 @@ impl Linear {
             out_dim,
             bias_dev: Mirror::new(),
             lora: None,
+            input_rotation: None,
         })
     }
 
@@ -137,6 +142,7 @@ impl Linear {
             out_dim,
             bias_dev: Mirror::new(),
             lora: None,
+            input_rotation: None,
         })
     }
 
@@ -183,6 +189,7 @@ impl Linear {
             out_dim,
             bias_dev: Mirror::new(),
             lora: None,
+            input_rotation: None,
         })
     }
 
@@ -256,6 +263,7 @@ impl Linear {
             out_dim,
             bias_dev: Mirror::new(),
             lora: None,
+            input_rotation: None,
         }
     }
 
@@ -278,6 +286,7 @@ impl Linear {
             out_dim,
             bias_dev: Mirror::new(),
             lora: None,
+            input_rotation: None,
         })
     }
 
@@ -306,6 +315,7 @@ impl Linear {
             out_dim,
             bias_dev: Mirror::new(),
             lora: None,
+            input_rotation: None,
         })
     }
 
@@ -424,7 +434,42 @@ impl Linear {
         x.len() / self.in_dim
     }
 
+    /// This layer with `rotation` (order `in_dim`) applied to its input rows first: for weights
+    /// stored as `W · R`, the product of the unrotated input with `W`. CPU only.
+    pub fn with_input_rotation(mut self, rotation: Arc<Rotation>) -> Result<Self> {
+        #[cfg(feature = "cuda")]
+        if matches!(&self.weight, LinearWeight::Cuda(_)) {
+            return Err(Error::Device(
+                "an input rotation (QuaRot's online Hadamard) runs on the CPU only".into(),
+            ));
+        }
+        if rotation.n() != self.in_dim {
+            return Err(Error::Shape {
+                op: "Linear::with_input_rotation",
+                reason: format!(
+                    "a rotation of order {} on a layer of input width {}",
+                    rotation.n(),
+                    self.in_dim
+                ),
+            });
+        }
+        self.input_rotation = Some(rotation);
+        Ok(self)
+    }
+
     fn run(&self, x: &[f32], y: &mut [f32], accumulate: bool, gelu: bool) {
+        let rotated;
+        let x = match &self.input_rotation {
+            Some(r) => {
+                rotated = {
+                    let mut v = x.to_vec();
+                    r.rotate_rows(&mut v);
+                    v
+                };
+                &rotated[..]
+            }
+            None => x,
+        };
         let Some((plan, site)) = &self.lora else {
             return self.run_base(x, y, accumulate, gelu);
         };
