@@ -557,27 +557,37 @@ impl Linear {
         y: &mut [f32],
         accumulate: bool,
     ) {
-        let k = self.in_dim;
-        let mut q = vec![0i8; m * k];
-        let x_scales = cpu::ternary::quantize_rows_absmax(x, m, k, &mut q);
-        let widest = parts.iter().map(|(w, _)| w.n_rows()).max().unwrap_or(0);
-        let mut sums = vec![0i32; m * widest];
-        let mut col = 0;
-        for (w, scale) in parts {
-            let n = w.n_rows();
-            w.matmul_i8(&q, m, &mut sums, n);
-            for (r, &xs) in x_scales.iter().enumerate() {
-                let out = &mut y[r * self.out_dim + col..r * self.out_dim + col + n];
-                for (o, &s) in out.iter_mut().zip(&sums[r * n..(r + 1) * n]) {
-                    let v = match *scale {
-                        TernaryScale::Divide(ws) => s as f32 / (ws * xs),
-                        TernaryScale::Multiply(ws) => s as f32 / xs * ws,
-                    };
-                    *o = if accumulate { *o + v } else { v };
+        let (k, n_out) = (self.in_dim, self.out_dim);
+        with_ternary_scratch(|q, sums| {
+            // Every entry of both is written before it is read: resizing keeps old values.
+            q.resize(m * k, 0);
+            sums.resize(m * n_out, 0);
+            let x_scales = cpu::ternary::quantize_rows_absmax(x, m, k, q);
+            let mut col = 0;
+            for (w, _) in parts {
+                let end = (m - 1) * n_out + col + w.n_rows();
+                w.matmul_i8(q, m, &mut sums[col..end], n_out);
+                col += w.n_rows();
+            }
+            for ((out, row), &xs) in y
+                .chunks_exact_mut(n_out)
+                .zip(sums.chunks_exact(n_out))
+                .zip(&x_scales)
+            {
+                let mut col = 0;
+                for (w, scale) in parts {
+                    let span = col..col + w.n_rows();
+                    for (o, &s) in out[span.clone()].iter_mut().zip(&row[span]) {
+                        let v = match *scale {
+                            TernaryScale::Divide(ws) => s as f32 / (ws * xs),
+                            TernaryScale::Multiply(ws) => s as f32 / xs * ws,
+                        };
+                        *o = if accumulate { *o + v } else { v };
+                    }
+                    col += w.n_rows();
                 }
             }
-            col += n;
-        }
+        });
     }
 
     /// Bias and GELU after a product that does not fuse them.
@@ -767,6 +777,25 @@ impl Linear {
             }
         }
     }
+}
+
+thread_local! {
+    /// Per-thread buffers of the ternary products (int8 activations, i32 sums), kept between
+    /// calls so a prompt's products do not map and clear fresh pages each time.
+    static TERNARY_SCRATCH: std::cell::RefCell<(Vec<i8>, Vec<i32>)> =
+        const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
+}
+
+/// Runs `f` with this thread's ternary scratch buffers (fresh ones when a product on this
+/// thread is already using them, e.g. a task the pool ran while the first one waited).
+fn with_ternary_scratch<R>(f: impl FnOnce(&mut Vec<i8>, &mut Vec<i32>) -> R) -> R {
+    TERNARY_SCRATCH.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut s) => {
+            let (q, sums) = &mut *s;
+            f(q, sums)
+        }
+        Err(_) => f(&mut Vec::new(), &mut Vec::new()),
+    })
 }
 
 fn check_parts(w_len: usize, want: usize, bias: Option<&[f32]>, out_dim: usize) -> Result<()> {
