@@ -605,6 +605,15 @@ fn perplexity_prune_and_layer_metrics() {
     );
     let gguf = fixture("tiny-qwen35").join("tiny-qwen35.bf16.gguf");
     let out = dir.join("q8.gguf");
+    let (g, o) = (gguf.to_str().unwrap(), out.to_str().unwrap());
+    assert_fails_with(
+        &lattice(&["quantize", "--method", "q8_0", "--seed", "3", g, o]),
+        &["--seed applies to the QuaRot methods only"],
+    );
+    assert_fails_with(
+        &lattice(&["quantize", "--method", "q8_0", "--rounding", "mse", g, o]),
+        &["--rounding applies to 4-bit groups"],
+    );
     let o = lattice(&[
         "quantize",
         "--method",

@@ -3,6 +3,7 @@
 
 use std::path::PathBuf;
 
+use lattice_inference::quant::QuantType;
 use lattice_inference::quantize::{quantize_gguf, Method, Rounding};
 
 /// Arguments of `lattice quantize`.
@@ -19,9 +20,9 @@ pub struct Args {
     /// nearest for the plain types.
     #[arg(long)]
     rounding: Option<String>,
-    /// Seed of QuaRot's random Hadamard signs.
-    #[arg(long, default_value_t = 0)]
-    seed: u64,
+    /// Seed of QuaRot's random Hadamard signs (QuaRot methods only; default 0).
+    #[arg(long)]
+    seed: Option<u64>,
     /// The GGUF decoder to read (any block types; dequantized first).
     input: PathBuf,
     /// The GGUF file to write.
@@ -30,13 +31,30 @@ pub struct Args {
 
 /// Runs the subcommand.
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let method = Method::parse(&args.method, args.seed).ok_or_else(|| {
+    let method = Method::parse(&args.method, args.seed.unwrap_or(0)).ok_or_else(|| {
         anyhow::anyhow!(
             "--method `{}` is not one of: {}",
             args.method,
             Method::NAMES.join(", ")
         )
     })?;
+    if let (Some(_), Method::Plain(_)) = (args.seed, method) {
+        anyhow::bail!(
+            "--seed applies to the QuaRot methods only, not `{}`",
+            args.method
+        );
+    }
+    let four_bit = match method {
+        Method::Plain(t) | Method::Quarot { weights: t, .. } => {
+            matches!(t, QuantType::Q4_0 | QuantType::Q4_1)
+        }
+    };
+    if args.rounding.is_some() && !four_bit {
+        anyhow::bail!(
+            "--rounding applies to 4-bit groups (q4_0, q4_1, quarot-w4a8*), not `{}`",
+            args.method
+        );
+    }
     let rounding = match (args.rounding.as_deref(), method) {
         (Some("nearest"), _) => Rounding::Nearest,
         (Some("mse"), _) => Rounding::Mse,

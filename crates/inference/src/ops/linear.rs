@@ -65,6 +65,24 @@ pub struct Linear {
 }
 
 impl Linear {
+    /// A CPU layer around `weight` (no adapters, no input rotation).
+    fn with_weight(
+        weight: LinearWeight,
+        bias: Option<Vec<f32>>,
+        in_dim: usize,
+        out_dim: usize,
+    ) -> Self {
+        Self {
+            weight,
+            bias,
+            in_dim,
+            out_dim,
+            bias_dev: Mirror::new(),
+            lora: None,
+            input_rotation: None,
+        }
+    }
+
     /// Loads `weight` (and `bias` when `with_bias`) under `scope`.
     pub fn load(scope: &Scope, in_dim: usize, out_dim: usize, with_bias: bool) -> Result<Self> {
         Self::load_fused(std::slice::from_ref(scope), in_dim, &[out_dim], with_bias)
@@ -93,15 +111,12 @@ impl Linear {
             let stacked: Vec<f32> = weights.iter().flat_map(|w| w.as_slice()).copied().collect();
             cpu::pack_weights(out_dim, in_dim, &stacked, in_dim)
         };
-        Ok(Self {
-            weight: LinearWeight::Packed(weight),
+        Ok(Self::with_weight(
+            LinearWeight::Packed(weight),
             bias,
             in_dim,
             out_dim,
-            bias_dev: Mirror::new(),
-            lora: None,
-            input_rotation: None,
-        })
+        ))
     }
 
     /// [`Linear::load_fused`] with the weights placed on `device` (f32).
@@ -135,15 +150,12 @@ impl Linear {
         bias: Option<Vec<f32>>,
     ) -> Result<Self> {
         check_parts(w.len(), out_dim * in_dim, bias.as_deref(), out_dim)?;
-        Ok(Self {
-            weight: LinearWeight::Packed(cpu::pack_weights(out_dim, in_dim, w, in_dim)),
+        Ok(Self::with_weight(
+            LinearWeight::Packed(cpu::pack_weights(out_dim, in_dim, w, in_dim)),
             bias,
             in_dim,
             out_dim,
-            bias_dev: Mirror::new(),
-            lora: None,
-            input_rotation: None,
-        })
+        ))
     }
 
     /// [`Linear::from_f32`], kept in 16 bits when every value of `w` is exactly a bf16 value
@@ -182,15 +194,12 @@ impl Linear {
                 .collect();
             return Self::from_f32_compact(&rounded, out_dim, in_dim, bias);
         }
-        Ok(Self {
-            weight: LinearWeight::Bf16(Bf16Weights::from_f32(out_dim, in_dim, w)?),
+        Ok(Self::with_weight(
+            LinearWeight::Bf16(Bf16Weights::from_f32(out_dim, in_dim, w)?),
             bias,
             in_dim,
             out_dim,
-            bias_dev: Mirror::new(),
-            lora: None,
-            input_rotation: None,
-        })
+        ))
     }
 
     /// [`Linear::from_f32`] with the weights placed on `device` (f32).
@@ -256,15 +265,7 @@ impl Linear {
         in_dim: usize,
         bias: Option<Vec<f32>>,
     ) -> Self {
-        Self {
-            weight: LinearWeight::Cuda(m),
-            bias,
-            in_dim,
-            out_dim,
-            bias_dev: Mirror::new(),
-            lora: None,
-            input_rotation: None,
-        }
+        Self::with_weight(LinearWeight::Cuda(m), bias, in_dim, out_dim)
     }
 
     /// A layer from quantized matrices with the same input width, stacked along the output
@@ -279,15 +280,12 @@ impl Linear {
         }
         let out_dim = parts.iter().map(QuantMatrix::n_rows).sum();
         check_parts(out_dim * in_dim, out_dim * in_dim, bias.as_deref(), out_dim)?;
-        Ok(Self {
-            weight: LinearWeight::Quant(parts),
+        Ok(Self::with_weight(
+            LinearWeight::Quant(parts),
             bias,
             in_dim,
             out_dim,
-            bias_dev: Mirror::new(),
-            lora: None,
-            input_rotation: None,
-        })
+        ))
     }
 
     /// A BitNet layer from ternary matrices with the same input width, stacked along the output
@@ -308,15 +306,12 @@ impl Linear {
         }
         let out_dim = parts.iter().map(|(m, _)| m.n_rows()).sum();
         check_parts(out_dim * in_dim, out_dim * in_dim, bias.as_deref(), out_dim)?;
-        Ok(Self {
-            weight: LinearWeight::Ternary(parts),
+        Ok(Self::with_weight(
+            LinearWeight::Ternary(parts),
             bias,
             in_dim,
             out_dim,
-            bias_dev: Mirror::new(),
-            lora: None,
-            input_rotation: None,
-        })
+        ))
     }
 
     /// [`Linear::from_quant`] with the matrices placed on `device`: on a GPU, float tensors
