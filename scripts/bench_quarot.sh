@@ -5,7 +5,9 @@
 # perplexity` over the first 600,000 bytes of Moby-Dick (CHUNKS chunks of 512, the text of
 # scripts/bench_prune.sh), llama-perplexity on the files llama.cpp reads (every method without
 # `-online`), and `lattice bench generate` pp512 / tg32 of each file (SPEED=0: skipped). One line
-# per file. REUSE=1 keeps files already made.
+# per file. REUSE=1 keeps files already made. A method `M:gptq` is M with GPTQ rounding, calibrated
+# on the rest of Moby-Dick (the lines after the evaluation text; CAL_TOKENS tokens, default 16384),
+# written as `M-gptq.gguf`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 model=${MODEL:-.cache/models/Qwen2.5-Coder-0.5B-Instruct.gguf}
@@ -13,15 +15,25 @@ text=$(./scripts/fetch_text.sh)
 out=${OUT:-.cache/quarot}
 mkdir -p "$out"
 head -c 600000 "$text" > "$out/eval.txt"
+# The calibration text starts at the first whole line after the evaluation text.
+tail -c +600001 "$text" | tail -n +2 > "$out/calibration.txt"
 grep -m1 'model name' /proc/cpuinfo
 cargo build --release -q -p lattice-cli
 bin=target/release/lattice
 bindir=.cache/llama.cpp/build/bin
 [ -f "$out/f32.gguf" ] || $bin quantize --method f32 "$model" "$out/f32.gguf" 2>/dev/null
 files=""
-for m in ${METHODS:-f32 q8_0 q4_0 q4_1 quarot-w4a8 quarot-w4a8-sym quarot-w4a8-online quarot-w4a8-sym-online}; do
-  [ "$m" = f32 ] || [ -n "${REUSE:-}" -a -f "$out/$m.gguf" ] || $bin quantize --method "$m" ${ROUNDING:+--rounding $ROUNDING} "$model" "$out/$m.gguf" 2>/dev/null
-  files="$files $m"
+for spec in ${METHODS:-f32 q8_0 q4_0 q4_1 quarot-w4a8 quarot-w4a8-sym quarot-w4a8-online quarot-w4a8-sym-online quarot-w4a8:gptq quarot-w4a8-sym:gptq}; do
+  m=${spec%%:*}
+  name=$m
+  args=${ROUNDING:+--rounding $ROUNDING}
+  if [ "$spec" != "$m" ]; then
+    name="$m-${spec#*:}"
+    args="--rounding ${spec#*:} --calibration $out/calibration.txt --calibration-tokens ${CAL_TOKENS:-16384}"
+  fi
+  [ "$m" = f32 ] || [ -n "${REUSE:-}" -a -f "$out/$name.gguf" ] ||
+    $bin quantize --method "$m" $args "$model" "$out/$name.gguf" 2>"$out/$name.log"
+  files="$files $name"
 done
 for t in ${LLAMA_TYPES:-Q4_0 Q4_K_S Q4_K_M}; do
   [ -n "${REUSE:-}" -a -f "$out/llama-$t.gguf" ] ||

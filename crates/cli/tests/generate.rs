@@ -614,6 +614,40 @@ fn perplexity_prune_and_layer_metrics() {
         &lattice(&["quantize", "--method", "q8_0", "--rounding", "mse", g, o]),
         &["--rounding applies to 4-bit groups"],
     );
+    assert_fails_with(
+        &lattice(&["quantize", "--method", "q8_0", "--calibration", g, g, o]),
+        &["--calibration applies to 4-bit groups"],
+    );
+    assert_fails_with(
+        &lattice(&["quantize", "--method", "q4_0", "--rounding", "gptq", g, o]),
+        &["--rounding gptq needs --calibration"],
+    );
+    assert_fails_with(
+        &lattice(&[
+            "quantize",
+            "--method",
+            "q4_0",
+            "--rounding",
+            "mse",
+            "--calibration",
+            g,
+            g,
+            o,
+        ]),
+        &["--calibration is used by --rounding gptq only"],
+    );
+    assert_fails_with(
+        &lattice(&[
+            "quantize",
+            "--method",
+            "q4_0",
+            "--calibration",
+            "/nonexistent.txt",
+            g,
+            o,
+        ]),
+        &["cannot read the calibration text `/nonexistent.txt`"],
+    );
     let o = lattice(&[
         "quantize",
         "--method",

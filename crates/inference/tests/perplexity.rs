@@ -143,15 +143,7 @@ fn equals_llama_perplexity_on_a_real_gguf() {
         &std::fs::read_to_string(fixture("gguf").join("perplexity.json")).unwrap(),
     )
     .unwrap();
-    let text_path = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../.cache/text")
-        .join(refs["text"].as_str().unwrap());
-    assert!(
-        text_path.is_file(),
-        "{} is missing: run scripts/fetch_text.sh",
-        text_path.display()
-    );
-    let text = std::fs::read_to_string(&text_path).unwrap();
+    let text = common::real_text(refs["text"].as_str().unwrap());
     for r in refs["runs"].as_array().unwrap() {
         let file = r["model"].as_str().unwrap();
         if r["ci"].as_bool() != Some(true) {
@@ -169,14 +161,7 @@ fn equals_llama_perplexity_on_a_real_gguf() {
             max_chunks: Some(r["chunks"].as_u64().unwrap() as usize),
             bos: None,
         };
-        let got = perplexity(
-            model.decoder.as_ref(),
-            |n| model.new_cache(n),
-            &tokens,
-            &opts,
-            |_, _, _| {},
-        )
-        .unwrap();
+        let got = common::perplexity_of(&model, &tokens, &opts);
         let want = r["ppl"].as_f64().unwrap();
         let rel = (got.ppl - want).abs() / want;
         println!(

@@ -173,6 +173,7 @@ pub fn load_decoder_from(
         mode,
         device: place.device,
         lora: lora.clone(),
+        probe: place.probe,
     };
     let decoder = (family.load)(config, source, &placed)?;
     if let Some(plan) = lora {

@@ -61,6 +61,8 @@ pub struct Placement {
     pub device: Device,
     /// LoRA adapters applied to the projections (merged or beside them).
     pub lora: Option<std::sync::Arc<crate::lora::LoraPlan>>,
+    /// Sees every projection's input rows (calibration; CPU only).
+    pub probe: Option<std::sync::Arc<dyn crate::ops::InputProbe>>,
 }
 
 impl Placement {
@@ -70,6 +72,7 @@ impl Placement {
             mode,
             device,
             lora: None,
+            probe: None,
         }
     }
 
@@ -410,6 +413,18 @@ impl TensorSource {
         }
     }
 
+    /// The file's own name of the tensors under `prefix` (transformers naming): the GGUF
+    /// name (`blk.3.attn_q`) or the checkpoint's.
+    pub fn tensor_prefix(&self, prefix: &str) -> String {
+        match self {
+            Self::Safetensors { model_prefix, .. } => {
+                let full = Self::st_name(model_prefix, prefix, "");
+                full.trim_end_matches('.').to_string()
+            }
+            Self::Gguf(g) => gguf_name(prefix, gguf_arch(g)).unwrap_or_else(|| prefix.to_string()),
+        }
+    }
+
     /// The parsed `config.json` (safetensors folders only).
     pub fn hf_config(&self) -> Option<&serde_json::Value> {
         match self {
@@ -613,6 +628,14 @@ impl TensorSource {
         // QuaRot files rotated the down projection's input offline (`crate::quantize`).
         let linear = match self.quarot_ffn_rotation(prefixes, in_dim)? {
             Some(r) => linear.with_input_rotation(r)?,
+            None => linear,
+        };
+        let linear = match &place.probe {
+            Some(probe) => {
+                let names = prefixes.iter().map(|p| self.tensor_prefix(p)).collect();
+                let site = probe.add_site(names, in_dim);
+                linear.with_probe(std::sync::Arc::clone(probe), site)?
+            }
             None => linear,
         };
         let Some(plan) = place.lora.as_ref().filter(|p| !p.merges()) else {

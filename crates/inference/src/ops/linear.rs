@@ -62,6 +62,20 @@ pub struct Linear {
     /// An orthogonal rotation applied to every input row before the product (QuaRot's online
     /// Hadamard: the weights were rotated by it offline, see `crate::quantize`). CPU only.
     input_rotation: Option<Arc<Rotation>>,
+    /// The probe and site that see this layer's input rows (calibration). CPU only.
+    probe: Option<(Arc<dyn InputProbe>, usize)>,
+}
+
+/// Sees the input rows of the layers it is attached to, e.g. to collect GPTQ's Hessians
+/// (`crate::quant::gptq`) over calibration text. Attached at load through
+/// `Placement::probe`; layers without one pay nothing.
+pub trait InputProbe: Send + Sync + std::fmt::Debug {
+    /// Registers a layer whose weights are the tensors `names` (stacked along the output,
+    /// all reading the same input) with inputs of `in_dim` features; returns its site.
+    fn add_site(&self, names: Vec<String>, in_dim: usize) -> usize;
+    /// `rows` input rows `x` [rows, in_dim] of `site`, as the product sees them (after any
+    /// input rotation).
+    fn observe(&self, site: usize, x: &[f32], rows: usize);
 }
 
 impl Linear {
@@ -80,6 +94,7 @@ impl Linear {
             bias_dev: Mirror::new(),
             lora: None,
             input_rotation: None,
+            probe: None,
         }
     }
 
@@ -452,6 +467,19 @@ impl Linear {
         Ok(self)
     }
 
+    /// This layer with its input rows shown to `probe` at `site` before every product. CPU
+    /// only.
+    pub fn with_probe(mut self, probe: Arc<dyn InputProbe>, site: usize) -> Result<Self> {
+        #[cfg(feature = "cuda")]
+        if matches!(&self.weight, LinearWeight::Cuda(_)) {
+            return Err(Error::Device(
+                "input probes (calibration) run on the CPU only".into(),
+            ));
+        }
+        self.probe = Some((probe, site));
+        Ok(self)
+    }
+
     fn run(&self, x: &[f32], y: &mut [f32], accumulate: bool, gelu: bool) {
         let rotated;
         let x = match &self.input_rotation {
@@ -465,6 +493,9 @@ impl Linear {
             }
             None => x,
         };
+        if let Some((probe, site)) = &self.probe {
+            probe.observe(*site, x, self.rows(x));
+        }
         let Some((plan, site)) = &self.lora else {
             return self.run_base(x, y, accumulate, gelu);
         };

@@ -12,7 +12,7 @@ mod split;
 
 pub use conv::causal_conv1d;
 pub use embed::Embedding;
-pub use linear::Linear;
+pub use linear::{InputProbe, Linear};
 pub use norm::{LayerNorm, RmsNorm};
 pub use rope::{Mrope, Rope, RopeConfig, RopeScaling};
 pub use split::{put_columns, split_columns, split_query_gate, take_columns};

@@ -39,6 +39,36 @@ pub fn real_gguf(name: &str) -> PathBuf {
     p
 }
 
+/// A text fetched by `scripts/fetch_text.sh` (`.cache/text/<name>`); fails (never skips) when
+/// missing.
+pub fn real_text(name: &str) -> String {
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../.cache/text")
+        .join(name);
+    assert!(
+        p.is_file(),
+        "{} is missing: run scripts/fetch_text.sh",
+        p.display()
+    );
+    std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+/// `model`'s perplexity over `tokens` (lattice_inference::perplexity, no progress reports).
+pub fn perplexity_of(
+    model: &lattice_inference::engine::TextModel,
+    tokens: &[u32],
+    opts: &lattice_inference::perplexity::PerplexityOptions,
+) -> lattice_inference::perplexity::Perplexity {
+    lattice_inference::perplexity::perplexity(
+        model.decoder.as_ref(),
+        |n| model.new_cache(n),
+        tokens,
+        opts,
+        |_, _, _| {},
+    )
+    .unwrap()
+}
+
 /// Reads a JSON file.
 pub fn read_json(path: &std::path::Path) -> serde_json::Value {
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));

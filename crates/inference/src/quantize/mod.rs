@@ -15,16 +15,33 @@
 //!    minimum, i.e. asymmetric), the embedding and head to Q8_0. At run time the activations
 //!    are quantized to int8 per 32 values (Q8_0 / Q8_1) by the existing integer kernels.
 //!
+//! Rounding of the 4-bit groups ([`Rounding`]): to the nearest code (ggml's reference), with
+//! each group's parameters searched for the least squared error (`search`), or GPTQ (`gptq`):
+//! the f32 model as rewritten (rotated for QuaRot) runs a calibration text with a probe on
+//! every projection's input, and each layer matrix is rounded column by column against its
+//! input Hessian. The embedding and the head (which calibration runs for one row per chunk)
+//! keep the searched rounding.
+//!
 //! QuaRot's online Hadamard transforms (before the down projection and on the values) matter
 //! for 4-bit activations; with 8-bit activations they are left out, so no run-time change is
 //! needed. `rotate-f32` keeps every matrix f32 after the rotation: the check that steps 1-2
 //! preserve the model (tests compare its logits with the original's).
 
-use std::path::Path;
+mod gptq;
+mod search;
 
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+pub use gptq::{Hessian, Hessians};
+
+use crate::backend::Device;
+use crate::engine::TextModel;
 use crate::io::gguf::GgufValue;
 use crate::io::gguf_tensors::{dequantize, GgufTensors};
 use crate::io::gguf_write::{write_gguf, TensorOut};
+use crate::model::batch::{ForwardBatch, RowOutputs};
+use crate::model::source::{Placement, WeightMode};
 use crate::quant::hadamard::Rotation;
 use crate::quant::{quantize_row, QuantType};
 use crate::{Error, Result};
@@ -37,6 +54,42 @@ pub enum Rounding {
     /// The scale (Q4_0) or range (Q4_1) of each group searched over a grid of clipped values
     /// for the least squared error, the stored f16 scale included.
     Mse,
+    /// GPTQ over the input Hessians of a [`Calibration`] run (groups' parameters searched as
+    /// `Mse` when the sweep reaches them).
+    Gptq,
+}
+
+/// The text GPTQ's Hessians are collected over.
+#[derive(Debug, Clone, Copy)]
+pub struct Calibration<'a> {
+    /// UTF-8 text; its first `tokens` tokens (whole chunks) are run.
+    pub text: &'a str,
+    /// Tokens to run (rounded down to whole chunks, at least one).
+    pub tokens: usize,
+    /// Tokens per chunk, each run from an empty cache.
+    pub ctx: usize,
+}
+
+/// A stage of [`quantize_gguf`], for progress reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stage {
+    /// Tensors read and rewritten in f32.
+    Rewrite,
+    /// Calibration chunks run (GPTQ).
+    Calibrate,
+    /// Tensors rounded and encoded.
+    Encode,
+}
+
+impl Stage {
+    /// Short name for progress lines.
+    pub fn name(self) -> &'static str {
+        match self {
+            Stage::Rewrite => "rewrite",
+            Stage::Calibrate => "calibrate",
+            Stage::Encode => "encode",
+        }
+    }
 }
 
 /// GGUF metadata key of a QuaRot file whose down projections take rotated inputs: the seed of
@@ -144,14 +197,15 @@ struct Dense {
     values: Vec<f32>,
 }
 
-/// Re-quantizes the GGUF decoder `src` into `dst` as `method` says; `progress(done, total)`
-/// after each tensor.
+/// Re-quantizes the GGUF decoder `src` into `dst` as `method` says, 4-bit groups rounded as
+/// `rounding` says (GPTQ needs `calibration`); `progress(stage, done, total)` as it goes.
 pub fn quantize_gguf(
     src: &Path,
     dst: &Path,
     method: Method,
     rounding: Rounding,
-    mut progress: impl FnMut(usize, usize),
+    calibration: Option<&Calibration<'_>>,
+    mut progress: impl FnMut(Stage, usize, usize),
 ) -> Result<Quantized> {
     let g = GgufTensors::open(src)?;
     let h = g.header();
@@ -308,10 +362,37 @@ pub fn quantize_gguf(
             _ => unreachable!("quarot is set exactly for Method::Quarot"),
         };
         out.push((t, qt));
-        progress(i + 1, total);
+        progress(Stage::Rewrite, i + 1, total);
     }
+    let mut metadata: Vec<(String, GgufValue)> = h
+        .metadata_entries()
+        .filter(|(k, _)| *k != "general.file_type" && !k.starts_with("lattice.quantize."))
+        .map(|(k, v)| (k.to_string(), v.clone()))
+        .collect();
+    if let Method::Quarot {
+        seed, online: true, ..
+    } = method
+    {
+        metadata.push((FFN_ROTATION_KEY.into(), GgufValue::U64(seed ^ 0xFF)));
+    }
+    let hessians = match (rounding, calibration) {
+        (Rounding::Gptq, Some(cal)) => Some(calibrate(
+            dst,
+            &metadata,
+            &out,
+            h.alignment(),
+            cal,
+            &mut progress,
+        )?),
+        (Rounding::Gptq, None) => {
+            return Err(Error::InvalidInput(
+                "GPTQ rounding needs a calibration text".into(),
+            ))
+        }
+        _ => None,
+    };
     let mut blobs: Vec<(String, Vec<u64>, u32, Vec<u8>)> = Vec::with_capacity(out.len());
-    for (t, qt) in &out {
+    for (done, (t, qt)) in out.iter().enumerate() {
         let row = t.dims[0] as usize;
         let row_bytes = qt.row_bytes(row).ok_or_else(|| {
             bad(format!(
@@ -320,38 +401,58 @@ pub fn quantize_gguf(
                 qt.name()
             ))
         })?;
-        let mut bytes = vec![0u8; t.values.len() / row.max(1) * row_bytes];
-        let search = rounding == Rounding::Mse && matches!(qt, QuantType::Q4_0 | QuantType::Q4_1);
-        let mut rows: Vec<(&[f32], &mut [u8])> = t
-            .values
-            .chunks_exact(row.max(1))
-            .zip(bytes.chunks_exact_mut(row_bytes.max(1)))
-            .collect();
-        let results: Vec<Result<()>> = crate::ops::par_map_mut(&mut rows, true, |(s, d)| {
-            if search {
-                mse_quantize_row(*qt, s, d);
-                Ok(())
-            } else {
-                quantize_row(*qt, s, d)
+        let four_bit = matches!(qt, QuantType::Q4_0 | QuantType::Q4_1);
+        let hessian = match (&hessians, four_bit) {
+            (Some(hs), true)
+                if !matches!(t.name.as_str(), "token_embd.weight" | "output.weight") =>
+            {
+                let prefix = t.name.strip_suffix(".weight").unwrap_or(&t.name);
+                Some(hs.get(prefix).ok_or_else(|| {
+                    bad(format!(
+                        "tensor `{}`: no calibration input reached it (GPTQ needs its layer's \
+                         inputs)",
+                        t.name
+                    ))
+                })?)
             }
-        });
-        results.into_iter().collect::<Result<()>>()?;
+            _ => None,
+        };
+        let bytes = match hessian {
+            Some(hess) => gptq::quantize_matrix(*qt, &t.values, &hess)
+                .map_err(|e| bad(format!("tensor `{}`: {e}", t.name)))?,
+            None => {
+                let mut bytes = vec![0u8; t.values.len() / row.max(1) * row_bytes];
+                let search = rounding != Rounding::Nearest && four_bit;
+                let mut rows: Vec<(&[f32], &mut [u8])> = t
+                    .values
+                    .chunks_exact(row.max(1))
+                    .zip(bytes.chunks_exact_mut(row_bytes.max(1)))
+                    .collect();
+                let results: Vec<Result<()>> =
+                    crate::ops::par_map_mut(&mut rows, true, |(s, d)| {
+                        if search {
+                            search::quantize_row_searched(*qt, s, d);
+                            Ok(())
+                        } else {
+                            quantize_row(*qt, s, d)
+                        }
+                    });
+                results.into_iter().collect::<Result<()>>()?;
+                bytes
+            }
+        };
         blobs.push((t.name.clone(), t.dims.clone(), qt.ggml_type(), bytes));
+        progress(Stage::Encode, done + 1, out.len());
     }
-    let mut metadata: Vec<(String, GgufValue)> = h
-        .metadata_entries()
-        .filter(|(k, _)| *k != "general.file_type" && !k.starts_with("lattice.quantize."))
-        .map(|(k, v)| (k.to_string(), v.clone()))
-        .collect();
     let (method_name, seed) = match method {
         Method::Plain(qt) => (qt.name().to_string(), None),
         Method::Quarot { weights, seed, .. } => (format!("quarot-{}", weights.name()), Some(seed)),
     };
-    if let Method::Quarot {
-        seed, online: true, ..
-    } = method
-    {
-        metadata.push((FFN_ROTATION_KEY.into(), GgufValue::U64(seed ^ 0xFF)));
+    if hessians.is_some() {
+        metadata.push((
+            "lattice.quantize.rounding".into(),
+            GgufValue::String("gptq".into()),
+        ));
     }
     metadata.push((
         "lattice.quantize.method".into(),
@@ -426,70 +527,59 @@ fn tensor_kind(name: &str) -> (Kind, Option<usize>) {
     (kind, Some(layer))
 }
 
-/// Q4_0 / Q4_1 blocks of `x` into `dst` with each group's scale (Q4_0: `d = max / −8 · f`) or
-/// range (Q4_1: `[min + a·r, max − b·r]`, `r = max − min`) chosen on a grid for the least
-/// squared error, measured with the f16-rounded values the block stores. The block layout is
-/// ggml's (`quant::quantize_row`).
-fn mse_quantize_row(qt: QuantType, x: &[f32], dst: &mut [u8]) {
-    let f16 = |v: f32| half::f16::from_f32(v);
-    let pack = |codes: &[u8; 32], out: &mut [u8]| {
-        for j in 0..16 {
-            out[j] = codes[j] | (codes[j + 16] << 4);
-        }
-    };
-    if qt == QuantType::Q4_0 {
-        for (g, blk) in x.chunks_exact(32).zip(dst.chunks_exact_mut(18)) {
-            let max = g
-                .iter()
-                .fold(0f32, |m, &v| if v.abs() > m.abs() { v } else { m });
-            let (mut best, mut best_d, mut best_codes) = (f32::INFINITY, 0.0f32, [8u8; 32]);
-            for step in 0..24 {
-                let d = f16(max / -8.0 * (1.0 - 0.0125 * step as f32)).to_f32();
-                let id = if d != 0.0 { 1.0 / d } else { 0.0 };
-                let mut codes = [0u8; 32];
-                let mut err = 0.0f32;
-                for (c, &v) in codes.iter_mut().zip(g) {
-                    let q = (v * id).round().clamp(-8.0, 7.0);
-                    *c = (q + 8.0) as u8;
-                    err += (v - q * d) * (v - q * d);
-                }
-                if err < best {
-                    (best, best_d, best_codes) = (err, d, codes);
-                }
-            }
-            blk[..2].copy_from_slice(&f16(best_d).to_le_bytes());
-            pack(&best_codes, &mut blk[2..]);
-        }
-    } else {
-        for (g, blk) in x.chunks_exact(32).zip(dst.chunks_exact_mut(20)) {
-            let lo = g.iter().copied().fold(f32::MAX, f32::min);
-            let hi = g.iter().copied().fold(-f32::MAX, f32::max);
-            let r = hi - lo;
-            let mut best = (f32::INFINITY, 0.0f32, 0.0f32, [0u8; 32]);
-            for a in 0..6 {
-                for b in 0..6 {
-                    let (mn, mx) = (lo + r * 0.02 * a as f32, hi - r * 0.02 * b as f32);
-                    let d = f16((mx - mn) / 15.0).to_f32();
-                    let m = f16(mn).to_f32();
-                    let id = if d != 0.0 { 1.0 / d } else { 0.0 };
-                    let mut codes = [0u8; 32];
-                    let mut err = 0.0f32;
-                    for (c, &v) in codes.iter_mut().zip(g) {
-                        let q = ((v - m) * id).round().clamp(0.0, 15.0);
-                        *c = q as u8;
-                        let e = v - (q * d + m);
-                        err += e * e;
-                    }
-                    if err < best.0 {
-                        best = (err, d, m, codes);
-                    }
-                }
-            }
-            blk[..2].copy_from_slice(&f16(best.1).to_le_bytes());
-            blk[2..4].copy_from_slice(&f16(best.2).to_le_bytes());
-            pack(&best.3, &mut blk[4..]);
+/// Runs the rewritten f32 model `out` over the calibration text and returns every layer's
+/// input Hessian. The model is written to a temporary GGUF beside `dst` (removed after) and
+/// loaded with a [`Hessians`] probe on its projections.
+fn calibrate(
+    dst: &Path,
+    metadata: &[(String, GgufValue)],
+    out: &[(Dense, QuantType)],
+    alignment: u64,
+    cal: &Calibration<'_>,
+    progress: &mut impl FnMut(Stage, usize, usize),
+) -> Result<Arc<Hessians>> {
+    /// Removes the temporary model however calibration ends.
+    struct TempFile(PathBuf);
+    impl Drop for TempFile {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.0);
         }
     }
+    let mut name = dst.file_name().unwrap_or_default().to_os_string();
+    name.push(".calibration.tmp");
+    let tmp = TempFile(dst.with_file_name(name));
+    let tensors: Vec<TensorOut<'_>> = out
+        .iter()
+        .map(|(t, _)| TensorOut {
+            name: t.name.clone(),
+            dims: t.dims.clone(),
+            ggml_type: QuantType::F32.ggml_type(),
+            bytes: bytemuck::cast_slice(&t.values),
+        })
+        .collect();
+    write_gguf(&tmp.0, metadata, &tensors, alignment)?;
+    drop(tensors);
+    let hessians = Arc::new(Hessians::new());
+    let mut place = Placement::new(WeightMode::F32, Device::Cpu);
+    place.probe = Some(Arc::clone(&hessians) as _);
+    let model = TextModel::load_on(&tmp.0, &place)?;
+    let ctx = cal.ctx.max(1);
+    let mut tokens = model.encode_prompt(cal.text, true)?;
+    if tokens.len() < ctx {
+        return Err(Error::InvalidInput(format!(
+            "the calibration text has {} tokens; at least one chunk of {ctx} is needed",
+            tokens.len()
+        )));
+    }
+    tokens.truncate((cal.tokens / ctx).max(1) * ctx);
+    let chunks = tokens.len() / ctx;
+    for (c, chunk) in tokens.chunks_exact(ctx).enumerate() {
+        let mut state = model.new_cache(ctx);
+        let batch = ForwardBatch::tokens(chunk, &[ctx], RowOutputs::LastLogits);
+        model.decoder.forward_batch(&batch, &mut [&mut state])?;
+        progress(Stage::Calibrate, c + 1, chunks);
+    }
+    Ok(hessians)
 }
 
 /// `W ← W · diag(γ)` for `w` [rows, γ.len()].
@@ -504,34 +594,6 @@ fn scale_columns(w: &mut [f32], gamma: &[f32]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn searched_groups_are_never_worse_than_nearest() {
-        let x: Vec<f32> = (0..32 * 64)
-            .map(|i| ((i as f32 * 0.731).sin() * 3.0).powi(3) * 0.01)
-            .collect();
-        for qt in [QuantType::Q4_0, QuantType::Q4_1] {
-            let rb = qt.row_bytes(x.len()).unwrap();
-            let (mut near, mut mse) = (vec![0u8; rb], vec![0u8; rb]);
-            quantize_row(qt, &x, &mut near).unwrap();
-            mse_quantize_row(qt, &x, &mut mse);
-            let err = |b: &[u8]| {
-                let mut y = vec![0f32; x.len()];
-                crate::quant::dequantize_row(qt, b, &mut y).unwrap();
-                x.iter()
-                    .zip(&y)
-                    .map(|(a, b)| (a - b) * (a - b))
-                    .sum::<f32>()
-            };
-            assert!(
-                err(&mse) < err(&near),
-                "{}: {} vs {}",
-                qt.name(),
-                err(&mse),
-                err(&near)
-            );
-        }
-    }
 
     #[test]
     fn methods_parse_and_tensors_are_classified() {
