@@ -34,7 +34,8 @@ struct Site {
     /// The tensors that read this input (e.g. `blk.0.attn_q`, `blk.0.attn_k`, `blk.0.attn_v`).
     names: Vec<String>,
     dim: usize,
-    /// `Σ x xᵀ` (row-major `[dim, dim]`) and the number of rows summed.
+    /// `Σ x xᵀ` (row-major `[dim, dim]`, allocated at the first rows) and the number of rows
+    /// summed.
     sum: Mutex<(Vec<f64>, u64)>,
 }
 
@@ -61,6 +62,12 @@ impl Hessians {
         Self::default()
     }
 
+    /// Bytes the sums take once every registered layer has seen rows.
+    pub fn bytes_needed(&self) -> usize {
+        let sites = self.sites.read().unwrap_or_else(|e| e.into_inner());
+        sites.iter().map(|s| s.dim * s.dim * 8).sum()
+    }
+
     /// The Hessian of the input of tensor `name` (`blk.3.ffn_down`, without `.weight`), when a
     /// layer reading it ran at least one row.
     pub fn get(&self, name: &str) -> Option<Hessian> {
@@ -85,7 +92,7 @@ impl InputProbe for Hessians {
         sites.push(Site {
             names,
             dim: in_dim,
-            sum: Mutex::new((vec![0.0; in_dim * in_dim], 0)),
+            sum: Mutex::new((Vec::new(), 0)),
         });
         sites.len() - 1
     }
@@ -111,6 +118,9 @@ impl InputProbe for Hessians {
             Par::rayon(0),
         );
         let mut sum = site.sum.lock().unwrap_or_else(|e| e.into_inner());
+        if sum.0.is_empty() {
+            sum.0 = vec![0.0; dim * dim];
+        }
         for j in 0..dim {
             let col = xtx.col(j);
             for i in 0..dim {

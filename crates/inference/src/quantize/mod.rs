@@ -20,7 +20,8 @@
 //! the f32 model as rewritten (rotated for QuaRot) runs a calibration text with a probe on
 //! every projection's input, and each layer matrix is rounded column by column against its
 //! input Hessian. The embedding and the head (which calibration runs for one row per chunk)
-//! keep the searched rounding.
+//! keep the searched rounding. Every layer's Hessian is held (f64) while calibrating, ~5 GB for a
+//! 0.5B model; a run whose Hessians exceed the available memory is refused before it starts.
 //!
 //! QuaRot's online Hadamard transforms (before the down projection and on the values) matter
 //! for 4-bit activations; with 8-bit activations they are left out, so no run-time change is
@@ -563,6 +564,18 @@ fn calibrate(
     let mut place = Placement::new(WeightMode::F32, Device::Cpu);
     place.probe = Some(Arc::clone(&hessians) as _);
     let model = TextModel::load_on(&tmp.0, &place)?;
+    let need = hessians.bytes_needed();
+    if let Some(free) = crate::engine::available_memory() {
+        if need > free {
+            return Err(Error::InvalidInput(format!(
+                "GPTQ holds every layer's input Hessian while calibrating: {:.1} GB, and {:.1} GB \
+                 of memory is available (quantize this model on a machine with more memory, or \
+                 use --rounding mse)",
+                need as f64 / 1e9,
+                free as f64 / 1e9
+            )));
+        }
+    }
     let ctx = cal.ctx.max(1);
     let mut tokens = model.encode_prompt(cal.text, true)?;
     if tokens.len() < ctx {
