@@ -636,6 +636,21 @@ fn perplexity_prune_and_layer_metrics() {
         ]),
         &["--calibration is used by --rounding gptq only"],
     );
+    let readme = concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md");
+    assert_fails_with(
+        &lattice(&[
+            "quantize",
+            "--method",
+            "q4_0",
+            "--calibration",
+            readme,
+            "--ctx",
+            "100000000",
+            g,
+            o,
+        ]),
+        &["longer than the model's context"],
+    );
     assert_fails_with(
         &lattice(&[
             "quantize",

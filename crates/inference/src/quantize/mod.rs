@@ -577,6 +577,12 @@ fn calibrate(
         }
     }
     let ctx = cal.ctx.max(1);
+    let max_ctx = model.decoder.info().config.max_positions;
+    if max_ctx > 0 && ctx > max_ctx {
+        return Err(Error::InvalidInput(format!(
+            "calibration chunks of {ctx} tokens are longer than the model's context ({max_ctx})"
+        )));
+    }
     let mut tokens = model.encode_prompt(cal.text, true)?;
     if tokens.len() < ctx {
         return Err(Error::InvalidInput(format!(
