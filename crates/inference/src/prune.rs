@@ -1,7 +1,8 @@
 //! ShortGPT layer pruning (Men et al., 2024): a layer's block influence is 1 − cos between its
 //! input and output hidden states, averaged over calibration tokens; the layers of least
 //! influence change the residual stream least and are removed. This module measures the
-//! influence (through [`crate::metrics`]) and writes the pruned model as a GGUF file.
+//! influence (through [`crate::metrics`]) and writes the pruned model as a GGUF file. Its
+//! calibration pass ([`run_calibration`]) also serves GPTQ (`crate::quantize`).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -15,6 +16,33 @@ use crate::model::decoder::Decoder;
 use crate::state::SeqState;
 use crate::{Error, Result};
 
+/// Runs `decoder` over `tokens` in whole chunks of `ctx` tokens, each from a fresh state
+/// (`new_state(ctx)`) and computing only the last row's logits, calling `on_chunk(done, total)`
+/// after each: the calibration pass whose layers something observes (block influence here,
+/// GPTQ's input Hessians in `crate::quantize`). Leftover tokens are not run.
+pub fn run_calibration(
+    decoder: &dyn Decoder,
+    new_state: impl Fn(usize) -> SeqState,
+    tokens: &[u32],
+    ctx: usize,
+    mut on_chunk: impl FnMut(usize, usize),
+) -> Result<()> {
+    if ctx == 0 || tokens.len() < ctx {
+        return Err(Error::InvalidInput(format!(
+            "the calibration text has {} tokens; at least one chunk of {ctx} is needed",
+            tokens.len()
+        )));
+    }
+    let chunks = tokens.len() / ctx;
+    for (c, chunk) in tokens.chunks_exact(ctx).enumerate() {
+        let mut state = new_state(ctx);
+        let batch = ForwardBatch::tokens(chunk, &[ctx], RowOutputs::LastLogits);
+        decoder.forward_batch(&batch, &mut [&mut state])?;
+        on_chunk(c + 1, chunks);
+    }
+    Ok(())
+}
+
 /// Each layer's block influence over `tokens`, run in chunks of `ctx` tokens, each from a fresh
 /// state (`new_state(ctx)`); `on_chunk(done, total)` after each. Observes the layers through
 /// the process-wide metrics sink, which it replaces while it runs and removes after.
@@ -23,26 +51,11 @@ pub fn block_influence(
     new_state: impl Fn(usize) -> SeqState,
     tokens: &[u32],
     ctx: usize,
-    mut on_chunk: impl FnMut(usize, usize),
+    on_chunk: impl FnMut(usize, usize),
 ) -> Result<Vec<f64>> {
-    if ctx == 0 || tokens.len() < ctx {
-        return Err(Error::InvalidInput(format!(
-            "the calibration text has {} tokens; at least one chunk of {ctx} is needed",
-            tokens.len()
-        )));
-    }
     let totals = Arc::new(LayerTotals::default());
     install(Arc::clone(&totals) as _);
-    let chunks = tokens.len() / ctx;
-    let run = (|| {
-        for (c, chunk) in tokens.chunks_exact(ctx).enumerate() {
-            let mut state = new_state(ctx);
-            let batch = ForwardBatch::tokens(chunk, &[ctx], RowOutputs::LastLogits);
-            decoder.forward_batch(&batch, &mut [&mut state])?;
-            on_chunk(c + 1, chunks);
-        }
-        Ok(())
-    })();
+    let run = run_calibration(decoder, new_state, tokens, ctx, on_chunk);
     uninstall();
     run?;
     let layers = totals.snapshot();

@@ -169,12 +169,7 @@ pub fn load_decoder_from(
         .find(|f| f.arch == config.arch)
         .expect("every architecture has a registry row");
     let lora = place.lora.clone();
-    let placed = Placement {
-        mode,
-        device: place.device,
-        lora: lora.clone(),
-        probe: place.probe,
-    };
+    let placed = Placement { mode, ..place };
     let decoder = (family.load)(config, source, &placed)?;
     if let Some(plan) = lora {
         plan.finish()?;

@@ -121,10 +121,10 @@ impl InputProbe for Hessians {
         if sum.0.is_empty() {
             sum.0 = vec![0.0; dim * dim];
         }
-        for j in 0..dim {
-            let col = xtx.col(j);
-            for i in 0..dim {
-                sum.0[i * dim + j] += f64::from(col[i]);
+        // H is symmetric: column j of the product is added as row j, in order.
+        for (j, row) in sum.0.chunks_exact_mut(dim).enumerate() {
+            for (acc, &v) in row.iter_mut().zip(xtx.col(j).iter()) {
+                *acc += f64::from(v);
             }
         }
         sum.1 += rows as u64;

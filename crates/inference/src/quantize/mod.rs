@@ -41,7 +41,6 @@ use crate::engine::TextModel;
 use crate::io::gguf::GgufValue;
 use crate::io::gguf_tensors::{dequantize, GgufTensors};
 use crate::io::gguf_write::{write_gguf, TensorOut};
-use crate::model::batch::{ForwardBatch, RowOutputs};
 use crate::model::source::{Placement, WeightMode};
 use crate::quant::hadamard::Rotation;
 use crate::quant::{quantize_row, QuantType};
@@ -584,20 +583,14 @@ fn calibrate(
         )));
     }
     let mut tokens = model.encode_prompt(cal.text, true)?;
-    if tokens.len() < ctx {
-        return Err(Error::InvalidInput(format!(
-            "the calibration text has {} tokens; at least one chunk of {ctx} is needed",
-            tokens.len()
-        )));
-    }
     tokens.truncate((cal.tokens / ctx).max(1) * ctx);
-    let chunks = tokens.len() / ctx;
-    for (c, chunk) in tokens.chunks_exact(ctx).enumerate() {
-        let mut state = model.new_cache(ctx);
-        let batch = ForwardBatch::tokens(chunk, &[ctx], RowOutputs::LastLogits);
-        model.decoder.forward_batch(&batch, &mut [&mut state])?;
-        progress(Stage::Calibrate, c + 1, chunks);
-    }
+    crate::prune::run_calibration(
+        model.decoder.as_ref(),
+        |n| model.new_cache(n),
+        &tokens,
+        ctx,
+        |done, total| progress(Stage::Calibrate, done, total),
+    )?;
     Ok(hessians)
 }
 

@@ -28,12 +28,18 @@ pub fn real_model(name: &str) -> PathBuf {
 
 /// A real GGUF file fetched by `scripts/fetch_models.sh`; fails (never skips) when missing.
 pub fn real_gguf(name: &str) -> PathBuf {
+    cached_file("models", name, "fetch_models.sh")
+}
+
+/// `.cache/<dir>/<name>`, asserting it exists (made by `scripts/<script>`).
+fn cached_file(dir: &str, name: &str, script: &str) -> PathBuf {
     let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../.cache/models")
+        .join("../../.cache")
+        .join(dir)
         .join(name);
     assert!(
         p.is_file(),
-        "{} is missing: run scripts/fetch_models.sh",
+        "{} is missing: run scripts/{script}",
         p.display()
     );
     p
@@ -42,14 +48,7 @@ pub fn real_gguf(name: &str) -> PathBuf {
 /// A text fetched by `scripts/fetch_text.sh` (`.cache/text/<name>`); fails (never skips) when
 /// missing.
 pub fn real_text(name: &str) -> String {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../.cache/text")
-        .join(name);
-    assert!(
-        p.is_file(),
-        "{} is missing: run scripts/fetch_text.sh",
-        p.display()
-    );
+    let p = cached_file("text", name, "fetch_text.sh");
     std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
 }
 
