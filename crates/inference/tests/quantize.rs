@@ -174,6 +174,29 @@ fn gptq_beats_searched_rounding_on_held_out_text() {
         .unwrap_err()
         .to_string();
     assert!(err.contains("calibration"), "{err}");
+    // A calibration text without GPTQ, and GPTQ on a method without 4-bit blocks, are refused.
+    let err = quantize_gguf(
+        &src,
+        &gptq,
+        method,
+        Rounding::Mse,
+        Some(&calibration),
+        |_, _, _| {},
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("GPTQ rounding only"), "{err}");
+    let err = quantize_gguf(
+        &src,
+        &gptq,
+        Method::Plain(QuantType::Q8_0),
+        Rounding::Gptq,
+        Some(&calibration),
+        |_, _, _| {},
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("writes none"), "{err}");
     std::fs::remove_dir_all(&tmp).ok();
 }
 

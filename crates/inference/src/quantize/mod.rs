@@ -375,6 +375,15 @@ pub fn quantize_gguf(
     {
         metadata.push((FFN_ROTATION_KEY.into(), GgufValue::U64(seed ^ 0xFF)));
     }
+    if rounding == Rounding::Gptq
+        && !out
+            .iter()
+            .any(|(_, qt)| matches!(qt, QuantType::Q4_0 | QuantType::Q4_1))
+    {
+        return Err(bad(
+            "GPTQ rounds 4-bit blocks (Q4_0 / Q4_1) and this method writes none".into(),
+        ));
+    }
     let hessians = match (rounding, calibration) {
         (Rounding::Gptq, Some(cal)) => Some(calibrate(
             dst,
@@ -389,7 +398,12 @@ pub fn quantize_gguf(
                 "GPTQ rounding needs a calibration text".into(),
             ))
         }
-        _ => None,
+        (_, Some(_)) => {
+            return Err(Error::InvalidInput(
+                "a calibration text is used by GPTQ rounding only".into(),
+            ))
+        }
+        (_, None) => None,
     };
     let mut blobs: Vec<(String, Vec<u64>, u32, Vec<u8>)> = Vec::with_capacity(out.len());
     for (done, (t, qt)) in out.iter().enumerate() {
