@@ -271,31 +271,18 @@ __device__ __forceinline__ int gemv_slot(int j, int e4, int k) {
     return BF16 ? (2 * j + (e4 & 1)) * (k / 8) + (e4 >> 1) : j * (k / 4) + e4;
 }
 
+// Stages the m input rows of a matrix-vector product in shared memory (xs4) in the layout the
+// dot products read: lanes of a warp read consecutive 16-byte vectors (no bank conflicts).
+// bf16: row j's chunk c (values 8c .. 8c + 7) is xs4[(2j) * k8 + c] (first four) and
+// xs4[(2j + 1) * k8 + c] (last four); f32: chunk c (values 4c .. 4c + 3) is xs4[j * k4 + c].
+// Fused on the way in: SwiGLU of rows of 2k values (gate, up), or an RMSNorm of each input
+// row (norm_w [k]), as the separate ops compute them. Staging is latency-bound, so each
+// thread issues its loads in batches of GEMV_SB float4 before it uses any of them. Ends with
+// the block synchronized.
 template <bool BF16>
-__device__ void gemv(const float* x, const void* w, float* y, int m, int n, int k, int accumulate,
-                     const float* norm_w, float eps, int swiglu) {
-    // Staged so that the lanes of a warp read consecutive 16-byte vectors (no bank conflicts):
-    // bf16: row j's chunk c (values 8c .. 8c + 7) is xs4[(2j) * k8 + c] (first four) and
-    // xs4[(2j + 1) * k8 + c] (last four); f32: chunk c (values 4c .. 4c + 3) is xs4[j * k4 + c].
-    extern __shared__ float4 xs4[];
-    const int k8 = k / 8, k4 = k / 4;
-    const int chunks = BF16 ? k8 : k4;
+__device__ void gemv_stage(const float* x, float4* xs4, int m, int k, const float* norm_w,
+                           float eps, int swiglu) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    // Warp `warp` of block b takes columns b * 8 + warp, then every gridDim.x * 8-th: a grid
-    // smaller than n / 8 keeps every block resident at once, next to the blocks of the kernel
-    // after it. Its passes over its columns form one sequence, each pass's loads issued
-    // before the previous pass multiplies (also across columns).
-    const int stride = gridDim.x * 8;
-    const size_t row_bytes = (size_t)k * (BF16 ? 2 : 4);
-    const int passes = (chunks + 32 * GEMV_PF - 1) / (32 * GEMV_PF);
-    int col = blockIdx.x * 8 + warp;
-    uint4 next[GEMV_PF];
-    if (col < n) gemv_fetch(next, (const uint4*)((const char*)w + col * row_bytes), 0, lane, chunks);
-    // The first loads of the weights are in flight while the kernel before finishes.
-    DEP_ENTER();
-    // Fused on the way in: SwiGLU of rows of 2k values (gate, up), or an RMSNorm of each input
-    // row (norm_w [k]), as the separate ops compute them. Staging is latency-bound, so each
-    // thread issues its loads in batches of GEMV_SB float4 before it uses any of them.
     // Pass 1: x (or SwiGLU of it) into the staged layout, with each thread's partial sums of
     // squares per row.
     const int q4 = m * k / 4, r4 = k / 4;
@@ -382,6 +369,81 @@ __device__ void gemv(const float* x, const void* w, float* y, int m, int n, int 
         }
     }
     __syncthreads();
+}
+
+// acc[j] += chunk c of the weight row (16 bytes: 8 bf16 or 4 f32 values) · chunk c of staged
+// row j, for j < m. Both matrix-vector kernels sum through this, in the same order per lane
+// (chunks lane, lane + 32, ...), so their results are bit-equal.
+template <bool BF16>
+__device__ __forceinline__ void gemv_chunk(float (&acc)[GEMV_ROWS], uint4 pk, const float4* xs4,
+                                           int c, int m, int k) {
+    const int k8 = k / 8, k4 = k / 4;
+    if (BF16) {
+        const unsigned parts[4] = {pk.x, pk.y, pk.z, pk.w};
+        float wv[8];
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+            wv[2 * q] = __uint_as_float(parts[q] << 16);
+            wv[2 * q + 1] = __uint_as_float(parts[q] & 0xffff0000u);
+        }
+#pragma unroll
+        for (int j = 0; j < GEMV_ROWS; j++) {
+            if (j < m) {
+                const float4 a = xs4[(2 * j) * k8 + c], b = xs4[(2 * j + 1) * k8 + c];
+                acc[j] += wv[0] * a.x + wv[1] * a.y + wv[2] * a.z + wv[3] * a.w
+                        + wv[4] * b.x + wv[5] * b.y + wv[6] * b.z + wv[7] * b.w;
+            }
+        }
+    } else {
+        float4 wf;
+        wf.x = __uint_as_float(pk.x);
+        wf.y = __uint_as_float(pk.y);
+        wf.z = __uint_as_float(pk.z);
+        wf.w = __uint_as_float(pk.w);
+#pragma unroll
+        for (int j = 0; j < GEMV_ROWS; j++) {
+            if (j < m) {
+                const float4 a = xs4[j * k4 + c];
+                acc[j] += wf.x * a.x + wf.y * a.y + wf.z * a.z + wf.w * a.w;
+            }
+        }
+    }
+}
+
+// Lane 0 of the warp gets the column's sums and writes (or adds) them: y[j * n + col].
+__device__ __forceinline__ void gemv_store(const float (&acc)[GEMV_ROWS], float* y, int m, int n,
+                                           int col, int lane, int accumulate) {
+#pragma unroll
+    for (int j = 0; j < GEMV_ROWS; j++) {
+        if (j < m) {
+            const float s = warp_sum(acc[j]);
+            if (lane == 0) {
+                float* out = y + (size_t)j * n + col;
+                *out = accumulate ? *out + s : s;
+            }
+        }
+    }
+}
+
+template <bool BF16>
+__device__ void gemv(const float* x, const void* w, float* y, int m, int n, int k, int accumulate,
+                     const float* norm_w, float eps, int swiglu) {
+    extern __shared__ float4 xs4[];
+    const int chunks = BF16 ? k / 8 : k / 4;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    // Warp `warp` of block b takes columns b * 8 + warp, then every gridDim.x * 8-th: a grid
+    // smaller than n / 8 keeps every block resident at once, next to the blocks of the kernel
+    // after it. Its passes over its columns form one sequence, each pass's loads issued
+    // before the previous pass multiplies (also across columns).
+    const int stride = gridDim.x * 8;
+    const size_t row_bytes = (size_t)k * (BF16 ? 2 : 4);
+    const int passes = (chunks + 32 * GEMV_PF - 1) / (32 * GEMV_PF);
+    int col = blockIdx.x * 8 + warp;
+    uint4 next[GEMV_PF];
+    if (col < n) gemv_fetch(next, (const uint4*)((const char*)w + col * row_bytes), 0, lane, chunks);
+    // The first loads of the weights are in flight while the kernel before finishes.
+    DEP_ENTER();
+    gemv_stage<BF16>(x, xs4, m, k, norm_w, eps, swiglu);
     for (; col < n; col += stride) {
         const uint4* wr = (const uint4*)((const char*)w + col * row_bytes);
         float acc[GEMV_ROWS];
@@ -402,49 +464,10 @@ __device__ void gemv(const float* x, const void* w, float* y, int m, int n, int 
             for (int i = 0; i < GEMV_PF; i++) {
                 const int c = base + lane + 32 * i;
                 if (c >= chunks) break;
-                const uint4 pk = cur[i];
-                if (BF16) {
-                    const unsigned parts[4] = {pk.x, pk.y, pk.z, pk.w};
-                    float wv[8];
-#pragma unroll
-                    for (int q = 0; q < 4; q++) {
-                        wv[2 * q] = __uint_as_float(parts[q] << 16);
-                        wv[2 * q + 1] = __uint_as_float(parts[q] & 0xffff0000u);
-                    }
-#pragma unroll
-                    for (int j = 0; j < GEMV_ROWS; j++) {
-                        if (j < m) {
-                            const float4 a = xs4[(2 * j) * k8 + c], b = xs4[(2 * j + 1) * k8 + c];
-                            acc[j] += wv[0] * a.x + wv[1] * a.y + wv[2] * a.z + wv[3] * a.w
-                                    + wv[4] * b.x + wv[5] * b.y + wv[6] * b.z + wv[7] * b.w;
-                        }
-                    }
-                } else {
-                    float4 wf;
-                    wf.x = __uint_as_float(pk.x);
-                    wf.y = __uint_as_float(pk.y);
-                    wf.z = __uint_as_float(pk.z);
-                    wf.w = __uint_as_float(pk.w);
-#pragma unroll
-                    for (int j = 0; j < GEMV_ROWS; j++) {
-                        if (j < m) {
-                            const float4 a = xs4[j * k4 + c];
-                            acc[j] += wf.x * a.x + wf.y * a.y + wf.z * a.z + wf.w * a.w;
-                        }
-                    }
-                }
+                gemv_chunk<BF16>(acc, cur[i], xs4, c, m, k);
             }
         }
-#pragma unroll
-        for (int j = 0; j < GEMV_ROWS; j++) {
-            if (j < m) {
-                const float s = warp_sum(acc[j]);
-                if (lane == 0) {
-                    float* out = y + (size_t)j * n + col;
-                    *out = accumulate ? *out + s : s;
-                }
-            }
-        }
+        gemv_store(acc, y, m, n, col, lane, accumulate);
     }
 }
 
@@ -747,9 +770,10 @@ ATTN_VARIANTS(ATTN_PAGED, attn_paged)
 // online softmax, and the warps' partial results are merged at the end. hd must be a multiple of 4
 // (16-byte rows for f32 pages, 8-byte for f16) and at most 256. Grid: (rows, n_heads, splits).
 // With splits > 1 (few rows: flash-decoding), block z takes the z-th of `splits` equal spans
-// (of 256 keys or more) of the row's keys and writes its unnormalized partial (max, sum, acc[hd]) to
-// part[((row * n_heads + head) * splits + z) * (hd + 2)]; the last of a (row, head)'s blocks to
-// finish (a ticket from counters[row * n_heads + head], zero between launches) merges them.
+// (of 128 keys or more) of the row's keys; where more than one span holds keys, each writes its
+// unnormalized partial (max, sum, acc[hd]) to part[((row * n_heads + head) * splits + z) *
+// (hd + 2)] and the last of a (row, head)'s blocks to finish (a ticket from
+// counters[row * n_heads + head], zero between launches) merges them.
 
 // 4 warps: small blocks, so that many (row, head) blocks are resident at once (a batch of 64
 // rows x 16 heads ran in 4 waves of 8-warp blocks).
@@ -769,9 +793,14 @@ __device__ void attn_decode(const float* q, float* out, const int* row_pos, cons
     const int kv_dim = n_kv_heads * hd, q_dim = n_heads * hd;
     const int pos = row_pos[seq];
     const int lo0 = window > 0 ? max(0, pos - window + 1) : 0;
-    // At least 32 keys per warp of a block: blocks past the row's keys leave an empty
-    // partial, so a short context keeps few blocks busy and a long one spreads over all.
-    const int span = max(32 * DECODE_WARPS, (pos - lo0 + splits) / splits);
+    // At least 32 keys per warp of a block, so a short context keeps few blocks busy and a
+    // long one spreads over all: only the first `used` blocks of a (row, head) hold keys; the
+    // others return at once, and with one block used it writes the output itself (no
+    // partials, no ticket, no merge: the step of a short context is one block per head).
+    const int keys = pos - lo0 + 1;
+    const int used = min(splits, max(1, (keys + 32 * DECODE_WARPS - 1) / (32 * DECODE_WARPS)));
+    if (blockIdx.z >= used) return;
+    const int span = max(32 * DECODE_WARPS, (keys + splits - 1) / splits);
     const int lo = lo0 + blockIdx.z * span;
     const int hi = min(pos, lo + span - 1);
     for (int d = threadIdx.x; d < hd; d += blockDim.x) qs[d] = q[(size_t)seq * q_dim + head * hd + d] * scale;
@@ -856,19 +885,22 @@ __device__ void attn_decode(const float* q, float* out, const int* row_pos, cons
     for (int w = 0; w < DECODE_WARPS; w++) gl += part_m[w] == -INFINITY ? 0.0f : part_l[w] * expf(part_m[w] - gm);
     const float inv = gl > 0.0f ? 1.0f / gl : 0.0f;
     float* pp = part + ((size_t)(seq * n_heads + head) * splits + blockIdx.z) * (hd + 2);
-    if (splits > 1 && threadIdx.x == 0) { pp[0] = gm; pp[1] = gl; }
+    if (used > 1 && threadIdx.x == 0) { pp[0] = gm; pp[1] = gl; }
     for (int d = threadIdx.x; d < hd; d += blockDim.x) {
         float o = 0.0f;
         for (int w = 0; w < DECODE_WARPS; w++) {
             if (part_m[w] != -INFINITY) o += part_acc[w][d] * expf(part_m[w] - gm);
         }
-        if (splits > 1) {
+        if (used > 1) {
             pp[2 + d] = o;
+        } else if (splits > 1) {
+            // What the merge of one partial computes.
+            out[(size_t)seq * q_dim + head * hd + d] = gl > 0.0f ? o / gl : 0.0f;
         } else {
             out[(size_t)seq * q_dim + head * hd + d] = o * inv;
         }
     }
-    if (splits == 1) return;
+    if (used == 1) return;
     // The last of the (row, head)'s blocks to finish merges the splits' partials (so no merge
     // launch): each block makes its partial visible, then takes a ticket; the counter is left
     // at zero for the next launch (and the next replay of a recorded step).
@@ -877,7 +909,7 @@ __device__ void attn_decode(const float* q, float* out, const int* row_pos, cons
     __syncthreads();
     if (threadIdx.x == 0) {
         unsigned* c = counters + seq * n_heads + head;
-        last = atomicAdd(c, 1u) == (unsigned)(splits - 1);
+        last = atomicAdd(c, 1u) == (unsigned)(used - 1);
         if (last) *c = 0u;
     }
     __syncthreads();
@@ -887,20 +919,20 @@ __device__ void attn_decode(const float* q, float* out, const int* row_pos, cons
     __shared__ float tot_m, tot_l;
     const float* p0 = part + (size_t)(seq * n_heads + head) * splits * (hd + 2);
     if (warp == 0) {
-        const float mz = lane < splits ? __ldcg(p0 + lane * (hd + 2)) : -INFINITY;
-        const float lz = lane < splits ? __ldcg(p0 + lane * (hd + 2) + 1) : 0.0f;
+        const float mz = lane < used ? __ldcg(p0 + lane * (hd + 2)) : -INFINITY;
+        const float lz = lane < used ? __ldcg(p0 + lane * (hd + 2) + 1) : 0.0f;
         const float g = warp_max(mz);
         const float f = mz == -INFINITY ? 0.0f : expf(mz - g);
         fz[lane] = f;
         // Summed in split order, as the separate merge did.
         float lsum = 0.0f;
-        for (int z = 0; z < splits; z++) lsum += __shfl_sync(0xffffffffu, lz * f, z);
+        for (int z = 0; z < used; z++) lsum += __shfl_sync(0xffffffffu, lz * f, z);
         if (lane == 0) { tot_m = g; tot_l = lsum; }
     }
     __syncthreads();
     for (int d = threadIdx.x; d < hd; d += blockDim.x) {
         float o = 0.0f;
-        for (int z = 0; z < splits; z++) {
+        for (int z = 0; z < used; z++) {
             if (fz[z] != 0.0f) o += __ldcg(p0 + z * (hd + 2) + 2 + d) * fz[z];
         }
         out[(size_t)seq * q_dim + head * hd + d] = tot_l > 0.0f ? o / tot_l : 0.0f;
