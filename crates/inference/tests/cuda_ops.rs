@@ -258,6 +258,42 @@ fn linear_f32_and_bf16_match_the_cpu() {
     }
 }
 
+/// One attention call of `lens` new rows per sequence (q, k, v for all rows) on the CPU and the
+/// GPU states, compared by normalized error.
+#[allow(clippy::too_many_arguments)]
+fn check_attention(
+    dev: &Device,
+    cpu: &mut [SeqState],
+    gpu: &mut [SeqState],
+    lens: &[usize],
+    (q, k, v): (&[f32], &[f32], &[f32]),
+    layer: usize,
+    shape: &CausalShape,
+    tag: &str,
+) {
+    let rows: usize = lens.iter().sum();
+    let (q_dim, kv_dim) = (
+        shape.n_heads * shape.head_dim,
+        shape.n_kv_heads * shape.head_dim,
+    );
+    let scale = 1.0 / (shape.head_dim as f32).sqrt();
+    let (qc, qg) = pair(dev, rows, q_dim, q.to_vec());
+    let (kc, kg) = pair(dev, rows, kv_dim, k.to_vec());
+    let (vc, vg) = pair(dev, rows, kv_dim, v.to_vec());
+    let mut cs: Vec<&mut SeqState> = cpu.iter_mut().collect();
+    let mut gs: Vec<&mut SeqState> = gpu.iter_mut().collect();
+    let want = attend_tensors(&qc, &kc, &vc, lens, &mut cs, layer, shape, scale).unwrap();
+    let got = attend_tensors(&qg, &kg, &vg, lens, &mut gs, layer, shape, scale).unwrap();
+    check(tag, &got, &want, 1e-5);
+}
+
+/// Commits `lens` new rows to each state.
+fn commit_all(states: &mut [SeqState], lens: &[usize]) {
+    for (s, &n) in states.iter_mut().zip(lens) {
+        s.commit(n);
+    }
+}
+
 /// Prefill then decode steps of several sequences at once, against the CPU on states of the
 /// same layout: shapes of real models and awkward ones, windows, f16 pages, shared prefixes.
 #[test]
@@ -298,28 +334,19 @@ fn paged_attention_matches_the_cpu() {
             let k = rng.vec(rows * kv_dim, 1.5);
             let v = rng.vec(rows * kv_dim, 1.0);
             for layer in 0..2 {
-                let (qc, qg) = pair(&dev, rows, q_dim, q.clone());
-                let (kc, kg) = pair(&dev, rows, kv_dim, k.clone());
-                let (vc, vg) = pair(&dev, rows, kv_dim, v.clone());
-                let mut cs: Vec<&mut SeqState> = cpu_states.iter_mut().collect();
-                let mut gs: Vec<&mut SeqState> = gpu_states.iter_mut().collect();
-                let want =
-                    attend_tensors(&qc, &kc, &vc, lens, &mut cs, layer, &shape, scale).unwrap();
-                let got =
-                    attend_tensors(&qg, &kg, &vg, lens, &mut gs, layer, &shape, scale).unwrap();
-                check(
+                check_attention(
+                    &dev,
+                    &mut cpu_states,
+                    &mut gpu_states,
+                    lens,
+                    (&q, &k, &v),
+                    layer,
+                    &shape,
                     &format!("attention {n_heads}/{n_kv_heads}x{hd} {window:?} {dtype:?} step {step} layer {layer}"),
-                    &got,
-                    &want,
-                    1e-5,
                 );
             }
-            for (s, &n) in cpu_states.iter_mut().zip(lens) {
-                s.commit(n);
-            }
-            for (s, &n) in gpu_states.iter_mut().zip(lens) {
-                s.commit(n);
-            }
+            commit_all(&mut cpu_states, lens);
+            commit_all(&mut gpu_states, lens);
         }
         // A fork shares the prefix pages (copy on write) and diverges.
         let forked = gpu_states[2].fork(60).unwrap();
@@ -459,6 +486,56 @@ fn fused_products_and_qkv_preparation_match_the_cpu() {
             for (s, &n) in [&mut g.0, &mut g.1].into_iter().zip(lens) {
                 s.commit(n);
             }
+        }
+    }
+}
+
+/// Decode steps of many sequences at once (more (row, head) blocks than two per SM, so the
+/// decode kernel's entries with three blocks resident per SM run), against the CPU.
+#[test]
+fn decode_attention_of_many_sequences_matches_the_cpu() {
+    let Some(dev) = gpu("decode_attention_of_many_sequences_matches_the_cpu") else {
+        return;
+    };
+    let mut rng = Rng(0x6d61_6e79_5345_5153);
+    for (n_heads, n_kv_heads, hd, dtype) in [(16, 8, 128, KvDtype::F32), (8, 2, 256, KvDtype::F16)]
+    {
+        let shape = CausalShape {
+            n_heads,
+            n_kv_heads,
+            head_dim: hd,
+            sliding_window: None,
+        };
+        let (q_dim, kv_dim) = (n_heads * hd, n_kv_heads * hd);
+        let kinds = [LayerKind::Attention];
+        let new =
+            |d: &Device| SeqState::with_layers_on(d, &kinds, kv_dim, 512).with_kv_dtype(dtype);
+        let seqs = 72;
+        let mut cpu_states: Vec<SeqState> = (0..seqs).map(|_| new(&Device::Cpu)).collect();
+        let mut gpu_states: Vec<SeqState> = (0..seqs).map(|_| new(&dev)).collect();
+        // Prompts of 1 to 200 rows, then three decode steps of all of them.
+        let prompt: Vec<usize> = (0..seqs).map(|i| 1 + (i * 37) % 200).collect();
+        let steps: Vec<Vec<usize>> = std::iter::once(prompt)
+            .chain(std::iter::repeat_n(vec![1; seqs], 3))
+            .collect();
+        for (step, lens) in steps.iter().enumerate() {
+            let rows: usize = lens.iter().sum();
+            check_attention(
+                &dev,
+                &mut cpu_states,
+                &mut gpu_states,
+                lens,
+                (
+                    &rng.vec(rows * q_dim, 1.5),
+                    &rng.vec(rows * kv_dim, 1.5),
+                    &rng.vec(rows * kv_dim, 1.0),
+                ),
+                0,
+                &shape,
+                &format!("attention of {seqs} sequences {n_heads}/{n_kv_heads}x{hd} {dtype:?} step {step}"),
+            );
+            commit_all(&mut cpu_states, lens);
+            commit_all(&mut gpu_states, lens);
         }
     }
 }

@@ -755,10 +755,13 @@ impl CudaDevice {
             return Ok(out);
         }
         let variant = attn_variant(hd)?;
-        let f = if f16 {
-            &self.kernels().attn_decode_f16[variant]
-        } else {
-            &self.kernels().attn_decode_f32[variant]
+        // More (row, head) blocks than two per SM: the entries with three resident per SM.
+        let k = self.kernels();
+        let f = match (f16, rows * n_heads > 2 * self.sm_count()) {
+            (true, false) => &k.attn_decode_f16[variant],
+            (false, false) => &k.attn_decode_f32[variant],
+            (true, true) => &k.attn_decode_many_f16[variant],
+            (false, true) => &k.attn_decode_many_f32[variant],
         };
         let (pq, po) = (self.ptr(q), self.mptr(&mut out));
         let (rp, pg, p0) = (tiles.row_pos, tiles.pages, tiles.page0);

@@ -156,6 +156,9 @@ pub(crate) struct Kernels {
     /// By head dimensions (launch::ATTN_HEAD_DIMS).
     pub attn_decode_f32: [CudaFunction; 4],
     pub attn_decode_f16: [CudaFunction; 4],
+    /// The same kernels with three blocks resident per SM, for steps of many (row, head) pairs.
+    pub attn_decode_many_f32: [CudaFunction; 4],
+    pub attn_decode_many_f16: [CudaFunction; 4],
     pub qkv_prep_f32: CudaFunction,
     pub qkv_prep_f16: CudaFunction,
     pub sigmoid_gate: CudaFunction,
@@ -380,6 +383,18 @@ impl CudaDevice {
                 f("attn_decode_f16_d2")?,
                 f("attn_decode_f16_d4")?,
                 f("attn_decode_f16_d8")?,
+            ],
+            attn_decode_many_f32: [
+                f("attn_decode_many_f32_d1")?,
+                f("attn_decode_many_f32_d2")?,
+                f("attn_decode_many_f32_d4")?,
+                f("attn_decode_many_f32_d8")?,
+            ],
+            attn_decode_many_f16: [
+                f("attn_decode_many_f16_d1")?,
+                f("attn_decode_many_f16_d2")?,
+                f("attn_decode_many_f16_d4")?,
+                f("attn_decode_many_f16_d8")?,
             ],
             qkv_prep_f32: f("qkv_prep_f32")?,
             qkv_prep_f16: f("qkv_prep_f16")?,
