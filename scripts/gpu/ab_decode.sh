@@ -10,6 +10,8 @@
 # LATTICE_CUDA_TRACE=1 in a variant, the graph's device time per step is printed too.
 set -u
 cd "$(dirname "$0")/../.."
+# Binaries packed here by scripts/gpu/pack_device.sh travel compressed: unpack them once.
+[ ! -f .device/bins.txz ] || [ -x .device/lattice ] || tar -C .device -xJf .device/bins.txz
 libdirs=$(find /usr/local/cuda* /usr/lib/x86_64-linux-gnu /opt /usr/local/lib -maxdepth 8 \
   \( -name 'libcublas.so*' -o -name 'libnvrtc.so*' -o -name 'libcublasLt.so*' \) 2>/dev/null |
   grep -v /stubs/ | xargs -r -n1 dirname | sort -u | tr '\n' ':')

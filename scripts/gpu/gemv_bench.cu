@@ -106,7 +106,7 @@ int main(int argc, char** argv) {
             printf("%-40s %8.2f us per launch in a graph\n", name, us);
         };
         small("rms_norm 64x1024", [&] { rms_norm<<<64, 256, 0, s>>>(a1, wn, a2, 1024, 1e-6f); });
-        small("to_bf16 64x1024", [&] { to_bf16<<<256, 256, 0, s>>>(a1, ab, 64 * 1024); });
+        small("split_bf16 64x1024", [&] { split_bf16<<<64, 256, 0, s>>>(a1, ab, 1024, nullptr, 0.f, 0); });
         small("silu_mul 64x3072", [&] { silu_mul<<<768, 256, 0, s>>>(a1, a2, 3072, 64 * 3072); });
         small("rms_norm 1x1024", [&] { rms_norm<<<1, 256, 0, s>>>(a1, wn, a2, 1024, 1e-6f); });
     }

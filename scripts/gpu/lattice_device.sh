@@ -17,6 +17,8 @@
 # the product kernels; LLAMA_CUDA=0 builds llama-quantize alone, without llama-bench).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
+# Binaries packed here by scripts/gpu/pack_device.sh travel compressed: unpack them once.
+[ ! -f .device/bins.txz ] || [ -x .device/lattice ] || tar -C .device -xJf .device/bins.txz
 out=${OUT:-/tmp/gpu-out}
 mkdir -p "$out"
 steps=${STEPS:-env tests models lattice torch}
