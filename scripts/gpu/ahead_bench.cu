@@ -4,7 +4,9 @@
 // dependent launch, to compare the streaming matrix-vector kernel (`gemv`) with the one that
 // loads its weights ahead into shared memory (`gemv_ahead`), and to see whether a kernel's
 // blocks start before the kernel before it has finished: every block records the global timer
-// when it starts and when it ends.
+// when it starts and when it ends. REAL_ATTN=1 puts the real Q/K/V preparation and decode
+// attention of kernels.cu in the stand-ins' place (POS: the sequence's position, default 80).
+// Not yet run with REAL_ATTN (written at the end of the 2026-12-03 session's device time).
 //   nvcc -O3 -std=c++17 -arch=sm_90 -o /tmp/ahead_bench scripts/gpu/ahead_bench.cu && /tmp/ahead_bench
 #include <cstdio>
 #include <cstdlib>
@@ -113,9 +115,9 @@ __device__ __forceinline__ u64 now_ns() {
     return t;
 }
 
-// Per launch l and block b: start and end times (ns), when `stamps` is set.
+// Per launch l and block b (at most SLOTS blocks): start and end times (ns), when `stamps` is set.
 __device__ void stamp(u64* stamps, int l, int end) {
-    if (stamps != nullptr && threadIdx.x == 0) stamps[((size_t)l * SLOTS + blockIdx.x) * 2 + end] = now_ns();
+    if (stamps != nullptr && threadIdx.x == 0) stamps[((size_t)l * SLOTS + blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z)) * 2 + end] = now_ns();
 }
 
 extern "C" __global__ void probe_stream(const float* x, const bf16_t* w, float* y, int m, int n, int k,
@@ -144,12 +146,33 @@ extern "C" __global__ void busy(float* out, int us, u64* stamps, int l) {
     stamp(stamps, l, 1);
 }
 
+// The real Q/K/V preparation and decode attention of kernels.cu (Qwen3-0.6B heads: 16 query and
+// 8 key/value heads of 128, f32 pages of 32 rows, one sequence at position `pos`), stamped.
+extern "C" __global__ void probe_prep(const float* qkv, float* q_out, const u64* dst, const int* pos,
+                                      const float* inv_freq, const float* q_w, const float* k_w,
+                                      long long val_off, u64* stamps, int l) {
+    stamp(stamps, l, 0);
+    DEP_ENTER();
+    qkv_prep<float>(qkv, q_out, dst, pos, inv_freq, 64, 1.0f, q_w, k_w, 1e-6f, 16, 8, 128, 0, val_off);
+    stamp(stamps, l, 1);
+}
+
+extern "C" __global__ void __launch_bounds__(32 * DECODE_WARPS) probe_attn(
+    const float* q, float* out, const int* row_pos, const u64* pages, const int* page0,
+    long long val_off, int splits, float* part, unsigned* counters, u64* stamps, int l) {
+    stamp(stamps, l, 0);
+    DEP_ENTER();
+    attn_decode<float, 4>(q, out, row_pos, pages, page0, 32, 0, val_off, 16, 8, 128, 0.0884f, 0,
+                          splits, part, counters);
+    stamp(stamps, l, 1);
+}
+
 struct Mat { int n, k; int input; };  // input: 0 plain, 1 normed, 2 swiglu
 
 template <typename... P, typename... A>
-void launch(cudaStream_t s, bool pdl, void (*f)(P...), int grid, int block, int smem, A... args) {
+void launch(cudaStream_t s, bool pdl, void (*f)(P...), dim3 grid, int block, int smem, A... args) {
     cudaLaunchConfig_t c = {};
-    c.gridDim = dim3(grid); c.blockDim = dim3(block); c.dynamicSmemBytes = smem; c.stream = s;
+    c.gridDim = grid; c.blockDim = dim3(block); c.dynamicSmemBytes = smem; c.stream = s;
     cudaLaunchAttribute at[1];
     at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     at[0].val.programmaticStreamSerializationAllowed = 1;
@@ -185,6 +208,47 @@ int main(int argc, char** argv) {
         printf("%-12s %d registers\n", name, fa.numRegs);
     }
     cudaStream_t s; CK(cudaStreamCreate(&s));
+    // REAL_ATTN=1: the real preparation and attention kernels at position POS (default 80)
+    // instead of the stand-ins.
+    const bool real_attn = std::getenv("REAL_ATTN") && atoi(std::getenv("REAL_ATTN")) == 1;
+    const int pos = std::getenv("POS") ? atoi(std::getenv("POS")) : 80;
+    const int page_rows = 32, kv_dim = 8 * 128, n_pages = pos / page_rows + 1;
+    const long long val_off = (long long)page_rows * kv_dim;
+    const int splits = std::min(32, std::max(1, (2 * sms + 15) / 16));
+    float *kv, *qbuf, *abuf, *part, *inv_freq, *norms;
+    u64 *pages, *dst;
+    int *row_pos, *page0;
+    unsigned* counters;
+    CK(cudaMalloc(&kv, (size_t)layers * n_pages * 2 * val_off * 4));
+    CK(cudaMemset(kv, 0, (size_t)layers * n_pages * 2 * val_off * 4));
+    CK(cudaMalloc(&qbuf, 2048 * 4)); CK(cudaMalloc(&abuf, 2048 * 4));
+    CK(cudaMalloc(&part, (size_t)16 * splits * 130 * 4));
+    CK(cudaMalloc(&counters, 4096 * 4)); CK(cudaMemset(counters, 0, 4096 * 4));
+    CK(cudaMalloc(&inv_freq, 64 * 4)); CK(cudaMalloc(&norms, 256 * 4));
+    {
+        std::vector<float> f(64), one(256, 1.0f);
+        for (int i = 0; i < 64; i++) f[i] = powf(1e6f, -(float)i / 64.0f);
+        CK(cudaMemcpy(inv_freq, f.data(), 64 * 4, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(norms, one.data(), 256 * 4, cudaMemcpyHostToDevice));
+    }
+    // Layer l's pages, its new row's address and the position.
+    CK(cudaMalloc(&pages, (size_t)layers * n_pages * 8)); CK(cudaMalloc(&dst, layers * 8));
+    CK(cudaMalloc(&row_pos, 4)); CK(cudaMalloc(&page0, layers * 4));
+    {
+        std::vector<u64> hp((size_t)layers * n_pages), hd(layers);
+        std::vector<int> h0(layers);
+        for (int l = 0; l < layers; l++) {
+            for (int g = 0; g < n_pages; g++)
+                hp[(size_t)l * n_pages + g] = (u64)(kv + ((size_t)l * n_pages + g) * 2 * val_off);
+            hd[l] = hp[(size_t)l * n_pages + pos / page_rows] + (u64)(pos % page_rows) * kv_dim * 4;
+            h0[l] = l * n_pages;
+        }
+        CK(cudaMemcpy(pages, hp.data(), hp.size() * 8, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(dst, hd.data(), hd.size() * 8, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(page0, h0.data(), h0.size() * 4, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(row_pos, &pos, 4, cudaMemcpyHostToDevice));
+    }
+    if (real_attn) printf("real preparation and attention at position %d, %d splits\n", pos, splits);
     const int busy_us[2] = {std::getenv("PREP_US") ? atoi(std::getenv("PREP_US")) : 2,
                             std::getenv("ATTN_US") ? atoi(std::getenv("ATTN_US")) : 6};
     const char* kinds[4] = {"stream", "ahead", "stream", "ahead"};
@@ -214,8 +278,18 @@ int main(int argc, char** argv) {
                                st, li++);
                     }
                     if (i == 0) {
-                        launch(s, pdl, busy, 48, 128, 0, junk, busy_us[0], st, li++);
-                        launch(s, pdl, busy, 2 * sms, 128, 0, junk, busy_us[1], st, li++);
+                        if (real_attn) {
+                            // The page table of one layer is `dst + l` and `page0 + l`: one row.
+                            launch(s, pdl, probe_prep, dim3(1, 32), 128, 0, (const float*)y, qbuf,
+                                   (const u64*)(dst + l), (const int*)row_pos, (const float*)inv_freq,
+                                   (const float*)norms, (const float*)norms, val_off, st, li++);
+                            launch(s, pdl, probe_attn, dim3(1, 16, splits), 32 * DECODE_WARPS, 0, (const float*)qbuf, abuf,
+                                   (const int*)row_pos, (const u64*)pages, (const int*)(page0 + l),
+                                   val_off, splits, part, counters, st, li++);
+                        } else {
+                            launch(s, pdl, busy, 48, 128, 0, junk, busy_us[0], st, li++);
+                            launch(s, pdl, busy, 2 * sms, 128, 0, junk, busy_us[1], st, li++);
+                        }
                     }
                 }
             }
