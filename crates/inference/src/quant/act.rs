@@ -67,16 +67,26 @@ fn nearest_int(v: f32) -> i32 {
     ((v + 12_582_912.0).to_bits() & 0x007f_ffff) as i32 - 0x0040_0000
 }
 
+/// The largest `|v|` of `x` (a multiple of 8 values), NaN ignored, 0 for none: in eight lanes
+/// then across them, so that it vectorizes (a running maximum does not: the compiler keeps a
+/// float reduction in order). The maximum of a set does not depend on the order it is taken in.
+#[inline(always)]
+fn abs_max(x: &[f32]) -> f32 {
+    let mut lanes = [0f32; 8];
+    for c in x.chunks_exact(8) {
+        for (m, v) in lanes.iter_mut().zip(c) {
+            *m = m.max(v.abs());
+        }
+    }
+    lanes.iter().fold(0f32, |m, &v| m.max(v))
+}
+
 /// Quantizes one block of 32 as Q8_0 / Q8_1 (x86 flavour) into `q`; returns the unrounded
 /// scale `d` and `Σq`.
 #[inline(always)]
 fn q8_block(x: &[f32], q: &mut [i8]) -> (f32, i32) {
     let (x, q) = (&x[..32], &mut q[..32]);
-    let mut amax = 0f32;
-    for v in x {
-        let a = v.abs();
-        amax = if a > amax { a } else { amax };
-    }
+    let amax = abs_max(x);
     let d = amax / 127.0;
     let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
     let mut sum = 0i32;
@@ -92,13 +102,9 @@ fn q8_block(x: &[f32], q: &mut [i8]) -> (f32, i32) {
 #[inline(always)]
 fn q8k_block(x: &[f32], q: &mut [i8], sums: &mut [i32]) -> f32 {
     let (x, q) = (&x[..QK_K], &mut q[..QK_K]);
-    let (mut amax, mut max) = (0f32, 0f32);
-    for &v in x {
-        if v.abs() > amax {
-            amax = v.abs();
-            max = v;
-        }
-    }
+    // The first value of the largest magnitude, with its sign.
+    let amax = abs_max(x);
+    let max = x.iter().copied().find(|v| v.abs() == amax).unwrap_or(0.0);
     if amax == 0.0 {
         q.fill(0);
         sums[..QK_K / 16].fill(0);
@@ -250,6 +256,90 @@ pub(crate) fn quantize_act_row(
                     corr[b] = -off * sum;
                 }
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The running-maximum forms the vectorizable ones replaced.
+    fn q8_block_in_order(x: &[f32], q: &mut [i8]) -> (f32, i32) {
+        let mut amax = 0f32;
+        for v in &x[..32] {
+            let a = v.abs();
+            amax = if a > amax { a } else { amax };
+        }
+        let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
+        let mut sum = 0;
+        for (qj, v) in q.iter_mut().zip(&x[..32]) {
+            let r = nearest_int(v * id);
+            *qj = r as i8;
+            sum += r;
+        }
+        (amax / 127.0, sum)
+    }
+
+    fn q8k_max_in_order(x: &[f32]) -> (f32, f32) {
+        let (mut amax, mut max) = (0f32, 0f32);
+        for &v in &x[..QK_K] {
+            if v.abs() > amax {
+                amax = v.abs();
+                max = v;
+            }
+        }
+        (amax, max)
+    }
+
+    #[test]
+    fn blocks_equal_the_running_maximum_forms_bit_for_bit() {
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut next = || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            ((seed >> 40) as f32 / (1u64 << 23) as f32 - 1.0) * 3.0
+        };
+        for case in 0..200 {
+            let mut x: Vec<f32> = (0..QK_K).map(|_| next()).collect();
+            match case % 6 {
+                // Ties of magnitude with both signs, the negative one first.
+                0 => {
+                    x[7] = -2.5;
+                    x[100] = 2.5;
+                    x.iter_mut()
+                        .filter(|v| v.abs() > 2.5)
+                        .for_each(|v| *v = 0.5);
+                }
+                1 => x.fill(0.0),
+                2 => {
+                    x[3] = f32::NAN;
+                    x[200] = f32::NAN;
+                }
+                3 => x.iter_mut().step_by(2).for_each(|v| *v = -0.0),
+                4 => x.fill(f32::NAN),
+                _ => {}
+            }
+            for b in 0..QK_K / 32 {
+                let (mut q1, mut q2) = ([0i8; 32], [0i8; 32]);
+                let xb = &x[32 * b..32 * b + 32];
+                let (d1, s1) = q8_block(xb, &mut q1);
+                let (d2, s2) = q8_block_in_order(xb, &mut q2);
+                assert_eq!(
+                    (d1.to_bits(), s1, q1),
+                    (d2.to_bits(), s2, q2),
+                    "case {case} block {b}"
+                );
+            }
+            let amax = abs_max(&x);
+            let max = x.iter().copied().find(|v| v.abs() == amax).unwrap_or(0.0);
+            let (a2, m2) = q8k_max_in_order(&x);
+            assert_eq!(
+                (amax.to_bits(), max.to_bits()),
+                (a2.to_bits(), m2.to_bits()),
+                "case {case}"
+            );
         }
     }
 }
