@@ -606,63 +606,44 @@ fn perplexity_prune_and_layer_metrics() {
     let gguf = fixture("tiny-qwen35").join("tiny-qwen35.bf16.gguf");
     let out = dir.join("q8.gguf");
     let (g, o) = (gguf.to_str().unwrap(), out.to_str().unwrap());
-    assert_fails_with(
-        &lattice(&["quantize", "--method", "q8_0", "--seed", "3", g, o]),
-        &["--seed applies to the QuaRot methods only"],
-    );
-    assert_fails_with(
-        &lattice(&["quantize", "--method", "q8_0", "--rounding", "mse", g, o]),
-        &["--rounding applies to 4-bit groups"],
-    );
-    assert_fails_with(
-        &lattice(&["quantize", "--method", "q8_0", "--calibration", g, g, o]),
-        &["--calibration applies to 4-bit groups"],
-    );
-    assert_fails_with(
-        &lattice(&["quantize", "--method", "q4_0", "--rounding", "gptq", g, o]),
-        &["--rounding gptq needs --calibration"],
-    );
-    assert_fails_with(
-        &lattice(&[
-            "quantize",
-            "--method",
-            "q4_0",
-            "--rounding",
-            "mse",
-            "--calibration",
-            g,
-            g,
-            o,
-        ]),
-        &["--calibration is used by --rounding gptq only"],
-    );
+    // Flags that do not fit the method or each other, and calibration texts that cannot serve.
     let readme = concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md");
-    assert_fails_with(
-        &lattice(&[
-            "quantize",
-            "--method",
-            "q4_0",
-            "--calibration",
-            readme,
-            "--ctx",
-            "100000000",
-            g,
-            o,
-        ]),
-        &["longer than the model's context"],
-    );
-    assert_fails_with(
-        &lattice(&[
-            "quantize",
-            "--method",
-            "q4_0",
-            "--calibration",
-            "/nonexistent.txt",
-            g,
-            o,
-        ]),
-        &["cannot read the calibration text `/nonexistent.txt`"],
-    );
+    let refusals: [(&[&str], &str); 7] = [
+        (
+            &["q8_0", "--seed", "3"],
+            "--seed applies to the QuaRot methods only",
+        ),
+        (
+            &["q8_0", "--rounding", "mse"],
+            "--rounding applies to 4-bit groups",
+        ),
+        (
+            &["q8_0", "--calibration", g],
+            "--calibration applies to 4-bit groups",
+        ),
+        (
+            &["q4_0", "--rounding", "gptq"],
+            "--rounding gptq needs --calibration",
+        ),
+        (
+            &["q4_0", "--rounding", "mse", "--calibration", g],
+            "--calibration is used by --rounding gptq only",
+        ),
+        (
+            &["q4_0", "--calibration", readme, "--ctx", "100000000"],
+            "longer than the model's context",
+        ),
+        (
+            &["q4_0", "--calibration", "/nonexistent.txt"],
+            "cannot read the calibration text `/nonexistent.txt`",
+        ),
+    ];
+    for (flags, expect) in refusals {
+        let mut args = vec!["quantize", "--method"];
+        args.extend_from_slice(flags);
+        args.extend_from_slice(&[g, o]);
+        assert_fails_with(&lattice(&args), &[expect]);
+    }
     let o = lattice(&[
         "quantize",
         "--method",

@@ -169,33 +169,22 @@ fn gptq_beats_searched_rounding_on_held_out_text() {
         p_gptq < p_searched,
         "GPTQ {p_gptq} is not below searched rounding {p_searched}"
     );
+    let refused = |method, rounding, text: Option<&Calibration>| {
+        quantize_gguf(&src, &gptq, method, rounding, text, |_, _, _| {})
+            .unwrap_err()
+            .to_string()
+    };
     // GPTQ without a calibration text is refused.
-    let err = quantize_gguf(&src, &gptq, method, Rounding::Gptq, None, |_, _, _| {})
-        .unwrap_err()
-        .to_string();
+    let err = refused(method, Rounding::Gptq, None);
     assert!(err.contains("calibration"), "{err}");
     // A calibration text without GPTQ, and GPTQ on a method without 4-bit blocks, are refused.
-    let err = quantize_gguf(
-        &src,
-        &gptq,
-        method,
-        Rounding::Mse,
-        Some(&calibration),
-        |_, _, _| {},
-    )
-    .unwrap_err()
-    .to_string();
+    let err = refused(method, Rounding::Mse, Some(&calibration));
     assert!(err.contains("GPTQ rounding only"), "{err}");
-    let err = quantize_gguf(
-        &src,
-        &gptq,
+    let err = refused(
         Method::Plain(QuantType::Q8_0),
         Rounding::Gptq,
         Some(&calibration),
-        |_, _, _| {},
-    )
-    .unwrap_err()
-    .to_string();
+    );
     assert!(err.contains("writes none"), "{err}");
     std::fs::remove_dir_all(&tmp).ok();
 }
