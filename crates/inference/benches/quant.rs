@@ -17,7 +17,11 @@
 //! cargo bench -p lattice-inference --bench quant -- --threads 1 --isa avx2
 //! cargo bench -p lattice-inference --bench quant -- --prompt-only  # only the m = 512 products
 //! cargo bench -p lattice-inference --bench quant -- --type q6_K     # one type
+//! cargo bench -p lattice-inference --bench quant -- --acts          # the activation quantizers
 //! ```
+//!
+//! `--acts` times only the quantization of activation rows (512 rows of 1024, Q8_0 / Q8_1
+//! blocks of 32 and Q8_K super-blocks of 256, one thread) as G values per second.
 
 use std::hint::black_box;
 use std::time::Duration;
@@ -26,6 +30,7 @@ mod common;
 use common::{rates, time_runs};
 
 use lattice_inference::backend::cpu::{Isa, QuantMatrix};
+use lattice_inference::quant::act::{quantize_act, ActFormat};
 use lattice_inference::quant::{quantize_row, QuantType};
 use rayon::prelude::*;
 
@@ -37,6 +42,8 @@ struct Args {
     threads: Option<usize>,
     /// Only this type (`--type q6_K`).
     only: Option<QuantType>,
+    /// Only the activation quantizers.
+    acts: bool,
 }
 
 fn parse_args() -> Args {
@@ -46,12 +53,14 @@ fn parse_args() -> Args {
         isa: None,
         threads: None,
         only: None,
+        acts: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(s) = it.next() {
         match s.as_str() {
             "--quick" => a.quick = true,
             "--prompt-only" => a.prompt_only = true,
+            "--acts" => a.acts = true,
             "--isa" => {
                 a.isa = it
                     .next()
@@ -237,8 +246,29 @@ fn bench(args: &Args, threads: usize) {
     }
 }
 
+/// The activation quantizers on 512 rows of 1024 values, on the calling thread.
+fn bench_acts() {
+    let x: Vec<f32> = (0..512 * 1024)
+        .map(|i| ((i * 7919) % 1000) as f32 * 0.001 - 0.5)
+        .collect();
+    for f in [ActFormat::Q8_0, ActFormat::Q8K] {
+        let t = time_runs(Duration::from_millis(1500), 1, || {
+            for row in x.chunks_exact(1024) {
+                black_box(quantize_act(f, row));
+            }
+        });
+        let (wall, cpu) = rates(x.len() as f64, t);
+        println!("activations {f:?}: {wall:.2} G values/s ({cpu:.2} on-CPU)");
+    }
+}
+
 fn main() {
     let args = parse_args();
+    if args.acts {
+        println!("CPU: {}", common::cpu_model());
+        bench_acts();
+        return;
+    }
     let isa_name = args.isa.map_or("best", |i| i.name());
     for threads in [1, 2] {
         if args.threads.is_some_and(|t| t != threads) {
