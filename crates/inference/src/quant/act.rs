@@ -81,6 +81,16 @@ fn abs_max(x: &[f32]) -> f32 {
     lanes.iter().fold(0f32, |m, &v| m.max(v))
 }
 
+/// [`abs_max`] of `x` and the first value of that magnitude, with its sign (0 for none).
+#[inline(always)]
+fn signed_abs_max(x: &[f32]) -> (f32, f32) {
+    let amax = abs_max(x);
+    (
+        amax,
+        x.iter().copied().find(|v| v.abs() == amax).unwrap_or(0.0),
+    )
+}
+
 /// Quantizes one block of 32 as Q8_0 / Q8_1 (x86 flavour) into `q`; returns the unrounded
 /// scale `d` and `Σq`.
 #[inline(always)]
@@ -102,9 +112,7 @@ fn q8_block(x: &[f32], q: &mut [i8]) -> (f32, i32) {
 #[inline(always)]
 fn q8k_block(x: &[f32], q: &mut [i8], sums: &mut [i32]) -> f32 {
     let (x, q) = (&x[..QK_K], &mut q[..QK_K]);
-    // The first value of the largest magnitude, with its sign.
-    let amax = abs_max(x);
-    let max = x.iter().copied().find(|v| v.abs() == amax).unwrap_or(0.0);
+    let (amax, max) = signed_abs_max(x);
     if amax == 0.0 {
         q.fill(0);
         sums[..QK_K / 16].fill(0);
@@ -332,8 +340,7 @@ mod tests {
                     "case {case} block {b}"
                 );
             }
-            let amax = abs_max(&x);
-            let max = x.iter().copied().find(|v| v.abs() == amax).unwrap_or(0.0);
+            let (amax, max) = signed_abs_max(&x);
             let (a2, m2) = q8k_max_in_order(&x);
             assert_eq!(
                 (amax.to_bits(), max.to_bits()),
