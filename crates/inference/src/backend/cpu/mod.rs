@@ -29,6 +29,7 @@ pub mod bf16;
 mod detect;
 mod dispatch;
 mod gemm;
+pub mod int8;
 mod lowrank;
 mod microkernel;
 mod pack;
@@ -54,6 +55,7 @@ mod x86;
 
 pub use detect::Isa;
 pub use dispatch::{kernels, kernels_for, Kernels};
+pub use int8::Int8Matrix;
 pub use lowrank::{add_low_rank, Delta, Values};
 pub use packed::{PackedBf16, PackedWeights};
 pub use qmatrix::QuantMatrix;

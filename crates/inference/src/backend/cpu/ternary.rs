@@ -25,6 +25,10 @@
 //!
 //! Selection: AVX-512 with BW, VL and VNNI, else AVX2, else portable; made once per process.
 //! All give identical (exact integer) results.
+//!
+//! The chunk layout, the tables and the driver also serve [`super::int8::Int8Matrix`] (8-bit
+//! codes, 4 columns per chunk): each table carries that file's tile too, and
+//! [`matmul_chunks`] is the driver of both.
 
 use std::sync::OnceLock;
 
@@ -33,26 +37,26 @@ use super::threads;
 use crate::{Error, Result};
 
 /// Weight rows per group.
-const GROUP: usize = 32;
+pub(super) const GROUP: usize = 32;
 /// Weight rows per 64-byte half of a chunk (one i32 lane each in a 512-bit vector).
-const HALF: usize = 16;
+pub(super) const HALF: usize = 16;
 /// Columns per chunk (a chunk is the 128 bytes of 16 columns of one group's 32 rows).
 const CHUNK: usize = 16;
 /// Bytes per chunk.
-const CHUNK_BYTES: usize = 128;
+pub(super) const CHUNK_BYTES: usize = 128;
 /// Most activation rows per tile of any table.
-const MAX_MR: usize = 8;
+pub(super) const MAX_MR: usize = 8;
 /// Activation bytes per pass of a worker over its weight groups (about half of a 1 MiB L2).
 const ACT_BLOCK_BYTES: usize = 512 << 10;
 /// Chunks ahead of the one being read that a tile prefetches (2 KiB).
-const PREFETCH_CHUNKS: usize = 16;
+pub(super) const PREFETCH_CHUNKS: usize = 16;
 /// Packed weight bytes above which a product is spread over the workers.
 const PAR_MIN_WEIGHT_BYTES: usize = 1 << 17;
 
 /// One chunk, so that the packed weights are cache-line aligned.
 #[derive(Clone, Copy)]
 #[repr(C, align(64))]
-struct Chunk([u8; CHUNK_BYTES]);
+pub(super) struct Chunk(pub(super) [u8; CHUNK_BYTES]);
 
 /// A ternary weight matrix `[n_rows, k]` (values -1, 0, +1), packed 2 bits per value in the
 /// kernel layout (see the module documentation). `Debug` shows the shape, not the values.
@@ -202,7 +206,7 @@ impl TernaryMatrix {
 }
 
 /// The bytes of row `r` (< 32) of a group within each chunk start here.
-fn row_offset(r: usize) -> usize {
+pub(super) fn row_offset(r: usize) -> usize {
     64 * (r / HALF) + 4 * (r % HALF)
 }
 
@@ -303,6 +307,13 @@ pub(crate) trait TSimd: Copy {
     /// Hints that the cache line at `p` will be read soon (any address; never faults).
     #[inline(always)]
     fn prefetch(self, _p: *const u8) {}
+    /// Whether [`TSimd::dot8`] multiplies the signed values `code − 128` (the int8 tile then
+    /// needs no correction) or the codes themselves (the tile then subtracts `128 · Σ x`).
+    const SIGNED8: bool;
+    /// `acc + Σ_{i<4} v(c.byte[4l+i]) · i8(y.byte[i])` per i32 lane `l`, exact, where `v` is
+    /// the 8-bit code (1..=255) or, when [`TSimd::SIGNED8`], `code − 128`; activation bytes in
+    /// -127..=127.
+    fn dot8(self, acc: Self::I, c: Self::I, y: i32) -> Self::I;
 }
 
 /// What a tile reads and writes (raw pointers: the driver checks every bound before).
@@ -403,26 +414,32 @@ pub(crate) unsafe fn tile<S: TSimd, const MR: usize, const P: usize>(s: S, a: &T
 /// A table's entry point: `(args, activation rows (1..=mr))`.
 pub(crate) type TKernel = unsafe fn(&TileArgs, usize);
 
-/// One instruction set's ternary tile.
+/// One instruction set's ternary tile and int8 tile (`super::int8`).
 pub(crate) struct TTable {
     pub(crate) isa: Isa,
-    /// Most activation rows per tile.
+    /// Most activation rows per ternary tile.
     pub(crate) mr: usize,
     pub(crate) kernel: TKernel,
+    /// Most activation rows per int8 tile.
+    pub(crate) mr8: usize,
+    pub(crate) kernel8: TKernel,
 }
 
 /// Defines the entry point `kernel` of one instruction set's tiles and its `TTABLE`: `$tok` is
 /// the [`TSimd`] token (with an `unsafe fn new_unchecked()`), `$attr` the `#[target_feature]`
 /// attribute (empty for the portable table), `tiles` the `(rows, partial sums)` of each tile
-/// height `1..=mr`, in order.
+/// height `1..=mr`, in order; `int8_tiles` the heights `1..=mr8` of the int8 tile.
 macro_rules! ternary_table {
     (
         isa: $isa:expr,
         token: $tok:ty,
         attr: [$($attr:tt)*],
         mr: $mr:literal,
-        tiles: [$(($m:literal, $p:literal))+] $(,)?
+        tiles: [$(($m:literal, $p:literal))+],
+        mr8: $mr8:literal,
+        int8_tiles: [$($m8:literal)+] $(,)?
     ) => {
+        use $crate::backend::cpu::int8::tile8;
         use $crate::backend::cpu::ternary::{tile, TTable, TileArgs};
 
         $($attr)*
@@ -438,11 +455,25 @@ macro_rules! ternary_table {
             }
         }
 
-        /// This instruction set's ternary tile (handed out only after detection).
+        $($attr)*
+        unsafe fn kernel8(a: &TileArgs, mr: usize) {
+            // SAFETY: as `kernel`.
+            unsafe {
+                let s = <$tok>::new_unchecked();
+                match mr {
+                    $($m8 => tile8::<$tok, $m8>(s, a),)+
+                    _ => unreachable!("tile rows out of range"),
+                }
+            }
+        }
+
+        /// This instruction set's ternary and int8 tiles (handed out only after detection).
         pub(in $crate::backend::cpu) static TTABLE: TTable = TTable {
             isa: $isa,
             mr: $mr,
             kernel,
+            mr8: $mr8,
+            kernel8,
         };
     };
 }
@@ -498,6 +529,17 @@ impl TSimd for Portable16 {
         // SAFETY: 16 writable i32 at p (caller).
         unsafe { (p as *mut [i32; 16]).write_unaligned(v.map(|x| x as i32)) }
     }
+    const SIGNED8: bool = true;
+    #[inline(always)]
+    fn dot8(self, acc: [u32; 16], c: [u32; 16], y: i32) -> [u32; 16] {
+        let y = y.to_ne_bytes().map(|b| b as i8 as i32);
+        std::array::from_fn(|l| {
+            let s: i32 = (0..4)
+                .map(|i| (((c[l] >> (8 * i)) & 0xFF) as i32 - 128) * y[i])
+                .sum();
+            acc[l].wrapping_add(s as u32)
+        })
+    }
 }
 
 mod portable_table {
@@ -515,6 +557,8 @@ mod portable_table {
         attr: [],
         mr: 4,
         tiles: [(1, 2) (2, 1) (3, 1) (4, 1)],
+        mr8: 4,
+        int8_tiles: [1 2 3 4],
     );
 }
 
@@ -563,20 +607,56 @@ impl OutPtr {
     }
 }
 
+/// A matrix of chunks as the driver sees it: `n × k` values, groups of 32 rows of `nch`
+/// chunks, `cols` columns per chunk.
+#[derive(Clone, Copy)]
+pub(super) struct ChunkView<'a> {
+    pub(super) n: usize,
+    pub(super) k: usize,
+    pub(super) nch: usize,
+    pub(super) cols: usize,
+    pub(super) data: &'a [Chunk],
+}
+
 /// The driver of [`TernaryMatrix::matmul_i8`] with the tiles of `tab`.
 fn matmul(tab: &TTable, w: &TernaryMatrix, x: &[i8], m: usize, sums: &mut [i32], ldy: usize) {
+    let view = ChunkView {
+        n: w.n,
+        k: w.k,
+        nch: w.nch,
+        cols: CHUNK,
+        data: &w.data,
+    };
+    matmul_chunks(tab.kernel, tab.mr, view, 1, x, m, sums, ldy, "TernaryMatrix::matmul_i8");
+}
+
+/// The driver of the chunked products: `sums[r·ldy + o]` from the tiles `kernel` (at most
+/// `mr` activation rows each) over `w`, each tile given `xsum_mul · Σ x` per activation row.
+/// `op` names the caller in the panic on bad lengths (a caller bug).
+#[allow(clippy::too_many_arguments)] // the product's operands, as the tiles take them
+pub(super) fn matmul_chunks(
+    kernel: TKernel,
+    mr: usize,
+    w: ChunkView<'_>,
+    xsum_mul: i32,
+    x: &[i8],
+    m: usize,
+    sums: &mut [i32],
+    ldy: usize,
+    op: &str,
+) {
     let (n, k, nch) = (w.n, w.k, w.nch);
     assert!(
         x.len() == m * k && ldy >= n && (m == 0 || sums.len() >= (m - 1) * ldy + n),
-        "TernaryMatrix::matmul_i8: x is {} (want {m}·{k}), sums is {} with ldy {ldy} (n = {n})",
+        "{op}: x is {} (want {m}·{k}), sums is {} with ldy {ldy} (n = {n})",
         x.len(),
         sums.len(),
     );
     if m == 0 {
         return;
     }
-    let kp = nch * CHUNK;
-    // Rows padded with zeros to whole chunks (a copy only when k is not a multiple of 16).
+    let kp = nch * w.cols;
+    // Rows padded with zeros to whole chunks (a copy only when k is not a multiple of `cols`).
     let padded;
     let xs: &[i8] = if kp == k {
         x
@@ -590,18 +670,18 @@ fn matmul(tab: &TTable, w: &TernaryMatrix, x: &[i8], m: usize, sums: &mut [i32],
     };
     let xsum: Vec<i32> = x
         .chunks_exact(k)
-        .map(|r| r.iter().map(|&v| v as i32).sum())
+        .map(|r| xsum_mul * r.iter().map(|&v| v as i32).sum::<i32>())
         .collect();
     let groups = n.div_ceil(GROUP);
+    let packed_bytes = w.data.len() * CHUNK_BYTES;
     let nthreads =
-        if 2 * m * n * k >= threads::PAR_MIN_FLOPS || w.packed_bytes() >= PAR_MIN_WEIGHT_BYTES {
+        if 2 * m * n * k >= threads::PAR_MIN_FLOPS || packed_bytes >= PAR_MIN_WEIGHT_BYTES {
             threads::count()
         } else {
             1
         };
-    let mr = tab.mr;
-    assert!(mr <= MAX_MR, "ternary tile taller than the output buffer");
-    let wdata: &[Chunk] = &w.data;
+    assert!(mr <= MAX_MR, "tile taller than the output buffer");
+    let wdata: &[Chunk] = w.data;
     let out = OutPtr(sums.as_mut_ptr());
     // One tile: group `g` times activation rows `r0..r0 + rows`.
     let run_tile = |g: usize, r0: usize, rows: usize| {
@@ -619,8 +699,8 @@ fn matmul(tab: &TTable, w: &TernaryMatrix, x: &[i8], m: usize, sums: &mut [i32],
         debug_assert!(rows <= mr && r0 + rows <= m);
         // SAFETY: group g < groups has `nch` chunks; `rows` activation rows of `kp` bytes and
         // their sums from r0 (r0 + rows ≤ m); `buf` has MAX_MR ≥ rows rows of 32. The table
-        // was handed out by `table`/`table_for` after detection.
-        unsafe { (tab.kernel)(&args, rows) };
+        // kernel comes from a table handed out by `table`/`table_for` after detection.
+        unsafe { kernel(&args, rows) };
         for r in 0..rows {
             let src = &buf[GROUP * r..][..cols];
             // SAFETY: row r0 + r < m, columns 32·g..32·g + cols ≤ n ≤ ldy: inside `sums`

@@ -11,6 +11,11 @@
 //! saturation) and then widened with `vpmaddwd` by ones.
 //!
 //! Tile heights: 8 activation rows for AVX-512 (16 accumulators of the 32), 4 for AVX2.
+//!
+//! The int8 tile (`cpu::int8`, 8-bit codes `value + 128`): `vpdpbusd` on the codes, the tile
+//! subtracting `128 · Σ x` at the end; on AVX2 the codes become signed values again and their
+//! signs move onto the activations (`vpsignb`), so `vpmaddubsw` multiplies magnitudes ≤ 127
+//! without saturating.
 
 use core::arch::x86_64::*;
 
@@ -99,6 +104,13 @@ pub(in crate::backend::cpu) mod avx512 {
             // SAFETY: a prefetch never faults, whatever the address.
             unsafe { _mm_prefetch::<_MM_HINT_T0>(p as *const i8) }
         }
+        const SIGNED8: bool = false;
+        #[inline(always)]
+        fn dot8(self, acc: __m512i, c: __m512i, y: i32) -> __m512i {
+            // SAFETY: token. `vpdpbusd` adds the four u8 · i8 products into each lane without
+            // saturating.
+            unsafe { _mm512_dpbusd_epi32(acc, c, _mm512_set1_epi32(y)) }
+        }
     }
 
     crate::backend::cpu::ternary::ternary_table!(
@@ -107,6 +119,8 @@ pub(in crate::backend::cpu) mod avx512 {
         attr: [#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]],
         mr: 8,
         tiles: [(1, 4) (2, 2) (3, 1) (4, 1) (5, 1) (6, 1) (7, 1) (8, 1)],
+        mr8: 8,
+        int8_tiles: [1 2 3 4 5 6 7 8],
     );
 }
 
@@ -191,6 +205,20 @@ pub(in crate::backend::cpu) mod avx2 {
             // SAFETY: a prefetch never faults, whatever the address.
             unsafe { _mm_prefetch::<_MM_HINT_T0>(p as *const i8) }
         }
+        const SIGNED8: bool = true;
+        #[inline(always)]
+        fn dot8(self, acc: __m256i, c: __m256i, y: i32) -> __m256i {
+            // SAFETY: token. The value `code − 128` (flipping the top bit) is in -127..=127, so
+            // its magnitude fits u8 and moving its sign onto the activation (|y| ≤ 127) keeps
+            // each product; a pair of them is at most 2 · 127 · 127 = 32258, below the i16
+            // saturation of `vpmaddubsw`.
+            unsafe {
+                let v = _mm256_xor_si256(c, _mm256_set1_epi8(i8::MIN));
+                let y = _mm256_sign_epi8(_mm256_set1_epi32(y), v);
+                let pairs = _mm256_maddubs_epi16(_mm256_abs_epi8(v), y);
+                _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)))
+            }
+        }
     }
 
     crate::backend::cpu::ternary::ternary_table!(
@@ -199,5 +227,7 @@ pub(in crate::backend::cpu) mod avx2 {
         attr: [#[target_feature(enable = "avx2")]],
         mr: 4,
         tiles: [(1, 2) (2, 1) (3, 1) (4, 1)],
+        mr8: 4,
+        int8_tiles: [1 2 3 4],
     );
 }
