@@ -12,6 +12,10 @@ csv (sentence1, sentence2, score; sentence1 then sentence2 of each row, first oc
 that order, in batches of --batch. Tokenization uses the model's HF tokenizer like
 sentence-transformers: truncation to max_seq_length, padding to the longest text of each batch.
 
+--accuracy times nothing: it embeds every sentence with the session (e.g. --int8) and with the f32
+export and prints one JSON line with the max / mean 1 - cos between them and the STS-B Spearman
+(x 100) of both on the csv's pairs.
+
 Timed (throughput): session.run + mean pooling + L2 normalization in numpy, per batch, all batches;
 repeated --runs times after one warm-up pass. Tokenization is done once up front and is EXCLUDED
 from sentences/s and tokens/s; its own time is reported as tokenize_s. Latency: batch 1 over the
@@ -71,6 +75,9 @@ def main():
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--latency-n", type=int, default=200, help="sentences for the batch-1 latency")
     ap.add_argument("--int8", action="store_true", help="ONNX Runtime's dynamic int8 quantization")
+    ap.add_argument("--accuracy", action="store_true",
+                    help="no timing: the session's embeddings of every sentence against the f32 "
+                         "export's (1 - cos) and the STS-B Spearman (x 100) of both")
     args = ap.parse_args()
 
     import onnxruntime as ort
@@ -116,6 +123,36 @@ def main():
         print(f"check: ORT vs sentence-transformers reference ({len(ref['texts'])} texts) max |diff| = {check:.3g}")
 
     sentences = read_sentences(args.data)
+    if args.accuracy:
+        f32_sess = ort.InferenceSession(str(ONNX_DIR / f"{args.model}.onnx"), so,
+                                        providers=["CPUExecutionProvider"])
+        vecs = {}
+        for name, s_ in (("f32", f32_sess), ("session", sess)):
+            vecs[name] = np.concatenate([embed(s_, *encode(sentences[i : i + args.batch]))
+                                         for i in range(0, len(sentences), args.batch)])
+        gap = 1.0 - (vecs["f32"].astype(np.float64) * vecs["session"]).sum(1)
+        index = {t: i for i, t in enumerate(sentences)}
+        rows = [r for r in csv.reader(open(args.data, newline="", encoding="utf-8"))]
+        pairs = []
+        for r in rows:
+            try:
+                pairs.append((index[r[0]], index[r[1]], float(r[2])))
+            except (ValueError, KeyError):
+                continue
+
+        def spearman(v):
+            from scipy.stats import spearmanr
+
+            cos = [float(v[a] @ v[b]) for a, b, _ in pairs]
+            return 100.0 * spearmanr(cos, [g for _, _, g in pairs]).statistic
+
+        print(json.dumps({
+            "engine": "onnxruntime", "weights": "int8 (quantize_dynamic)" if args.int8 else "f32",
+            "model": args.model, "sentences": len(sentences), "pairs": len(pairs),
+            "max_1_minus_cos": float(gap.max()), "mean_1_minus_cos": float(gap.mean()),
+            "spearman": spearman(vecs["session"]), "spearman_f32": spearman(vecs["f32"]),
+        }))
+        return
     t0 = time.perf_counter()
     batches = [encode(sentences[i : i + args.batch]) for i in range(0, len(sentences), args.batch)]
     tokenize_s = time.perf_counter() - t0

@@ -16,7 +16,11 @@
 //! cargo bench -p lattice-inference --bench ternary -- --threads 1 --isa avx2
 //! cargo bench -p lattice-inference --bench ternary -- --m 128   # another prompt size
 //! cargo bench -p lattice-inference --bench ternary -- --decode   # only m = 1 (or --prompt)
+//! cargo bench -p lattice-inference --bench ternary -- --int8 --prompt --m 512
 //! ```
+//!
+//! `--int8` runs `Int8Matrix::matmul_i8` (the encoders' `--q8` products) at the
+//! all-MiniLM-L6-v2 shapes instead (k 384 → n 1152, 384, 1536 and k 1536 → n 384).
 
 use std::hint::black_box;
 use std::time::Duration;
@@ -25,7 +29,7 @@ mod common;
 use common::{cpu_model, rates, time_runs};
 
 use lattice_inference::backend::cpu::ternary;
-use lattice_inference::backend::cpu::{Isa, TernaryMatrix};
+use lattice_inference::backend::cpu::{Int8Matrix, Isa, TernaryMatrix};
 use rayon::prelude::*;
 
 /// The BitNet-b1.58-2B4T projections: (name, k, n).
@@ -36,6 +40,50 @@ const SHAPES: [(&str, usize, usize); 4] = [
     ("down 6912→2560", 6912, 2560),
 ];
 
+/// The all-MiniLM-L6-v2 projections (`--int8`): (name, k, n).
+const INT8_SHAPES: [(&str, usize, usize); 4] = [
+    ("qkv 384→1152", 384, 1152),
+    ("out 384→384", 384, 384),
+    ("up 384→1536", 384, 1536),
+    ("down 1536→384", 1536, 384),
+];
+
+/// The matrix under test: ternary or int8.
+#[derive(Clone)]
+enum Matrix {
+    Ternary(TernaryMatrix),
+    Int8(Int8Matrix),
+}
+
+impl Matrix {
+    fn new(int8: bool, n: usize, k: usize) -> Self {
+        if int8 {
+            let v: Vec<i8> = values(n * k, 7, false)
+                .iter()
+                .map(|&v| v.max(-127))
+                .collect();
+            Matrix::Int8(Int8Matrix::from_values(n, k, &v).expect("matrix"))
+        } else {
+            Matrix::Ternary(
+                TernaryMatrix::from_values(n, k, &values(n * k, 7, true)).expect("matrix"),
+            )
+        }
+    }
+    fn packed_bytes(&self) -> usize {
+        match self {
+            Matrix::Ternary(w) => w.packed_bytes(),
+            Matrix::Int8(w) => w.packed_bytes(),
+        }
+    }
+    fn run(&self, isa: Isa, x: &[i8], m: usize, y: &mut [i32], ldy: usize) {
+        match self {
+            Matrix::Ternary(w) => w.matmul_i8_with(isa, x, m, y, ldy),
+            Matrix::Int8(w) => w.matmul_i8_with(isa, x, m, y, ldy),
+        }
+        .expect("isa supported")
+    }
+}
+
 struct Args {
     isa: Option<Isa>,
     threads: Option<usize>,
@@ -44,6 +92,8 @@ struct Args {
     decode_only: bool,
     /// Skip the memory and matrix-vector runs.
     prompt_only: bool,
+    /// Int8 matrices at the MiniLM shapes instead of ternary ones.
+    int8: bool,
 }
 
 fn parse_args() -> Args {
@@ -53,6 +103,7 @@ fn parse_args() -> Args {
         m: 64,
         decode_only: false,
         prompt_only: false,
+        int8: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(s) = it.next() {
@@ -66,6 +117,7 @@ fn parse_args() -> Args {
             "--m" => a.m = it.next().and_then(|t| t.parse().ok()).unwrap_or(64),
             "--decode" => a.decode_only = true,
             "--prompt" => a.prompt_only = true,
+            "--int8" => a.int8 = true,
             _ => {}
         }
     }
@@ -118,8 +170,9 @@ fn bench(args: &Args, threads: usize, isas: &[Isa]) {
         "m=1 cached GB/s",
         format!("m={m} GOP/s")
     );
-    for &(name, k, n) in &SHAPES {
-        let w = TernaryMatrix::from_values(n, k, &values(n * k, 7, true)).expect("matrix");
+    let shapes = if args.int8 { &INT8_SHAPES } else { &SHAPES };
+    for &(name, k, n) in shapes {
+        let w = Matrix::new(args.int8, n, k);
         let one = w.packed_bytes();
         // A stack of copies of about 128 MB (4× the L3 of this machine) for the DRAM figure.
         let copies = if args.prompt_only {
@@ -127,15 +180,17 @@ fn bench(args: &Args, threads: usize, isas: &[Isa]) {
         } else {
             ((128 << 20) / one).max(2)
         };
-        let stack: Vec<TernaryMatrix> = (0..copies).map(|_| w.clone()).collect();
-        let x1 = values(k, 3, false);
-        let xm = values(m * k, 5, false);
+        let stack: Vec<Matrix> = (0..copies).map(|_| w.clone()).collect();
+        // (-127..=127: the int8 kernels' range.)
+        let x1: Vec<i8> = values(k, 3, false).iter().map(|&v| v.max(-127)).collect();
+        let xm: Vec<i8> = values(m * k, 5, false)
+            .iter()
+            .map(|&v| v.max(-127))
+            .collect();
         let mut y1 = vec![0i32; n];
         let mut ym = vec![0i32; m * n];
         for &isa in isas {
-            let run = |w: &TernaryMatrix, x: &[i8], rows: usize, y: &mut [i32]| {
-                w.matmul_i8_with(isa, x, rows, y, n).expect("isa supported")
-            };
+            let run = |w: &Matrix, x: &[i8], rows: usize, y: &mut [i32]| w.run(isa, x, rows, y, n);
             let budget = Duration::from_millis(if isa == Isa::Scalar { 300 } else { 1000 });
             let mut line = format!("{:<7} {:<15}", isa.name(), name);
             if args.prompt_only {
@@ -190,7 +245,8 @@ fn main() {
         isas.iter().map(|i| i.name()).collect::<Vec<_>>()
     );
     println!(
-        "(weights: packed 2-bit bytes; in parentheses: rates per on-CPU second of each thread)"
+        "(weights: packed {} bytes; in parentheses: rates per on-CPU second of each thread)",
+        if args.int8 { "int8" } else { "2-bit" }
     );
     for threads in [1, 2] {
         if args.threads.is_some_and(|t| t != threads) {

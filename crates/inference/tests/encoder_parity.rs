@@ -161,8 +161,7 @@ fn pooled(
 
 /// `--bf16` / `--q8` encoders: each text's embedding within `1 - cos` of the reference
 /// (transformers f32) by the mode's stated bound, and not bit-equal to the f32 run (the mode
-/// took effect; widths that are not whole Q8_0 blocks stay f32, so the tiny fixtures' 32-wide
-/// layers are quantized).
+/// took effect). `--q8` is held as `WeightMode::Int8` on the CPU (int8 rows, any width).
 fn check_reduced(dir: &std::path::Path, reference: &serde_json::Value, bounds: [f64; 2]) {
     use lattice_inference::backend::Device;
     use lattice_inference::model::load_encoder_with;
@@ -210,8 +209,9 @@ fn tiny_encoders_in_bf16_and_q8_stay_close_to_transformers() {
     }
 }
 
-/// The bounds docs/benchmarks.md states for all-MiniLM-L6-v2 (over STS-B dev: bf16 max 4.4e-5,
-/// Q8_0 max 1.5e-3).
+/// The bounds docs/benchmarks.md states for all-MiniLM-L6-v2 (over STS-B dev: bf16 max 4.4e-5;
+/// `--q8`, int8 weights and activations per row, max 1.5e-2, where ONNX Runtime's own int8
+/// export reaches 2.7e-2).
 #[test]
 fn real_minilm_in_bf16_and_q8_stays_close_to_sentence_transformers() {
     let name = "all-MiniLM-L6-v2";
@@ -220,7 +220,7 @@ fn real_minilm_in_bf16_and_q8_stays_close_to_sentence_transformers() {
             .join("../embed/tests/fixtures/real")
             .join(format!("{name}.json")),
     );
-    check_reduced(&real_model(name), &r, [1e-4, 3e-3]);
+    check_reduced(&real_model(name), &r, [1e-4, 2e-2]);
 }
 
 #[test]

@@ -101,8 +101,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         .flat_map(|p| [p.a.as_str(), p.b.as_str()])
         .filter(|s| seen.insert(*s))
         .collect();
+    let device = lattice_inference::backend::Device::open(&args.device)?;
+    let weights = args.precision.held_as(&device);
     let options = lattice_embed::EmbedderOptions {
-        device: lattice_inference::backend::Device::open(&args.device)?,
+        device,
         mode: args.precision.mode(),
         ..Default::default()
     };
@@ -164,7 +166,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let report = serde_json::json!({
         "engine": "lattice",
         "device": args.device,
-        "weights": args.precision.mode().name(),
+        "weights": weights,
         "cpu": super::cpu_name(),
         "isa": lattice_inference::backend::cpu::isa(),
         "bf16_isa": lattice_inference::backend::cpu::bf16::linear_products(),

@@ -131,7 +131,7 @@ fn sts(args: StsArgs) -> anyhow::Result<()> {
     let mut report = serde_json::json!({
         "task": "sts",
         "pairs": pairs.len(),
-        "weights": mode.name(),
+        "weights": args.precision.held_as(&lattice_inference::backend::Device::Cpu),
         "spearman": (rho * 1e4).round() / 1e4,
     });
     if !drift.is_empty() {

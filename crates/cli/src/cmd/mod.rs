@@ -44,9 +44,9 @@ pub struct EncoderMode {
     /// to f32: docs/benchmarks.md states the cost).
     #[arg(long, conflicts_with = "q8")]
     pub bf16: bool,
-    /// Quantize the encoder's matrices to Q8_0 at load and multiply with activations quantized
-    /// per block of 32 (integer products, a quarter of the weight memory; not bit-equal to
-    /// f32: docs/benchmarks.md states the cost).
+    /// Quantize the encoder's matrices to int8 per output row at load and multiply with
+    /// activations quantized to int8 per row (exact integer products, a quarter of the weight
+    /// memory; Q8_0 blocks on a GPU; not bit-equal to f32: docs/benchmarks.md states the cost).
     #[arg(long)]
     pub q8: bool,
 }
@@ -62,6 +62,12 @@ impl EncoderMode {
         } else {
             WeightMode::F32
         }
+    }
+
+    /// The name of how the matrices are held on `device` (`--q8` is int8 rows on the CPU).
+    pub fn held_as(self, device: &lattice_inference::backend::Device) -> &'static str {
+        let place = lattice_inference::model::source::Placement::new(self.mode(), device.clone());
+        place.for_encoder().mode.name()
     }
 }
 

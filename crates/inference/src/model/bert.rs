@@ -282,8 +282,9 @@ impl BertForSequenceClassification {
     }
 
     /// [`Self::load_dir`] with the encoder layers' matrices held as `place` says (CPU only;
-    /// the pooler and classifier stay f32).
+    /// the pooler and classifier stay f32; `--q8` as [`Placement::for_encoder`] says).
     pub fn load_dir_with(dir: &Path, place: &Placement) -> Result<Self> {
+        let place = &place.for_encoder();
         if !place.device.is_cpu() {
             return Err(Error::Device(format!(
                 "cross-encoders do not run on {} yet; use the CPU",

@@ -329,12 +329,14 @@ pub fn load_encoder_on(dir: &Path, device: &crate::backend::Device) -> Result<Bo
 
 /// [`load_encoder`] with the layers' matrices held and placed as `place` says:
 /// [`WeightMode::F32`] (the exact default), [`WeightMode::Bf16`] (weights rounded to bf16,
-/// products over bf16-rounded activations with f32 sums) or [`WeightMode::Q8`] (Q8_0 weights,
-/// activations quantized per block of 32 as for GGUF models). [`WeightMode::Quantized`] keeps
+/// products over bf16-rounded activations with f32 sums) or [`WeightMode::Q8`] (on the CPU
+/// held as [`WeightMode::Int8`]: weights and activations quantized to int8 per row, exact
+/// integer sums; on a GPU Q8_0 weights). [`WeightMode::Quantized`] keeps
 /// exactly-bf16 checkpoints in 16 bits with f32 results. BERT-family encoders run on a GPU too;
 /// the others on the CPU only, and are refused elsewhere, naming the device.
 pub fn load_encoder_with(dir: &Path, place: &Placement) -> Result<Box<dyn Encoder>> {
     let device = &place.device;
+    let place = &place.for_encoder();
     let (probe, path): (ModelTypeOnly, _) = read_config(dir)?;
     let model_type = probe.model_type.ok_or_else(|| Error::InvalidConfig {
         path: path.clone(),

@@ -38,6 +38,10 @@ pub enum WeightMode {
     /// bf16-rounded activations, f32 sums: half the bytes of f32, twice the product rate on
     /// CPUs with AVX512-BF16. Safetensors only (GGUF files keep their own types).
     Bf16,
+    /// Matrices quantized to int8 per output row at load, multiplying input rows quantized
+    /// to int8 per row (exact integer sums): the encoders' `--q8` on the CPU (ONNX Runtime's
+    /// dynamic quantization, per channel). Safetensors only.
+    Int8,
 }
 
 impl WeightMode {
@@ -48,6 +52,7 @@ impl WeightMode {
             WeightMode::Quantized => "as stored",
             WeightMode::Q8 => "q8_0",
             WeightMode::Bf16 => "bf16",
+            WeightMode::Int8 => "int8",
         }
     }
 }
@@ -74,6 +79,17 @@ impl Placement {
             lora: None,
             probe: None,
         }
+    }
+
+    /// This placement for an encoder: `--q8` ([`WeightMode::Q8`]) on the CPU becomes
+    /// [`WeightMode::Int8`] (int8 rows on both sides of each product, as ONNX Runtime
+    /// quantizes encoders); anything else as it is.
+    pub fn for_encoder(&self) -> Placement {
+        let mut p = self.clone();
+        if p.mode == WeightMode::Q8 && p.device.is_cpu() {
+            p.mode = WeightMode::Int8;
+        }
+        p
     }
 
     /// Refuses quantized blocks on a device that cannot multiply with them.
@@ -103,7 +119,8 @@ impl From<&Placement> for Placement {
 }
 
 /// A layer over the f32 rows `w` [out_dim, in_dim] held as `place` says: quantized to Q8_0
-/// ([`WeightMode::Q8`], when `in_dim` is whole Q8_0 blocks), rounded to bf16
+/// ([`WeightMode::Q8`], when `in_dim` is whole Q8_0 blocks), to int8 per row
+/// ([`WeightMode::Int8`], CPU only), rounded to bf16
 /// ([`WeightMode::Bf16`]), kept in 16 bits when every value is exactly bf16
 /// ([`WeightMode::Quantized`] on the CPU), else f32. `what` names the layer in errors.
 pub(crate) fn dense_linear(
@@ -127,6 +144,14 @@ pub(crate) fn dense_linear(
             }
             let q = QuantMatrix::new(QuantType::Q8_0, out_dim, in_dim, &bytes)?;
             Linear::from_quant_on(dev, vec![q], bias)
+        }
+        _ if place.mode == WeightMode::Int8 => {
+            if !dev.is_cpu() {
+                return Err(Error::Device(format!(
+                    "{what}: int8 matrices run on the CPU only (not on {dev})"
+                )));
+            }
+            Linear::from_int8(w, out_dim, in_dim, bias, what)
         }
         _ if place.mode == WeightMode::Bf16 => Linear::from_bf16_on(dev, w, out_dim, in_dim, bias),
         _ if place.mode == WeightMode::Quantized && dev.is_cpu() => {
@@ -248,8 +273,8 @@ impl EmbeddingTable {
         }
     }
 
-    /// The table as an output head (`logits = h · Eᵀ`); f32 tables are quantized to Q8_0
-    /// when `mode` is [`WeightMode::Q8`], rounded to bf16 when it is [`WeightMode::Bf16`].
+    /// The table as an output head (`logits = h · Eᵀ`); f32 tables held as [`dense_linear`]
+    /// holds a layer's matrix (Q8_0 for [`WeightMode::Q8`], bf16 for [`WeightMode::Bf16`], …).
     pub fn to_linear(&self, place: impl Into<Placement>) -> Result<Linear> {
         let place = place.into();
         let (mode, dev) = (place.mode, &place.device);
@@ -259,24 +284,7 @@ impl EmbeddingTable {
         match self {
             EmbeddingTable::F32(w, _) => {
                 let (rows, cols) = (w.shape()[0], w.shape()[1]);
-                match QuantType::Q8_0.row_bytes(cols) {
-                    Some(rb) if mode == WeightMode::Q8 => {
-                        let mut bytes = vec![0u8; rows * rb];
-                        let src = w.as_slice().chunks_exact(cols);
-                        for (s, d) in src.zip(bytes.chunks_exact_mut(rb)) {
-                            quantize_row(QuantType::Q8_0, s, d)?;
-                        }
-                        let q = QuantMatrix::new(QuantType::Q8_0, rows, cols, &bytes)?;
-                        Linear::from_quant_on(dev, vec![q], None)
-                    }
-                    _ if mode == WeightMode::Bf16 => {
-                        Linear::from_bf16_on(dev, w.as_slice(), rows, cols, None)
-                    }
-                    _ if mode == WeightMode::Quantized && dev.is_cpu() => {
-                        Linear::from_f32_compact(w.as_slice(), rows, cols, None)
-                    }
-                    _ => Linear::from_f32_on(dev, w.as_slice(), rows, cols, None),
-                }
+                dense_linear(&place, w.as_slice(), rows, cols, None, "the output head")
             }
             EmbeddingTable::Quant(q, _) => Linear::from_quant_on(dev, vec![q.clone()], None),
         }
@@ -588,7 +596,10 @@ impl TensorSource {
                     .map(|(qt, rows, data)| QuantMatrix::new(qt, rows, in_dim, &data))
                     .collect::<Result<Vec<_>>>()?;
                 match mode {
-                    WeightMode::Quantized | WeightMode::Q8 | WeightMode::Bf16 => {
+                    WeightMode::Quantized
+                    | WeightMode::Q8
+                    | WeightMode::Bf16
+                    | WeightMode::Int8 => {
                         if merge {
                             return Err(Error::InvalidInput(format!(
                                 "{}: a LoRA adapter merges into f32 weights only; load the GGUF \

@@ -11,7 +11,9 @@
 //! path's results bit for bit at half the bytes.
 //! Ternary weights ([`cpu::TernaryMatrix`], BitNet b1.58) multiply int8 activations quantized
 //! per row as transformers' `BitLinear` does (absmax to ±127), with exact integer sums scaled
-//! back by the row's and the matrix's scales.
+//! back by the row's and the matrix's scales. int8 weights ([`cpu::Int8Matrix`], the
+//! encoders' `--q8`) are quantized per output row and multiply input rows quantized the same
+//! way, exact integer sums scaled by both rows' steps.
 //! On a GPU the weight is a device matrix (f32 or bf16, row-major; bf16 multiplies the f32
 //! activations, see backend/cuda) multiplied by the device's kernels or cuBLAS; the tensor
 //! methods ([`Linear::apply`] and friends) run wherever the input lives.
@@ -42,6 +44,9 @@ enum LinearWeight {
     /// Ternary (BitNet) matrices stacked along the output dimension, each with its scale;
     /// the input rows are quantized to int8 per row first (see [`Linear::from_ternary`]).
     Ternary(Vec<(cpu::TernaryMatrix, TernaryScale)>),
+    /// int8 values with each output row's step (value · step ≈ weight); the input rows are
+    /// quantized to int8 per row first (see [`Linear::from_int8`]).
+    Int8(cpu::Int8Matrix, Vec<f32>),
     /// On a GPU (f32 or bf16, row-major).
     #[cfg(feature = "cuda")]
     Cuda(crate::backend::cuda::MatrixData),
@@ -329,6 +334,28 @@ impl Linear {
         ))
     }
 
+    /// A layer over the f32 rows `w` [out_dim, in_dim] quantized to int8 per output row
+    /// ([`cpu::Int8Matrix::quantize_rows`]); every input row is quantized the same way (its
+    /// largest magnitude to ±127) before the product, and the exact integer sums are scaled by
+    /// both rows' steps. CPU only. Fails on a weight that is not finite, naming `what`.
+    pub fn from_int8(
+        w: &[f32],
+        out_dim: usize,
+        in_dim: usize,
+        bias: Option<Vec<f32>>,
+        what: &str,
+    ) -> Result<Self> {
+        check_parts(w.len(), out_dim * in_dim, bias.as_deref(), out_dim)?;
+        let (q, steps) = cpu::Int8Matrix::quantize_rows(w, out_dim, in_dim)
+            .map_err(|e| Error::InvalidInput(format!("{what}: {e}")))?;
+        Ok(Self::with_weight(
+            LinearWeight::Int8(q, steps),
+            bias,
+            in_dim,
+            out_dim,
+        ))
+    }
+
     /// [`Linear::from_quant`] with the matrices placed on `device`: on a GPU, float tensors
     /// (F32, F16 as f32; BF16 as bf16) or quantized blocks of any supported type (parts of
     /// different block types side by side); a mix of float and quantized parts is refused.
@@ -409,6 +436,7 @@ impl Linear {
             LinearWeight::Bf16(_) | LinearWeight::Widened(_) => self.in_dim * self.out_dim * 2,
             LinearWeight::Quant(parts) => parts.iter().map(QuantMatrix::gguf_bytes).sum(),
             LinearWeight::Ternary(parts) => parts.iter().map(|(m, _)| m.packed_bytes()).sum(),
+            LinearWeight::Int8(q, _) => q.packed_bytes(),
             #[cfg(feature = "cuda")]
             LinearWeight::Cuda(crate::backend::cuda::MatrixData::F32(_)) => {
                 self.in_dim * self.out_dim * 4
@@ -554,6 +582,7 @@ impl Linear {
                 self.run_ternary(parts, x, m, y, accumulate);
                 self.epilogue(y, gelu);
             }
+            LinearWeight::Int8(q, steps) => self.run_int8(q, steps, x, m, y, accumulate, gelu),
             LinearWeight::Bf16(w) => {
                 gemm_bt_bf16(
                     m,
@@ -584,10 +613,7 @@ impl Linear {
         accumulate: bool,
     ) {
         let (k, n_out) = (self.in_dim, self.out_dim);
-        with_ternary_scratch(|q, sums| {
-            // Every entry of both is written before it is read: resizing keeps old values.
-            q.resize(m * k, 0);
-            sums.resize(m * n_out, 0);
+        with_i8_scratch(m * k, m * n_out, |q, sums| {
             let x_scales = cpu::ternary::quantize_rows_absmax(x, m, k, q);
             let mut col = 0;
             for (w, _) in parts {
@@ -613,6 +639,33 @@ impl Linear {
                     col += w.n_rows();
                 }
             }
+        });
+    }
+
+    /// The int8 product: `y[r, o] (+)= Σ_c q[r, c] · w[o, c] · step_x[r] · step_w[o] + b[o]`,
+    /// then the GELU if asked (both fused into the product's tiles).
+    #[allow(clippy::too_many_arguments)] // the product's operands and its epilogue flags
+    fn run_int8(
+        &self,
+        w: &cpu::Int8Matrix,
+        w_steps: &[f32],
+        x: &[f32],
+        m: usize,
+        y: &mut [f32],
+        accumulate: bool,
+        gelu: bool,
+    ) {
+        with_i8_scratch(m * self.in_dim, 0, |q, _| {
+            let scales = cpu::ternary::quantize_rows_absmax(x, m, self.in_dim, q);
+            let x_steps: Vec<f32> = scales.iter().map(|s| s.recip()).collect();
+            let deq = cpu::int8::Dequant {
+                x_steps: &x_steps,
+                w_steps,
+                bias: self.bias.as_deref(),
+                accumulate,
+                gelu,
+            };
+            w.matmul_dequant(q, m, &deq, y, self.out_dim);
         });
     }
 
@@ -806,21 +859,36 @@ impl Linear {
 }
 
 thread_local! {
-    /// Per-thread buffers of the ternary products (int8 activations, i32 sums), kept between
-    /// calls so a prompt's products do not map and clear fresh pages each time.
-    static TERNARY_SCRATCH: std::cell::RefCell<(Vec<i8>, Vec<i32>)> =
+    /// Per-thread buffers of the ternary and int8 products (int8 activations, i32 sums), kept
+    /// between calls so a prompt's products do not map and clear fresh pages each time.
+    static I8_SCRATCH: std::cell::RefCell<(Vec<i8>, Vec<i32>)> =
         const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
 }
 
-/// Runs `f` with this thread's ternary scratch buffers (fresh ones when a product on this
-/// thread is already using them, e.g. a task the pool ran while the first one waited).
-fn with_ternary_scratch<R>(f: impl FnOnce(&mut Vec<i8>, &mut Vec<i32>) -> R) -> R {
-    TERNARY_SCRATCH.with(|cell| match cell.try_borrow_mut() {
+/// Runs `f` with this thread's int8 scratch buffers cut to `q_len` activations and `sums_len`
+/// sums (fresh ones when a product on this thread is already using them, e.g. a task the pool
+/// ran while the first one waited). Their contents are stale: `f` writes before it reads.
+fn with_i8_scratch<R>(
+    q_len: usize,
+    sums_len: usize,
+    f: impl FnOnce(&mut [i8], &mut [i32]) -> R,
+) -> R {
+    let run = |q: &mut Vec<i8>, sums: &mut Vec<i32>| {
+        // Grown, never shrunk: products of different widths alternate.
+        if q.len() < q_len {
+            q.resize(q_len, 0);
+        }
+        if sums.len() < sums_len {
+            sums.resize(sums_len, 0);
+        }
+        f(&mut q[..q_len], &mut sums[..sums_len])
+    };
+    I8_SCRATCH.with(|cell| match cell.try_borrow_mut() {
         Ok(mut s) => {
             let (q, sums) = &mut *s;
-            f(q, sums)
+            run(q, sums)
         }
-        Err(_) => f(&mut Vec::new(), &mut Vec::new()),
+        Err(_) => run(&mut Vec::new(), &mut Vec::new()),
     })
 }
 

@@ -42,7 +42,8 @@ def _texts(texts: Union[str, Sequence[str]]) -> Tuple[List[str], bool]:
 class Embedder:
     """A sentence-embedding model (BERT family, Qwen3-Embedding, ...), by folder, hub id or
     catalog name. `threads` gives it a worker pool of its own (default: all cores). `bf16=True`
-    rounds the matrices to bf16 (bf16 products, f32 sums), `q8=True` quantizes them to Q8_0:
+    rounds the matrices to bf16 (bf16 products, f32 sums), `q8=True` quantizes them and the
+    activations to int8 per row (exact integer products):
     faster on CPUs with bf16 / int8 instructions, close to but not equal to f32 (the default)."""
 
     def __init__(self, model: str, *, device: str = "cpu", threads: Optional[int] = None,

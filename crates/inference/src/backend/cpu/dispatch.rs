@@ -61,6 +61,7 @@ pub struct Kernels {
     pub(super) gemm: GemmSpec,
     pub(super) layer_norm: unsafe fn(&mut [f32], usize, &[f32], &[f32], f32),
     pub(super) gelu_erf: unsafe fn(&mut [f32]),
+    pub(super) dequant_i32: unsafe fn(&mut [f32], &[i32], &super::RowScale<'_>),
     pub(super) erf: unsafe fn(&mut [f32]),
     pub(super) exp: unsafe fn(&mut [f32]),
     pub(super) tanh: unsafe fn(&mut [f32]),
@@ -293,6 +294,12 @@ impl Kernels {
         unsafe { (self.gelu_erf)(x) }
     }
 
+    /// See [`super::dequant_i32`].
+    pub fn dequant_i32(&self, y: &mut [f32], sums: &[i32], row: &super::RowScale<'_>) {
+        // SAFETY: see the note on this impl (detected ISA; slices stay bounds-checked).
+        unsafe { (self.dequant_i32)(y, sums, row) }
+    }
+
     /// See [`super::erf`].
     pub fn erf(&self, x: &mut [f32]) {
         // SAFETY: see the note on this impl (detected ISA; slices stay bounds-checked).
@@ -469,6 +476,7 @@ static SCALAR: Kernels = Kernels {
     },
     layer_norm: scalar::layer_norm,
     gelu_erf: scalar::gelu_erf,
+    dequant_i32: scalar::dequant_i32,
     erf: scalar::erf,
     exp: scalar::exp,
     tanh: scalar::tanh,

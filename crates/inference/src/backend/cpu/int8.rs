@@ -19,9 +19,10 @@
 
 use super::detect::Isa;
 use super::ternary::{
-    self, matmul_chunks, row_offset, Chunk, ChunkView, TSimd, TTable, TileArgs, CHUNK_BYTES,
-    GROUP, HALF, PREFETCH_CHUNKS,
+    self, matmul_chunks, row_offset, Chunk, ChunkView, TSimd, TTable, TileArgs, TileOut,
+    CHUNK_BYTES, GROUP, HALF, PREFETCH_CHUNKS,
 };
+use super::threads::OutPtr;
 use crate::{Error, Result};
 
 /// Columns per chunk.
@@ -170,7 +171,7 @@ impl Int8Matrix {
     /// Panics if `x.len() != m · k`, `ldy < n_rows`, `sums` is shorter than
     /// `(m − 1) · ldy + n_rows` or `x` holds -128 (a caller bug).
     pub fn matmul_i8(&self, x: &[i8], m: usize, sums: &mut [i32], ldy: usize) {
-        self.run(ternary::table(), x, m, sums, ldy);
+        self.run(ternary::table(), x, m, TileOut::Sums(sums, ldy));
     }
 
     /// [`Int8Matrix::matmul_i8`] with the kernels of a given instruction set (tests,
@@ -186,16 +187,56 @@ impl Int8Matrix {
         let tab = ternary::table_for(isa).ok_or_else(|| {
             Error::InvalidInput(format!("instruction set {isa} not supported (int8)"))
         })?;
-        self.run(tab, x, m, sums, ldy);
+        self.run(tab, x, m, TileOut::Sums(sums, ldy));
         Ok(())
     }
 
-    fn run(&self, tab: &TTable, x: &[i8], m: usize, sums: &mut [i32], ldy: usize) {
-        let op = "Int8Matrix::matmul_i8";
+    /// The product scaled back to real values, as `deq` says: `y[r·ldy + o] (+)= Σ_c x[r·k + c]
+    /// · w[o][c] · deq.x_steps[r] · deq.w_steps[o] (+ deq.bias[o])`, then the exact GELU if
+    /// asked; each tile's rows are finished by the worker that computed them, while they are
+    /// in cache.
+    ///
+    /// Panics if `x.len() != m · k`, `ldy < n_rows`, `y` is shorter than
+    /// `(m − 1) · ldy + n_rows`, a step or bias slice has the wrong length or `x` holds -128
+    /// (a caller bug).
+    pub fn matmul_dequant(&self, x: &[i8], m: usize, deq: &Dequant<'_>, y: &mut [f32], ldy: usize) {
+        let n = self.n;
         assert!(
-            x.iter().all(|&v| v != i8::MIN),
-            "{op}: an activation is -128 (want -127..=127)"
+            ldy >= n
+                && (m == 0 || y.len() >= (m - 1) * ldy + n)
+                && deq.x_steps.len() == m
+                && deq.w_steps.len() == n
+                && deq.bias.is_none_or(|b| b.len() == n),
+            "Int8Matrix::matmul_dequant: y is {} with ldy {ldy}, {} row steps, {} weight steps \
+             (m = {m}, n = {n})",
+            y.len(),
+            deq.x_steps.len(),
+            deq.w_steps.len()
         );
+        let out = OutPtr(y.as_mut_ptr());
+        let kernels = super::kernels();
+        let finish = |r: usize, o0: usize, sums: &[i32]| {
+            // SAFETY: r < m and o0 + sums.len() ≤ n ≤ ldy: inside `y` (checked above); the
+            // driver hands each (row, group) over once, so no other worker touches these.
+            let row =
+                unsafe { std::slice::from_raw_parts_mut(out.get().add(r * ldy + o0), sums.len()) };
+            let scale = super::RowScale {
+                x_step: deq.x_steps[r],
+                w_steps: &deq.w_steps[o0..],
+                bias: deq.bias.map(|b| &b[o0..]),
+                accumulate: deq.accumulate,
+                gelu: deq.gelu,
+            };
+            kernels.dequant_i32(row, sums, &scale);
+        };
+        self.run(ternary::table(), x, m, TileOut::Sink(&finish));
+    }
+
+    fn run(&self, tab: &TTable, x: &[i8], m: usize, out: TileOut<'_>) {
+        let op = "Int8Matrix::matmul_i8";
+        // (A fold, not `all`: it vectorizes.)
+        let has_min = x.iter().fold(false, |a, &v| a | (v == i8::MIN));
+        assert!(!has_min, "{op}: an activation is -128 (want -127..=127)");
         let view = ChunkView {
             n: self.n,
             k: self.k,
@@ -203,8 +244,23 @@ impl Int8Matrix {
             cols: CHUNK,
             data: &self.data,
         };
-        matmul_chunks(tab.kernel8, tab.mr8, view, 128, x, m, sums, ldy, op);
+        matmul_chunks(tab.kernel8, tab.mr8, view, 128, x, m, out, op);
     }
+}
+
+/// How [`Int8Matrix::matmul_dequant`] turns integer sums into outputs.
+#[derive(Clone, Copy, Debug)]
+pub struct Dequant<'a> {
+    /// Each activation row's step (value · step ≈ activation).
+    pub x_steps: &'a [f32],
+    /// Each weight row's step.
+    pub w_steps: &'a [f32],
+    /// Added to every output row.
+    pub bias: Option<&'a [f32]>,
+    /// Add to `y` instead of overwriting it.
+    pub accumulate: bool,
+    /// Apply the exact (erf) GELU after the bias.
+    pub gelu: bool,
 }
 
 /// The int8 tile: one group (32 rows) times `MR` activation rows over the full depth; the two
@@ -375,9 +431,18 @@ mod tests {
 
     #[test]
     fn from_values_rejects_bad_input() {
-        for (n, k, len) in [(2, 3, 5), (2, 3, 7), (0, 3, 0), (3, 0, 0), (usize::MAX, 2, 4)] {
+        for (n, k, len) in [
+            (2, 3, 5),
+            (2, 3, 7),
+            (0, 3, 0),
+            (3, 0, 0),
+            (usize::MAX, 2, 4),
+        ] {
             let r = Int8Matrix::from_values(n, k, &vec![0; len]);
-            assert!(matches!(r, Err(Error::Shape { .. })), "{n} × {k}, {len} values");
+            assert!(
+                matches!(r, Err(Error::Shape { .. })),
+                "{n} × {k}, {len} values"
+            );
         }
         let mut v = vec![0i8; 6];
         v[4] = -128;
@@ -386,8 +451,7 @@ mod tests {
         assert!(e.to_string().contains("row 1, column 1"), "{e}");
         let e = Int8Matrix::quantize_rows(&[1.0, f32::NAN, 0.0, 2.0], 2, 2).expect_err("NaN");
         assert!(e.to_string().contains("row 0"), "{e}");
-        let e = Int8Matrix::quantize_rows(&[1.0, 2.0, f32::INFINITY, 2.0], 2, 2)
-            .expect_err("inf");
+        let e = Int8Matrix::quantize_rows(&[1.0, 2.0, f32::INFINITY, 2.0], 2, 2).expect_err("inf");
         assert!(e.to_string().contains("row 1"), "{e}");
     }
 
@@ -414,6 +478,65 @@ mod tests {
         }
     }
 
+    /// `matmul_dequant` against the integer definition scaled in f64: outputs with bias,
+    /// accumulation and GELU, an output stride wider than the matrix, a partial last group.
+    #[test]
+    fn dequantized_products_match_the_definition() {
+        let mut rng = Rng(31337);
+        let (n, k, m, ldy) = (45, 70, 11, 50);
+        let w = rng.values(n * k);
+        let x = rng.values(m * k);
+        let t = Int8Matrix::from_values(n, k, &w).expect("valid");
+        let sums = reference(&w, n, k, &x, m);
+        let x_steps: Vec<f32> = (0..m).map(|r| 0.01 + r as f32 * 1e-3).collect();
+        let w_steps: Vec<f32> = (0..n).map(|o| 0.002 + o as f32 * 1e-4).collect();
+        let bias: Vec<f32> = (0..n).map(|o| o as f32 * 0.01 - 0.2).collect();
+        let gelu = |v: f64| 0.5 * v * (1.0 + erf(v / std::f64::consts::SQRT_2));
+        for (accumulate, with_bias, with_gelu) in [
+            (false, false, false),
+            (true, true, false),
+            (false, true, true),
+        ] {
+            let deq = Dequant {
+                x_steps: &x_steps,
+                w_steps: &w_steps,
+                bias: with_bias.then_some(&bias[..]),
+                accumulate,
+                gelu: with_gelu,
+            };
+            let mut y = vec![0.5f32; (m - 1) * ldy + n];
+            t.matmul_dequant(&x, m, &deq, &mut y, ldy);
+            for r in 0..m {
+                for o in 0..ldy.min(y.len() - r * ldy) {
+                    let got = y[r * ldy + o] as f64;
+                    if o >= n {
+                        assert_eq!(got, 0.5, "wrote outside the output at {r}, {o}");
+                        continue;
+                    }
+                    let mut want = sums[r * n + o] as f64 * x_steps[r] as f64 * w_steps[o] as f64;
+                    if with_bias {
+                        want += bias[o] as f64;
+                    }
+                    if accumulate {
+                        want += 0.5;
+                    }
+                    if with_gelu {
+                        want = gelu(want);
+                    }
+                    assert!(
+                        (got - want).abs() <= 1e-5 * want.abs().max(1.0),
+                        "{accumulate} {with_bias} {with_gelu}: [{r}, {o}] {got} vs {want}"
+                    );
+                }
+            }
+        }
+    }
+
+    /// erf in f64, from the scalar reference's erfc.
+    fn erf(x: f64) -> f64 {
+        1.0 - crate::backend::cpu::scalar::erfc_f64(x)
+    }
+
     #[test]
     fn quantized_rows_reconstruct_within_half_a_step() {
         let mut rng = Rng(4242);
@@ -426,14 +549,19 @@ mod tests {
         let mut row = vec![0i8; k];
         for (r, &step) in steps.iter().enumerate() {
             q.row_values(r, &mut row);
-            let amax = w[r * k..(r + 1) * k].iter().fold(0f32, |a, v| a.max(v.abs()));
+            let amax = w[r * k..(r + 1) * k]
+                .iter()
+                .fold(0f32, |a, v| a.max(v.abs()));
             assert!(row.iter().all(|&v| v != i8::MIN));
             if amax > 0.0 {
                 assert!(row.iter().any(|&v| v.unsigned_abs() == 127), "row {r}");
             }
             for (c, &v) in row.iter().enumerate() {
                 let err = (v as f32 * step - w[r * k + c]).abs();
-                assert!(err <= 0.5001 * step, "row {r} col {c}: {err} vs step {step}");
+                assert!(
+                    err <= 0.5001 * step,
+                    "row {r} col {c}: {err} vs step {step}"
+                );
             }
         }
     }

@@ -243,6 +243,29 @@ pub fn gelu_erf(x: &mut [f32]) {
     kernels().gelu_erf(x)
 }
 
+/// How [`dequant_i32`] turns one row of an int8 product's sums into outputs.
+#[derive(Clone, Copy, Debug)]
+pub struct RowScale<'a> {
+    /// The activation row's step (value · step ≈ activation).
+    pub x_step: f32,
+    /// Each weight row's step, from the row's first output (may be longer than the row).
+    pub w_steps: &'a [f32],
+    /// Added to the outputs (may be longer than the row).
+    pub bias: Option<&'a [f32]>,
+    /// Add to `y` instead of overwriting it.
+    pub accumulate: bool,
+    /// Apply the exact (erf) GELU last.
+    pub gelu: bool,
+}
+
+/// The finish of one row of an int8 product: `y[i] (+)= sums[i] · x_step · w_steps[i]
+/// (+ bias[i])`, then the exact GELU if asked (see [`RowScale`]).
+///
+/// Panics if `sums` is not as long as `y` or the steps / bias are shorter (a caller bug).
+pub fn dequant_i32(y: &mut [f32], sums: &[i32], row: &RowScale<'_>) {
+    kernels().dequant_i32(y, sums, row)
+}
+
 /// In-place error function `erf(x)`, within a few ulp.
 pub fn erf(x: &mut [f32]) {
     kernels().erf(x)

@@ -39,6 +39,11 @@ impl Simd for Portable {
         unsafe { std::ptr::read_unaligned(p as *const [f32; L]) }
     }
     #[inline(always)]
+    unsafe fn load_i32_ptr(self, p: *const i32) -> Self::V {
+        // SAFETY: the caller guarantees L readable i32 at p.
+        unsafe { std::ptr::read_unaligned(p as *const [i32; L]) }.map(|v| v as f32)
+    }
+    #[inline(always)]
     unsafe fn load_bf16_ptr(self, p: *const u16) -> Self::V {
         // SAFETY: the caller guarantees L readable bf16 values at p.
         let bits = unsafe { std::ptr::read_unaligned(p as *const [u16; L]) };

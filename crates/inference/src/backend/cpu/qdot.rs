@@ -17,7 +17,7 @@ use std::sync::OnceLock;
 
 use super::detect::Isa;
 use super::repack::{record_bytes, GROUP_ROWS};
-use super::threads;
+use super::threads::{self, OutPtr};
 use crate::quant::act::{quantize_act_row, QActs};
 use crate::quant::QuantType;
 
@@ -384,21 +384,6 @@ pub(crate) fn tile_rows(t: QuantType) -> usize {
     match t {
         QuantType::Q6_K => 4,
         _ => 6,
-    }
-}
-
-/// Output pointer shared by the workers; each writes a disjoint set of columns.
-#[derive(Clone, Copy)]
-struct OutPtr(*mut f32);
-// SAFETY: workers write disjoint columns of `y` (whole groups), never the same element.
-unsafe impl Send for OutPtr {}
-// SAFETY: as above.
-unsafe impl Sync for OutPtr {}
-
-impl OutPtr {
-    /// The pointer (a method, so that closures capture the `Send` wrapper, not the field).
-    fn get(self) -> *mut f32 {
-        self.0
     }
 }
 

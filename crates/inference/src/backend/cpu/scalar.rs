@@ -95,6 +95,20 @@ pub fn gelu_erf(x: &mut [f32]) {
     }
 }
 
+/// See [`super::dequant_i32`].
+pub fn dequant_i32(y: &mut [f32], sums: &[i32], row: &super::RowScale<'_>) {
+    for (i, (o, &s)) in y.iter_mut().zip(sums).enumerate() {
+        let mut v = s as f32 * row.x_step * row.w_steps[i];
+        if let Some(b) = row.bias {
+            v += b[i];
+        }
+        *o = if row.accumulate { *o + v } else { v };
+    }
+    if row.gelu {
+        gelu_erf(y);
+    }
+}
+
 /// See [`super::erf`].
 pub fn erf(x: &mut [f32]) {
     for v in x {

@@ -35,6 +35,11 @@ pub(crate) trait Simd: Copy {
     /// # Safety
     /// `p..p + LANES` must be readable.
     unsafe fn load_bf16_ptr(self, p: *const u16) -> Self::V;
+    /// Loads `LANES` i32 values at `p`, converted to f32 (rounded to nearest).
+    ///
+    /// # Safety
+    /// `p..p + LANES` must be readable.
+    unsafe fn load_i32_ptr(self, p: *const i32) -> Self::V;
     /// Stores `LANES` elements to `p`.
     ///
     /// # Safety

@@ -33,7 +33,7 @@
 use std::sync::OnceLock;
 
 use super::detect::Isa;
-use super::threads;
+use super::threads::{self, OutPtr};
 use crate::{Error, Result};
 
 /// Weight rows per group.
@@ -238,15 +238,33 @@ pub fn quantize_row_absmax(x: &[f32], q: &mut [i8]) -> f32 {
     // has larger bits than any number and propagates, as in torch.
     let bits = x.iter().fold(0u32, |m, v| m.max(v.to_bits() & 0x7FFF_FFFF));
     let amax = f32::from_bits(bits);
-    let scale = if amax.is_nan() {
-        f32::NAN
+    if amax.is_nan() {
+        q.fill(0);
+        return f32::NAN;
+    }
+    let scale = (1.0f32 / amax.max(1e-5)) * 127.0;
+    if amax.is_infinite() {
+        for (q, &v) in q.iter_mut().zip(x) {
+            *q = round_clamp(v * scale);
+        }
     } else {
-        (1.0f32 / amax.max(1e-5)) * 127.0
-    };
-    for (q, &v) in q.iter_mut().zip(x) {
-        *q = round_clamp(v * scale);
+        // Every value finite: the integer arithmetic form, which vectorizes.
+        for (q, &v) in q.iter_mut().zip(x) {
+            *q = round_clamp_finite(v * scale);
+        }
     }
     scale
+}
+
+/// [`round_clamp`] of a finite `v`, in integer arithmetic after the magic add: in
+/// `[2²³, 2²⁴)` the ulp is 1, so the bits of `clamp(v) + 1.5 · 2²³` exceed those of the
+/// constant by exactly the rounded integer (no float-to-int conversion, so it vectorizes).
+#[inline(always)]
+fn round_clamp_finite(v: f32) -> i8 {
+    let v = v.clamp(-128.0, 127.0);
+    (v + ROUND_MAGIC)
+        .to_bits()
+        .wrapping_sub(ROUND_MAGIC.to_bits()) as i8
 }
 
 /// [`quantize_row_absmax`] over `m` rows of `k` (`x` and `q` are `m · k` long), rows in
@@ -592,21 +610,6 @@ pub fn isa() -> Isa {
     table().isa
 }
 
-/// Output pointer shared by the workers; each writes a disjoint set of elements.
-#[derive(Clone, Copy)]
-struct OutPtr(*mut i32);
-// SAFETY: workers write disjoint (row, column) tiles of `sums`, never the same element.
-unsafe impl Send for OutPtr {}
-// SAFETY: as above.
-unsafe impl Sync for OutPtr {}
-
-impl OutPtr {
-    /// The pointer (a method, so that closures capture the `Send` wrapper, not the field).
-    fn get(self) -> *mut i32 {
-        self.0
-    }
-}
-
 /// A matrix of chunks as the driver sees it: `n × k` values, groups of 32 rows of `nch`
 /// chunks, `cols` columns per chunk.
 #[derive(Clone, Copy)]
@@ -627,12 +630,31 @@ fn matmul(tab: &TTable, w: &TernaryMatrix, x: &[i8], m: usize, sums: &mut [i32],
         cols: CHUNK,
         data: &w.data,
     };
-    matmul_chunks(tab.kernel, tab.mr, view, 1, x, m, sums, ldy, "TernaryMatrix::matmul_i8");
+    let out = TileOut::Sums(sums, ldy);
+    matmul_chunks(
+        tab.kernel,
+        tab.mr,
+        view,
+        1,
+        x,
+        m,
+        out,
+        "TernaryMatrix::matmul_i8",
+    );
 }
 
-/// The driver of the chunked products: `sums[r·ldy + o]` from the tiles `kernel` (at most
-/// `mr` activation rows each) over `w`, each tile given `xsum_mul · Σ x` per activation row.
-/// `op` names the caller in the panic on bad lengths (a caller bug).
+/// Where the driver puts each tile's sums.
+pub(super) enum TileOut<'a> {
+    /// In place: `sums[r·ldy + o]` (`ldy ≥ n`, at least `(m − 1)·ldy + n` long).
+    Sums(&'a mut [i32], usize),
+    /// Handed over row by row: `(activation row, first weight row, its sums)`, each pair of
+    /// row and 32-row group exactly once, from any worker.
+    Sink(&'a (dyn Fn(usize, usize, &[i32]) + Sync)),
+}
+
+/// The driver of the chunked products: the sums `Σ_c x[r·k + c] · w[o][c]` from the tiles
+/// `kernel` (at most `mr` activation rows each) over `w`, each tile given `xsum_mul · Σ x` per
+/// activation row, into `out`. `op` names the caller in the panic on bad lengths (a caller bug).
 #[allow(clippy::too_many_arguments)] // the product's operands, as the tiles take them
 pub(super) fn matmul_chunks(
     kernel: TKernel,
@@ -641,17 +663,18 @@ pub(super) fn matmul_chunks(
     xsum_mul: i32,
     x: &[i8],
     m: usize,
-    sums: &mut [i32],
-    ldy: usize,
+    out: TileOut<'_>,
     op: &str,
 ) {
     let (n, k, nch) = (w.n, w.k, w.nch);
-    assert!(
-        x.len() == m * k && ldy >= n && (m == 0 || sums.len() >= (m - 1) * ldy + n),
-        "{op}: x is {} (want {m}·{k}), sums is {} with ldy {ldy} (n = {n})",
-        x.len(),
-        sums.len(),
-    );
+    assert!(x.len() == m * k, "{op}: x is {} (want {m}·{k})", x.len());
+    if let TileOut::Sums(sums, ldy) = &out {
+        assert!(
+            *ldy >= n && (m == 0 || sums.len() >= (m - 1) * ldy + n),
+            "{op}: sums is {} with ldy {ldy} (n = {n}, m = {m})",
+            sums.len(),
+        );
+    }
     if m == 0 {
         return;
     }
@@ -682,32 +705,52 @@ pub(super) fn matmul_chunks(
         };
     assert!(mr <= MAX_MR, "tile taller than the output buffer");
     let wdata: &[Chunk] = w.data;
-    let out = OutPtr(sums.as_mut_ptr());
+    let (sums, ldy, sink) = match out {
+        TileOut::Sums(sums, ldy) => (OutPtr(sums.as_mut_ptr()), ldy, None),
+        TileOut::Sink(f) => (OutPtr(std::ptr::null_mut()), 0, Some(f)),
+    };
     // One tile: group `g` times activation rows `r0..r0 + rows`.
     let run_tile = |g: usize, r0: usize, rows: usize| {
         let cols = GROUP.min(n - GROUP * g);
-        let mut buf = [0i32; MAX_MR * GROUP];
-        let args = TileArgs {
+        let mut args = TileArgs {
             w: wdata[g * nch..].as_ptr() as *const u8,
             nch,
             x: xs[r0 * kp..].as_ptr(),
             ldx: kp,
             xsum: xsum[r0..].as_ptr(),
-            out: buf.as_mut_ptr(),
-            ldo: GROUP,
+            out: sums.get(),
+            ldo: ldy,
         };
         debug_assert!(rows <= mr && r0 + rows <= m);
-        // SAFETY: group g < groups has `nch` chunks; `rows` activation rows of `kp` bytes and
-        // their sums from r0 (r0 + rows ≤ m); `buf` has MAX_MR ≥ rows rows of 32. The table
-        // kernel comes from a table handed out by `table`/`table_for` after detection.
+        if cols == GROUP && sink.is_none() {
+            // A whole group: the tile writes its rows' 32 sums in place.
+            // SAFETY: group g < groups has `nch` chunks; `rows` activation rows of `kp` bytes
+            // and their sums from r0 (r0 + rows ≤ m); rows r0..r0 + rows, columns
+            // 32·g..32·g + 32 ≤ n ≤ ldy are inside `sums` (checked above), and no other task
+            // writes them. The kernel comes from a table handed out by `table`/`table_for`
+            // after detection.
+            unsafe {
+                args.out = args.out.add(r0 * ldy + GROUP * g);
+                kernel(&args, rows);
+            }
+            return;
+        }
+        // Through a buffer of whole rows: the last, partial group, or for the sink.
+        let mut buf = [0i32; MAX_MR * GROUP];
+        args.out = buf.as_mut_ptr();
+        args.ldo = GROUP;
+        // SAFETY: as above, with `buf` (MAX_MR ≥ rows rows of 32) as the output.
         unsafe { kernel(&args, rows) };
         for r in 0..rows {
             let src = &buf[GROUP * r..][..cols];
-            // SAFETY: row r0 + r < m, columns 32·g..32·g + cols ≤ n ≤ ldy: inside `sums`
-            // (checked above); no other task writes this (row, columns) tile.
-            unsafe {
-                let dst = out.get().add((r0 + r) * ldy + GROUP * g);
-                std::ptr::copy_nonoverlapping(src.as_ptr(), dst, cols);
+            match sink {
+                Some(f) => f(r0 + r, GROUP * g, src),
+                // SAFETY: row r0 + r < m, columns 32·g..32·g + cols ≤ n ≤ ldy: inside `sums`
+                // (checked above); no other task writes this (row, columns) tile.
+                None => unsafe {
+                    let dst = sums.get().add((r0 + r) * ldy + GROUP * g);
+                    std::ptr::copy_nonoverlapping(src.as_ptr(), dst, cols);
+                },
             }
         }
     };
@@ -928,6 +971,29 @@ mod tests {
         assert_eq!(v.map(round_clamp), [127, 127, 126, -128, -128, -128, 127]);
         let v = [f32::NAN, -0.5, -1.5, 0.5, 1.5];
         assert_eq!(v.map(round_clamp), [0, 0, -2, 0, 2]);
+        // The integer form agrees on every finite value (all halves in range, the clamps).
+        for i in -600..=600 {
+            let v = i as f32 * 0.25;
+            assert_eq!(round_clamp_finite(v), round_clamp(v), "{v}");
+        }
+        for v in [
+            1e30,
+            -1e30,
+            f32::MAX,
+            f32::MIN,
+            127.49,
+            -128.49,
+            1e-40,
+            -0.0,
+        ] {
+            assert_eq!(round_clamp_finite(v), round_clamp(v), "{v}");
+        }
+        // A NaN with a payload still gives zeros; infinities give the clamped zeros/NaNs.
+        let s = quantize_row_absmax(&[1.0, f32::from_bits(0x7FC0_0123), 3.0, -2.0], &mut q);
+        assert!(s.is_nan());
+        assert_eq!(q, [0; 4]);
+        let s = quantize_row_absmax(&[1.0, f32::INFINITY, -3.0, 0.0], &mut q);
+        assert_eq!((s, q), (0.0, [0; 4]));
         // A NaN in the row: NaN scale, zeros.
         let s = quantize_row_absmax(&[1.0, f32::NAN, 3.0, -2.0], &mut q);
         assert!(s.is_nan());

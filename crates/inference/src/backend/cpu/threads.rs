@@ -56,6 +56,28 @@ pub(crate) fn for_each_range(
     });
 }
 
+/// Output pointer shared by the workers; each writes a disjoint set of elements.
+pub(super) struct OutPtr<T>(pub(super) *mut T);
+// (Manual impls: a derive would ask `T: Copy`.)
+impl<T> Clone for OutPtr<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T> Copy for OutPtr<T> {}
+// SAFETY: the drivers that share one hand each worker a disjoint set of output elements
+// (whole tiles or groups), so no element is written twice or read while written.
+unsafe impl<T> Send for OutPtr<T> {}
+// SAFETY: as above.
+unsafe impl<T> Sync for OutPtr<T> {}
+
+impl<T> OutPtr<T> {
+    /// The pointer (a method, so that closures capture the `Send` wrapper, not the field).
+    pub(super) fn get(self) -> *mut T {
+        self.0
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -122,6 +122,71 @@ pub(crate) fn gelu_erf<S: Simd>(s: S, x: &mut [f32]) {
     map_in_place(s, x, Gelu);
 }
 
+/// The finish of one row of an int8 product (see [`super::dequant_i32`]).
+#[inline(always)]
+pub(crate) fn dequant_i32<S: Simd>(s: S, y: &mut [f32], sums: &[i32], row: &super::RowScale<'_>) {
+    let n = y.len();
+    assert!(
+        sums.len() == n && row.w_steps.len() >= n && row.bias.is_none_or(|b| b.len() >= n),
+        "dequant_i32: lengths differ"
+    );
+    let d = DequantLanes {
+        xs: s.splat(row.x_step),
+        w_steps: row.w_steps.as_ptr(),
+        bias: row.bias.map(<[f32]>::as_ptr),
+        y: y.as_mut_ptr(),
+        flags: (row.accumulate, row.gelu),
+    };
+    let mut i = 0;
+    // (Loops and `inline(always)` functions, not closures: a closure would not inherit the
+    // target features.)
+    while i + S::LANES <= n {
+        // SAFETY: i + LANES ≤ n ≤ every slice's length (checked above).
+        unsafe { dequant_lanes(s, &d, s.load_i32_ptr(sums.as_ptr().add(i)), i, S::LANES) };
+        i += S::LANES;
+    }
+    if i < n {
+        let mut tail = [0i32; 16];
+        debug_assert!(S::LANES <= tail.len());
+        tail[..n - i].copy_from_slice(&sums[i..]);
+        // SAFETY: `tail` holds 16 ≥ LANES values; n - i < LANES lanes from i < n.
+        unsafe { dequant_lanes(s, &d, s.load_i32_ptr(tail.as_ptr()), i, n - i) };
+    }
+}
+
+/// The operands of [`dequant_lanes`] (raw pointers: [`dequant_i32`] checks the lengths).
+struct DequantLanes<S: Simd> {
+    xs: S::V,
+    w_steps: *const f32,
+    bias: Option<*const f32>,
+    y: *mut f32,
+    flags: (bool, bool),
+}
+
+/// `len` lanes of [`dequant_i32`] from element `i`, the sums already loaded.
+///
+/// # Safety
+/// Elements `i..i + len` (`len ≤ LANES`) of `d`'s slices are in bounds.
+#[inline(always)]
+unsafe fn dequant_lanes<S: Simd>(s: S, d: &DequantLanes<S>, sums: S::V, i: usize, len: usize) {
+    let (accumulate, gelu) = d.flags;
+    // SAFETY: in bounds (contract); partial loads and stores touch `len` lanes only.
+    unsafe {
+        let ws = s.load_part_ptr(d.w_steps.add(i), len, 0.0);
+        let mut v = s.mul(s.mul(sums, d.xs), ws);
+        if let Some(b) = d.bias {
+            v = s.add(v, s.load_part_ptr(b.add(i), len, 0.0));
+        }
+        if accumulate {
+            v = s.add(s.load_part_ptr(d.y.add(i), len, 0.0), v);
+        }
+        if gelu {
+            v = Gelu.apply(s, v);
+        }
+        s.store_part_ptr(d.y.add(i), len, v);
+    }
+}
+
 /// In-place `erf`.
 #[inline(always)]
 pub(crate) fn erf<S: Simd>(s: S, x: &mut [f32]) {

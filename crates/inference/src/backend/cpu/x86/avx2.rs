@@ -60,6 +60,11 @@ impl Simd for Avx2 {
         unsafe { _mm_prefetch::<_MM_HINT_T0>(p as *const i8) }
     }
     #[inline(always)]
+    unsafe fn load_i32_ptr(self, p: *const i32) -> __m256 {
+        // SAFETY: token; 8 readable i32 at p (caller).
+        unsafe { _mm256_cvtepi32_ps(_mm256_loadu_si256(p as *const __m256i)) }
+    }
+    #[inline(always)]
     unsafe fn load_bf16_ptr(self, p: *const u16) -> __m256 {
         // SAFETY: token; 8 readable bf16 values at p (caller). Widening is a 16-bit shift.
         unsafe {

@@ -58,6 +58,11 @@ impl Simd for Avx512 {
         unsafe { _mm_prefetch::<_MM_HINT_T0>(p as *const i8) }
     }
     #[inline(always)]
+    unsafe fn load_i32_ptr(self, p: *const i32) -> __m512 {
+        // SAFETY: token; 16 readable i32 at p (caller).
+        unsafe { _mm512_cvtepi32_ps(_mm512_loadu_si512(p as *const _)) }
+    }
+    #[inline(always)]
     unsafe fn load_bf16_ptr(self, p: *const u16) -> __m512 {
         // SAFETY: token; 16 readable bf16 values at p (caller). Widening is a 16-bit shift.
         unsafe {

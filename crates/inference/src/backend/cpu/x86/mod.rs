@@ -116,6 +116,12 @@ macro_rules! kernel_table {
         }
 
         #[target_feature(enable = $feat)]
+        unsafe fn dequant_i32(y: &mut [f32], sums: &[i32], row: &$crate::backend::cpu::RowScale<'_>) {
+            // SAFETY: reached only through `KERNELS` (see `token`).
+            vector::dequant_i32(unsafe { token() }, y, sums, row)
+        }
+
+        #[target_feature(enable = $feat)]
         unsafe fn erf(x: &mut [f32]) {
             // SAFETY: reached only through `KERNELS` (see `token`).
             vector::erf(unsafe { token() }, x)
@@ -209,6 +215,7 @@ macro_rules! kernel_table {
             },
             layer_norm,
             gelu_erf,
+            dequant_i32,
             erf,
             exp,
             tanh,
