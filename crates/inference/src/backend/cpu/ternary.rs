@@ -211,7 +211,7 @@ pub(super) fn row_offset(r: usize) -> usize {
 }
 
 /// The magic constant of [`round_clamp`]: `1.5 · 2²³`.
-const ROUND_MAGIC: f32 = 12_582_912.0;
+pub(super) const ROUND_MAGIC: f32 = 12_582_912.0;
 
 /// `clamp(round_half_to_even(v), -128, 127)` (NaN gives 0). Clamping first changes nothing
 /// (the bounds are integers); then adding and subtracting `1.5 · 2²³` rounds half to even in
@@ -233,10 +233,44 @@ fn round_clamp(v: f32) -> i8 {
 /// Bit-exact against torch for finite input (a NaN in the row gives a NaN scale and zeros).
 /// Panics if `q.len() != x.len()` (a caller bug).
 pub fn quantize_row_absmax(x: &[f32], q: &mut [i8]) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    if super::x86::ternary::avx512::quantizer_supported() {
+        // SAFETY: the features were detected just now.
+        return unsafe { quantize_row_absmax_in(x, q, super::x86::ternary::avx512::QUANTIZER) };
+    }
+    // SAFETY: the portable loops run anywhere.
+    unsafe { quantize_row_absmax_in(x, q, PORTABLE_QUANTIZER) }
+}
+
+/// The two loops of [`quantize_row_absmax`]: the largest `bits & 0x7FFF_FFFF` of a row, and
+/// [`round_clamp_finite`]`(x · scale)` of every value of a finite row.
+#[derive(Clone, Copy)]
+pub(super) struct Quantizer {
+    pub(super) abs_max_bits: unsafe fn(&[f32]) -> u32,
+    pub(super) round_finite: unsafe fn(&[f32], f32, &mut [i8]),
+}
+
+/// The portable loops (the compiler vectorizes them for the baseline target).
+const PORTABLE_QUANTIZER: Quantizer = Quantizer {
+    abs_max_bits: |x| x.iter().fold(0u32, |m, v| m.max(v.to_bits() & 0x7FFF_FFFF)),
+    round_finite: |x, scale, q| {
+        for (q, &v) in q.iter_mut().zip(x) {
+            *q = round_clamp_finite(v * scale);
+        }
+    },
+};
+
+/// [`quantize_row_absmax`] with the loops of `k`.
+///
+/// # Safety
+/// `k`'s functions must be supported by this CPU.
+#[inline(always)]
+unsafe fn quantize_row_absmax_in(x: &[f32], q: &mut [i8], k: Quantizer) -> f32 {
     assert_eq!(x.len(), q.len(), "quantize_row_absmax: lengths differ");
     // For non-NaN values the order of |x| is the order of its bits without the sign; a NaN
     // has larger bits than any number and propagates, as in torch.
-    let bits = x.iter().fold(0u32, |m, v| m.max(v.to_bits() & 0x7FFF_FFFF));
+    // SAFETY: supported (contract).
+    let bits = unsafe { (k.abs_max_bits)(x) };
     let amax = f32::from_bits(bits);
     if amax.is_nan() {
         q.fill(0);
@@ -249,9 +283,8 @@ pub fn quantize_row_absmax(x: &[f32], q: &mut [i8]) -> f32 {
         }
     } else {
         // Every value finite: the integer arithmetic form, which vectorizes.
-        for (q, &v) in q.iter_mut().zip(x) {
-            *q = round_clamp_finite(v * scale);
-        }
+        // SAFETY: supported (contract).
+        unsafe { (k.round_finite)(x, scale, q) };
     }
     scale
 }
@@ -260,7 +293,7 @@ pub fn quantize_row_absmax(x: &[f32], q: &mut [i8]) -> f32 {
 /// `[2²³, 2²⁴)` the ulp is 1, so the bits of `clamp(v) + 1.5 · 2²³` exceed those of the
 /// constant by exactly the rounded integer (no float-to-int conversion, so it vectorizes).
 #[inline(always)]
-fn round_clamp_finite(v: f32) -> i8 {
+pub(super) fn round_clamp_finite(v: f32) -> i8 {
     let v = v.clamp(-128.0, 127.0);
     (v + ROUND_MAGIC)
         .to_bits()
@@ -735,14 +768,18 @@ pub(super) fn matmul_chunks(
             }
             return;
         }
-        // Through a buffer of whole rows: the last, partial group, or for the sink.
-        let mut buf = [0i32; MAX_MR * GROUP];
-        args.out = buf.as_mut_ptr();
+        // Through a buffer of whole rows: the last, partial group, or for the sink. (Not
+        // zeroed: the tile writes all 32 sums of each of its rows, and only those are read.)
+        let mut buf = std::mem::MaybeUninit::<[i32; MAX_MR * GROUP]>::uninit();
+        args.out = buf.as_mut_ptr() as *mut i32;
         args.ldo = GROUP;
         // SAFETY: as above, with `buf` (MAX_MR ≥ rows rows of 32) as the output.
         unsafe { kernel(&args, rows) };
         for r in 0..rows {
-            let src = &buf[GROUP * r..][..cols];
+            // SAFETY: rows 0..rows of `buf` were written whole by the tile; cols ≤ 32.
+            let src = unsafe {
+                std::slice::from_raw_parts((buf.as_ptr() as *const i32).add(GROUP * r), cols)
+            };
             match sink {
                 Some(f) => f(r0 + r, GROUP * g, src),
                 // SAFETY: row r0 + r < m, columns 32·g..32·g + cols ≤ n ≤ ldy: inside `sums`
@@ -1018,6 +1055,31 @@ mod tests {
             bits.map(f32::to_bits),
             [0x4335_6db7, 0x42e6_e8ba, 0x4149_3028]
         );
+    }
+
+    /// The dispatched loops (AVX-512 where the CPU has it) against the portable ones.
+    #[test]
+    fn quantizer_loops_agree_with_the_portable_ones() {
+        let mut rng = Rng(2718);
+        for &k in &[1, 15, 16, 17, 100, 384, 1000, 1537] {
+            for scale_exp in [-30, -3, 0, 4, 20] {
+                let x: Vec<f32> = (0..k)
+                    .map(|_| {
+                        let u = rng.next() as f32 / u32::MAX as f32 - 0.5;
+                        u * 2f32.powi(scale_exp)
+                    })
+                    .collect();
+                let (mut a, mut b) = (vec![0i8; k], vec![0i8; k]);
+                let sa = quantize_row_absmax(&x, &mut a);
+                // SAFETY: the portable loops run anywhere.
+                let sb = unsafe { quantize_row_absmax_in(&x, &mut b, PORTABLE_QUANTIZER) };
+                assert_eq!(
+                    (sa.to_bits(), &a),
+                    (sb.to_bits(), &b),
+                    "k {k} 2^{scale_exp}"
+                );
+            }
+        }
     }
 
     #[test]

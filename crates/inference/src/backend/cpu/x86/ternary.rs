@@ -21,10 +21,11 @@ use core::arch::x86_64::*;
 
 use super::super::ternary::TSimd;
 
-/// AVX-512 F/BW/VL/VNNI: the 16-row token and its table.
+/// AVX-512 F/BW/VL/VNNI: the 16-row token and its table; BitNet's row quantizer (F/BW).
 pub(in crate::backend::cpu) mod avx512 {
     use super::*;
     use crate::backend::cpu::detect::Isa;
+    use crate::backend::cpu::ternary::{round_clamp_finite, Quantizer, ROUND_MAGIC};
 
     /// Proof that AVX-512 F/BW/VL/VNNI are available; zero-sized.
     #[derive(Clone, Copy, Debug)]
@@ -110,6 +111,65 @@ pub(in crate::backend::cpu) mod avx512 {
             // SAFETY: token. `vpdpbusd` adds the four u8 · i8 products into each lane without
             // saturating.
             unsafe { _mm512_dpbusd_epi32(acc, c, _mm512_set1_epi32(y)) }
+        }
+    }
+
+    /// Whether [`QUANTIZER`] runs on this CPU (AVX-512 F and BW).
+    pub(in crate::backend::cpu) fn quantizer_supported() -> bool {
+        std::is_x86_feature_detected!("avx512f") && std::is_x86_feature_detected!("avx512bw")
+    }
+
+    /// BitNet's per-row quantization loops (`ternary::quantize_row_absmax`) in 16 lanes,
+    /// bit-equal to the portable ones. Use only after [`quantizer_supported`].
+    pub(in crate::backend::cpu) const QUANTIZER: Quantizer = Quantizer {
+        abs_max_bits,
+        round_finite,
+    };
+
+    /// The largest `bits & 0x7FFF_FFFF` of `x`.
+    #[target_feature(enable = "avx512f,avx512bw")]
+    unsafe fn abs_max_bits(x: &[f32]) -> u32 {
+        let chunks = x.chunks_exact(16);
+        let tail = chunks.remainder();
+        let mask = _mm512_set1_epi32(0x7FFF_FFFF);
+        let mut m = _mm512_setzero_si512();
+        for c in chunks {
+            // SAFETY: 16 readable f32.
+            let v = unsafe { _mm512_loadu_si512(c.as_ptr() as *const _) };
+            m = _mm512_max_epu32(m, _mm512_and_si512(v, mask));
+        }
+        let m = _mm512_reduce_max_epu32(m) as u32;
+        tail.iter().fold(m, |m, v| m.max(v.to_bits() & 0x7FFF_FFFF))
+    }
+
+    /// `q[i] = round_clamp_finite(x[i] · scale)` (finite `x`, `scale`): the same multiply,
+    /// clamp and magic-constant rounding; `vpmovdb` truncates the in-range integers to bytes.
+    #[target_feature(enable = "avx512f,avx512bw")]
+    unsafe fn round_finite(x: &[f32], scale: f32, q: &mut [i8]) {
+        let n = x.len().min(q.len());
+        let (s, lo, hi) = (
+            _mm512_set1_ps(scale),
+            _mm512_set1_ps(-128.0),
+            _mm512_set1_ps(127.0),
+        );
+        let magic = _mm512_set1_ps(ROUND_MAGIC);
+        let magic_bits = _mm512_set1_epi32(ROUND_MAGIC.to_bits() as i32);
+        let mut i = 0;
+        while i + 16 <= n {
+            // SAFETY: i + 16 ≤ n ≤ both lengths. Finite operands: min/max clamp as `clamp`.
+            unsafe {
+                let v = _mm512_mul_ps(_mm512_loadu_ps(x.as_ptr().add(i)), s);
+                let v = _mm512_min_ps(_mm512_max_ps(v, lo), hi);
+                let r = _mm512_sub_epi32(_mm512_castps_si512(_mm512_add_ps(v, magic)), magic_bits);
+                _mm_storeu_si128(
+                    q.as_mut_ptr().add(i) as *mut __m128i,
+                    _mm512_cvtepi32_epi8(r),
+                );
+            }
+            i += 16;
+        }
+        for (q, &v) in q[i..n].iter_mut().zip(&x[i..n]) {
+            *q = round_clamp_finite(v * scale);
         }
     }
 
