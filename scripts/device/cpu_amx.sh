@@ -5,7 +5,7 @@
 #   kernels bench), .device/minilm/ (all-MiniLM-L6-v2's config, tokenizer and pipeline files),
 #   .device/stsb-en-dev.csv; for `qwen35`: .device/llama-src.tar.xz (llama.cpp's sources as
 #   vendored by llama-cpp-python 0.3.36, GPU backends left out) and .device/qwen35-tokenizer.json.gz.
-# Steps (arguments, in order): tests kernels prep embed qwen35 (prep starts qwen35's build and
+# Steps (arguments, in order): tests int8 kernels prep embed qwen35 (prep starts qwen35's build and
 # model in the background on cores 2-15). Every engine runs on cores 0-1
 # (taskset), as on the 2-core build machines. Writes logs and JSON lines to $OUT.
 set -uo pipefail
@@ -18,7 +18,13 @@ for step in "$@"; do
   echo "== $step ($(date +%T))"
   case "$step" in
     tests)
-      "$D/libtests" bf16 --nocapture 2>&1 | tee "$OUT/tests.txt" | grep -E "pair arith|SKIPPED|AMX|test result|FAILED|panicked" ;;
+      "$D/libtests" bf16 --nocapture 2>&1 | tee "$OUT/tests.txt" | grep -E "pair arith|SKIPPED|AMX|test result|FAILED|panicked"
+      "$D/libtests" int8 --nocapture 2>&1 | tee "$OUT/tests-int8.txt" | grep -E "SKIPPED|test result|FAILED|panicked" ;;
+    int8)
+      # The int8 tiles alone (`benches/ternary.rs --int8`, carried as .device/ternary_bench).
+      for amx in 1 0; do
+        echo "LATTICE_AMX=$amx"; LATTICE_AMX=$amx pin "$D/ternary_bench" --int8 --prompt --m 512 --isa avx512
+      done 2>&1 | tee "$OUT/int8.txt" ;;
     kernels)
       for amx in 1 0; do
         echo "LATTICE_AMX=$amx"; LATTICE_AMX=$amx pin "$D/kernels" --bf16 --threads 2 --quick
@@ -33,6 +39,7 @@ for step in "$@"; do
           pin "$D/lattice" bench --model $M --data $S --runs 1 --latency-samples 50 --threads 2 $mode 2>/dev/null
         done
         LATTICE_AMX=0 pin "$D/lattice" bench --model $M --data $S --runs 1 --latency-samples 50 --threads 2 --bf16 2>/dev/null | sed 's/"weights":"bf16"/"weights":"bf16 (LATTICE_AMX=0)"/'
+        LATTICE_AMX=0 pin "$D/lattice" bench --model $M --data $S --runs 1 --latency-samples 50 --threads 2 --q8 2>/dev/null | sed 's/"weights":"int8"/"weights":"int8 (LATTICE_AMX=0)"/'
         pin python3 scripts/bench_ort.py --model minilm-random --data $S --threads 2 --runs 1 --latency-n 50 2>/dev/null | tail -n 1
         pin python3 scripts/bench_ort.py --model minilm-random --data $S --threads 2 --runs 1 --latency-n 50 --int8 2>/dev/null | tail -n 1
       done | tee "$OUT/embed.jsonl" | python3 -c "

@@ -75,10 +75,13 @@ impl Matrix {
             Matrix::Int8(w) => w.packed_bytes(),
         }
     }
-    fn run(&self, isa: Isa, x: &[i8], m: usize, y: &mut [i32], ldy: usize) {
-        match self {
-            Matrix::Ternary(w) => w.matmul_i8_with(isa, x, m, y, ldy),
-            Matrix::Int8(w) => w.matmul_i8_with(isa, x, m, y, ldy),
+    /// With the tiles of `isa`, or (None) the AMX-INT8 ones.
+    fn run(&self, isa: Option<Isa>, x: &[i8], m: usize, y: &mut [i32], ldy: usize) {
+        match (self, isa) {
+            (Matrix::Ternary(w), Some(isa)) => w.matmul_i8_with(isa, x, m, y, ldy),
+            (Matrix::Int8(w), Some(isa)) => w.matmul_i8_with(isa, x, m, y, ldy),
+            (Matrix::Int8(w), None) => w.matmul_i8_amx(x, m, y, ldy),
+            (Matrix::Ternary(_), None) => unreachable!("no AMX ternary tile"),
         }
         .expect("isa supported")
     }
@@ -189,10 +192,20 @@ fn bench(args: &Args, threads: usize, isas: &[Isa]) {
             .collect();
         let mut y1 = vec![0i32; n];
         let mut ym = vec![0i32; m * n];
-        for &isa in isas {
+        // The vector tiles, and AMX-INT8 where the CPU has it (int8 only).
+        let amx = Int8Matrix::from_values(1, 1, &[1])
+            .expect("matrix")
+            .matmul_i8_amx(&[1], 1, &mut [0], 1)
+            .is_ok();
+        let paths = isas
+            .iter()
+            .map(|&i| Some(i))
+            .chain((args.int8 && amx).then_some(None));
+        for isa in paths {
             let run = |w: &Matrix, x: &[i8], rows: usize, y: &mut [i32]| w.run(isa, x, rows, y, n);
-            let budget = Duration::from_millis(if isa == Isa::Scalar { 300 } else { 1000 });
-            let mut line = format!("{:<7} {:<15}", isa.name(), name);
+            let slow = isa == Some(Isa::Scalar);
+            let budget = Duration::from_millis(if slow { 300 } else { 1000 });
+            let mut line = format!("{:<7} {:<15}", isa.map_or("amx", |i| i.name()), name);
             if args.prompt_only {
                 line += &format!(" {:>19} {:>19}", "-", "-");
             } else {

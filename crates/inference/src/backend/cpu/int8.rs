@@ -19,7 +19,7 @@
 
 use super::detect::Isa;
 use super::ternary::{
-    self, matmul_chunks, row_offset, Chunk, ChunkView, TSimd, TTable, TileArgs, TileOut,
+    self, matmul_chunks, row_offset, Chunk, ChunkView, TKernel, TSimd, TTable, TileArgs, TileOut,
     CHUNK_BYTES, GROUP, HALF, PREFETCH_CHUNKS,
 };
 use super::threads::OutPtr;
@@ -232,7 +232,23 @@ impl Int8Matrix {
         self.run(ternary::table(), x, m, TileOut::Sink(&finish));
     }
 
+    /// [`Int8Matrix::matmul_i8`] on the AMX-INT8 tiles (tests, benches); fails where the CPU
+    /// or the process has no AMX-INT8. Panics as `matmul_i8`.
+    pub fn matmul_i8_amx(&self, x: &[i8], m: usize, sums: &mut [i32], ldy: usize) -> Result<()> {
+        let tile = amx_tile(m, true).ok_or_else(|| {
+            Error::InvalidInput("AMX-INT8 not available on this CPU or process".into())
+        })?;
+        self.run_with(tile, x, m, TileOut::Sums(sums, ldy));
+        Ok(())
+    }
+
+    /// The product with `tab`'s vector tile, or the AMX-INT8 one where it pays.
     fn run(&self, tab: &TTable, x: &[i8], m: usize, out: TileOut<'_>) {
+        let tile = amx_tile(m, false).unwrap_or((tab.kernel8, tab.mr8));
+        self.run_with(tile, x, m, out)
+    }
+
+    fn run_with(&self, (kernel, mr): (TKernel, usize), x: &[i8], m: usize, out: TileOut<'_>) {
         let op = "Int8Matrix::matmul_i8";
         // (A fold, not `all`: it vectorizes.)
         let has_min = x.iter().fold(false, |a, &v| a | (v == i8::MIN));
@@ -244,8 +260,23 @@ impl Int8Matrix {
             cols: CHUNK,
             data: &self.data,
         };
-        matmul_chunks(tab.kernel8, tab.mr8, view, 128, x, m, out, op);
+        matmul_chunks(kernel, mr, view, 128, x, m, out, op);
     }
+}
+
+/// Activation rows from which the AMX tile is used (fewer would waste most of a tile).
+const AMX_MIN_ROWS: usize = 16;
+
+/// The AMX-INT8 tile and its height, for a product of `m` rows, where this CPU and process
+/// have AMX-INT8 and `m` is at least [`AMX_MIN_ROWS`] (any `m` when `force`d).
+fn amx_tile(m: usize, force: bool) -> Option<(TKernel, usize)> {
+    #[cfg(target_arch = "x86_64")]
+    if (force || m >= AMX_MIN_ROWS) && super::x86::amx::int8_available() {
+        use super::x86::amx::{int8_tile, INT8_MR};
+        return Some((int8_tile, INT8_MR));
+    }
+    let _ = (m, force);
+    None
 }
 
 /// How [`Int8Matrix::matmul_dequant`] turns integer sums into outputs.
@@ -386,6 +417,41 @@ mod tests {
                     let x = rng.values(m * k);
                     check(&w, n, k, &x, m, n);
                     check(&w, n, k, &x, m, n + 3);
+                }
+            }
+        }
+    }
+
+    /// The AMX-INT8 tile against the definition: depth tails, partial groups, 1 to 40 rows
+    /// (one and two A tiles, several tiles), an output stride. Skipped, saying so, without
+    /// AMX-INT8.
+    #[test]
+    fn amx_tile_matches_the_definition() {
+        let probe = Int8Matrix::from_values(1, 1, &[1]).expect("valid");
+        if probe.matmul_i8_amx(&[1], 1, &mut [0], 1).is_err() {
+            println!("SKIPPED: no AMX-INT8 on this CPU (or LATTICE_AMX=0)");
+            return;
+        }
+        let mut rng = Rng(4711);
+        for &k in &[1, 4, 63, 64, 65, 200, 384, 1536] {
+            for &n in &[1, 17, 32, 70] {
+                for &m in &[1, 5, 16, 17, 32, 40] {
+                    let w = rng.values(n * k);
+                    let x = rng.values(m * k);
+                    let want = reference(&w, n, k, &x, m);
+                    let t = Int8Matrix::from_values(n, k, &w).expect("valid");
+                    let ldy = n + 2;
+                    let mut sums = vec![i32::MIN; (m - 1) * ldy + n];
+                    t.matmul_i8_amx(&x, m, &mut sums, ldy).expect("AMX");
+                    for r in 0..m {
+                        for o in 0..n {
+                            assert_eq!(
+                                sums[r * ldy + o] as i64,
+                                want[r * n + o],
+                                "AMX n {n} k {k} m {m}: row {r} col {o}"
+                            );
+                        }
+                    }
                 }
             }
         }

@@ -44,8 +44,8 @@ pub(super) const HALF: usize = 16;
 const CHUNK: usize = 16;
 /// Bytes per chunk.
 pub(super) const CHUNK_BYTES: usize = 128;
-/// Most activation rows per tile of any table.
-pub(super) const MAX_MR: usize = 8;
+/// Most activation rows per tile of any table (the AMX-INT8 tile's 32).
+pub(super) const MAX_MR: usize = 32;
 /// Activation bytes per pass of a worker over its weight groups (about half of a 1 MiB L2).
 const ACT_BLOCK_BYTES: usize = 512 << 10;
 /// Chunks ahead of the one being read that a tile prefetches (2 KiB).

@@ -1,7 +1,8 @@
 //! AMX (Intel Advanced Matrix Extensions, Sapphire Rapids and later): detection, with the
 //! permission Linux wants before a process touches the tile registers, the tile configuration,
 //! and the AMX-BF16 microkernel of the bf16 GEMM (`bf16.rs` owns the packed layout, the
-//! driver and the arithmetic; the activation conversion is AVX512-BF16's, `gemm_bf16.rs`).
+//! driver and the arithmetic; the activation conversion is AVX512-BF16's, `gemm_bf16.rs`), and
+//! the AMX-INT8 tile of `Int8Matrix` (`int8.rs` owns the layout; the ternary driver runs it).
 //!
 //! Tiles (palette 1): 8 registers of up to 16 rows × 64 bytes. `tdpbf16ps c, a, b` multiplies
 //! an A tile of 16 rows × 16 bf16 pairs by a B tile of 16 pairs × 16 columns (each 64-byte row
@@ -39,19 +40,34 @@ pub(in crate::backend::cpu) const KERNEL: Kernel = Kernel {
 /// `LATTICE_AMX=0` turns AMX off (to measure what it brings).
 pub fn available() -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| std::env::var("LATTICE_AMX").map_or(true, |v| v != "0") && detect())
+    *ON.get_or_init(|| enabled() && std::is_x86_feature_detected!("avx512bf16") && detect(AMX_BF16))
 }
 
-fn detect() -> bool {
-    if !(std::is_x86_feature_detected!("avx512f")
-        && std::is_x86_feature_detected!("avx512bf16")
-        && std::is_x86_feature_detected!("xsave"))
-    {
+/// Whether this process may run the AMX-INT8 tile of `Int8Matrix` ([`int8_tile`]): AMX-TILE
+/// and AMX-INT8, the tile state managed and permitted as for [`available`]; `LATTICE_AMX=0`
+/// turns it off too.
+pub fn int8_available() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| enabled() && detect(AMX_INT8))
+}
+
+/// `LATTICE_AMX` is not `0`.
+fn enabled() -> bool {
+    std::env::var("LATTICE_AMX").map_or(true, |v| v != "0")
+}
+
+/// CPUID.(EAX=7, ECX=0):EDX bits: AMX-BF16, AMX-TILE, AMX-INT8.
+const AMX_BF16: u32 = 1 << 22;
+const AMX_TILE: u32 = 1 << 24;
+const AMX_INT8: u32 = 1 << 25;
+
+/// The CPU has AMX-TILE and `feature`, the OS saves the tile state and Linux permits it.
+fn detect(feature: u32) -> bool {
+    if !(std::is_x86_feature_detected!("avx512f") && std::is_x86_feature_detected!("xsave")) {
         return false;
     }
-    // CPUID.(EAX=7, ECX=0):EDX bit 22 = AMX-BF16, bit 24 = AMX-TILE.
     let leaf7 = __cpuid_count(7, 0);
-    if leaf7.edx & (1 << 22) == 0 || leaf7.edx & (1 << 24) == 0 {
+    if leaf7.edx & feature == 0 || leaf7.edx & AMX_TILE == 0 {
         return false;
     }
     // XCR0 bits 17 (XTILECFG) and 18 (XTILEDATA): the OS saves the tile state.
@@ -251,6 +267,92 @@ unsafe fn ukr(
             tile_store!("tmm2", c2, sc);
             if right {
                 tile_store!("tmm3", c3, sc);
+            }
+        }
+    }
+}
+
+macro_rules! tile_dp_int8 {
+    ($c:literal, $a:literal, $b:literal) => {
+        asm!(
+            concat!("tdpbsud ", $c, ", ", $a, ", ", $b),
+            options(nostack, nomem)
+        )
+    };
+}
+
+/// Activation rows at most per [`int8_tile`] call (two A tiles of 16).
+pub(in crate::backend::cpu) const INT8_MR: usize = 32;
+
+/// The AMX-INT8 tile of `Int8Matrix`: one group (32 weight rows) times `mr` (≤ 32) activation
+/// rows over the full depth, sums minus `a.xsum` (128 · Σ x) as the vector tiles give them.
+///
+/// `tdpbsud` multiplies an A tile of 16 activation rows × 64 signed bytes by a B tile of 16
+/// rows of 4 depths × 16 columns of unsigned bytes: one 64-byte half of an `Int8Matrix` chunk
+/// (4 columns of 16 weight rows) is exactly one B row, so the 16 chunks of a depth step load as
+/// one tile with a stride of 128 bytes. Four C tiles (tmm0..3: activation rows 0-15 / 16-31 ×
+/// weight rows 0-15 / 16-31), A tiles tmm4/5, B tiles tmm6/7. A depth tail of fewer than 16
+/// chunks runs from scratch copies whose padding activations are 0.
+///
+/// # Safety
+/// [`int8_available`]; the int8 tile contract (`int8::tile8`) with `mr ≤ 32` rows.
+pub(in crate::backend::cpu) unsafe fn int8_tile(
+    a: &crate::backend::cpu::ternary::TileArgs,
+    mr: usize,
+) {
+    debug_assert!((1..=INT8_MR).contains(&mr));
+    let bottom = mr > 16;
+    let (sa, so) = (a.ldx, a.ldo * 4);
+    const SB: usize = 128;
+    // SAFETY (whole body): AMX-INT8 is available and the configuration matches (mr, 32), so
+    // every tile access stays inside its configured rows: A rows < mr of the activation rows
+    // (ldx apart, 4·nch bytes each), B rows inside the group's nch chunks, C rows < mr of the
+    // output (32 i32 each, ldo apart), and the scratch arrays below (contract).
+    unsafe {
+        configure(mr, 32);
+        asm!("tilezero tmm0", "tilezero tmm1", options(nostack, nomem));
+        if bottom {
+            asm!("tilezero tmm2", "tilezero tmm3", options(nostack, nomem));
+        }
+        let step = |x0: *const i8, sa: usize, w0: *const u8| {
+            tile_load!("tmm4", x0, sa);
+            tile_load!("tmm6", w0, SB);
+            tile_load!("tmm7", w0.wrapping_add(64), SB);
+            tile_dp_int8!("tmm0", "tmm4", "tmm6");
+            tile_dp_int8!("tmm1", "tmm4", "tmm7");
+            if bottom {
+                tile_load!("tmm5", x0.wrapping_add(16 * sa), sa);
+                tile_dp_int8!("tmm2", "tmm5", "tmm6");
+                tile_dp_int8!("tmm3", "tmm5", "tmm7");
+            }
+        };
+        let full = a.nch - a.nch % 16;
+        for c in (0..full).step_by(16) {
+            step(a.x.add(4 * c), sa, a.w.add(SB * c));
+        }
+        let tail = a.nch - full;
+        if tail > 0 {
+            let mut xt = [0i8; INT8_MR * 64];
+            for r in 0..mr {
+                let src = core::slice::from_raw_parts(a.x.add(r * a.ldx + 4 * full), 4 * tail);
+                xt[r * 64..r * 64 + 4 * tail].copy_from_slice(src);
+            }
+            let mut wt = [0x80u8; 16 * SB];
+            wt[..SB * tail]
+                .copy_from_slice(core::slice::from_raw_parts(a.w.add(SB * full), SB * tail));
+            step(xt.as_ptr(), 64, wt.as_ptr());
+        }
+        let o = a.out;
+        tile_store!("tmm0", o, so);
+        tile_store!("tmm1", o.add(16), so);
+        if bottom {
+            tile_store!("tmm2", o.add(16 * a.ldo), so);
+            tile_store!("tmm3", o.add(16 * a.ldo + 16), so);
+        }
+        for r in 0..mr {
+            let s = *a.xsum.add(r);
+            for v in core::slice::from_raw_parts_mut(o.add(r * a.ldo), 32) {
+                *v -= s;
             }
         }
     }
