@@ -60,18 +60,7 @@ impl Int8Matrix {
     /// and ([`Error::InvalidInput`]) on -128 (the kernels need symmetric values).
     pub fn from_values(n_rows: usize, k: usize, values: &[i8]) -> Result<Self> {
         let op = "Int8Matrix::from_values";
-        if n_rows == 0 || k == 0 {
-            return Err(Error::Shape {
-                op,
-                reason: format!("{n_rows} × {k}: both dimensions must be at least 1"),
-            });
-        }
-        if n_rows.checked_mul(k) != Some(values.len()) {
-            return Err(Error::Shape {
-                op,
-                reason: format!("{n_rows} × {k} values expected, got {}", values.len()),
-            });
-        }
+        ternary::check_shape(op, n_rows, k, values.len())?;
         if let Some(i) = values.iter().position(|&v| v == i8::MIN) {
             return Err(Error::InvalidInput(format!(
                 "{op}: value -128 at row {}, column {} (values must be in -127..=127)",
@@ -110,12 +99,7 @@ impl Int8Matrix {
     /// matrix and each row's step (`max|w| / 127`: value · step ≈ weight). Fails as
     /// [`Int8Matrix::from_values`], and ([`Error::InvalidInput`]) on a row that is not finite.
     pub fn quantize_rows(w: &[f32], n_rows: usize, k: usize) -> Result<(Self, Vec<f32>)> {
-        if n_rows.checked_mul(k) != Some(w.len()) {
-            return Err(Error::Shape {
-                op: "Int8Matrix::quantize_rows",
-                reason: format!("{n_rows} × {k} values expected, got {}", w.len()),
-            });
-        }
+        ternary::check_shape("Int8Matrix::quantize_rows", n_rows, k, w.len())?;
         let mut q = vec![0i8; w.len()];
         let scales = ternary::quantize_rows_absmax(w, n_rows, k, &mut q);
         if let Some(r) = scales.iter().position(|s| !s.is_finite() || *s == 0.0) {
@@ -344,17 +328,10 @@ pub(crate) unsafe fn tile8<S: TSimd, const MR: usize>(s: S, a: &TileArgs) {
 
 #[cfg(test)]
 mod tests {
+    use super::super::ternary::tests::{check_tables, reference, Rng};
     use super::*;
 
-    /// xorshift32 stream.
-    struct Rng(u32);
     impl Rng {
-        fn next(&mut self) -> u32 {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 17;
-            self.0 ^= self.0 << 5;
-            self.0
-        }
         /// Values in -127..=127.
         fn values(&mut self, n: usize) -> Vec<i8> {
             (0..n)
@@ -363,48 +340,13 @@ mod tests {
         }
     }
 
-    /// The definition: `Σ_c x[r·k + c] · w[o·k + c]`, in i64.
-    fn reference(w: &[i8], n: usize, k: usize, x: &[i8], m: usize) -> Vec<i64> {
-        let mut out = vec![0i64; m * n];
-        for r in 0..m {
-            for o in 0..n {
-                out[r * n + o] = (0..k)
-                    .map(|c| x[r * k + c] as i64 * w[o * k + c] as i64)
-                    .sum();
-            }
-        }
-        out
-    }
-
-    /// Runs every available table on `(w, x)` with output stride `ldy`, checks the written
-    /// elements against the definition and that the gaps between rows are untouched.
+    /// [`check_tables`] for an int8 matrix of `w` and the activations `x`.
     fn check(w: &[i8], n: usize, k: usize, x: &[i8], m: usize, ldy: usize) {
         let t = Int8Matrix::from_values(n, k, w).expect("valid matrix");
         let want = reference(w, n, k, x, m);
-        let isas: Vec<Isa> = Isa::ALL
-            .into_iter()
-            .filter(|&i| ternary::table_for(i).is_some())
-            .collect();
-        assert!(isas.contains(&Isa::Scalar));
-        for isa in isas {
-            let mut sums = vec![i32::MIN; (m - 1) * ldy + n + 3];
-            t.matmul_i8_with(isa, x, m, &mut sums, ldy)
-                .expect("supported");
-            for r in 0..m {
-                for o in 0..ldy {
-                    let i = r * ldy + o;
-                    if o < n {
-                        assert_eq!(
-                            sums[i] as i64,
-                            want[r * n + o],
-                            "{isa} n {n} k {k} m {m} ldy {ldy}: row {r} col {o}"
-                        );
-                    } else if i < sums.len() {
-                        assert_eq!(sums[i], i32::MIN, "{isa}: wrote outside the output");
-                    }
-                }
-            }
-        }
+        check_tables(&want, n, m, ldy, |isa, sums, ldy| {
+            t.matmul_i8_with(isa, x, m, sums, ldy).expect("supported")
+        });
     }
 
     #[test]

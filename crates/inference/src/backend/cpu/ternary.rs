@@ -88,18 +88,7 @@ impl TernaryMatrix {
     /// and ([`Error::InvalidInput`]) on a value outside -1..=1.
     pub fn from_values(n_rows: usize, k: usize, values: &[i8]) -> Result<Self> {
         let op = "TernaryMatrix::from_values";
-        if n_rows == 0 || k == 0 {
-            return Err(Error::Shape {
-                op,
-                reason: format!("{n_rows} × {k}: both dimensions must be at least 1"),
-            });
-        }
-        if n_rows.checked_mul(k) != Some(values.len()) {
-            return Err(Error::Shape {
-                op,
-                reason: format!("{n_rows} × {k} values expected, got {}", values.len()),
-            });
-        }
+        check_shape(op, n_rows, k, values.len())?;
         if let Some(i) = values.iter().position(|v| !(-1..=1).contains(v)) {
             return Err(Error::InvalidInput(format!(
                 "{op}: value {} at row {}, column {} is not -1, 0 or 1",
@@ -203,6 +192,24 @@ impl TernaryMatrix {
         matmul(tab, self, x, m, sums, ldy);
         Ok(())
     }
+}
+
+/// Fails ([`Error::Shape`], naming `op`) unless `n_rows` and `k` are at least 1 and `len` is
+/// `n_rows · k`.
+pub(super) fn check_shape(op: &'static str, n_rows: usize, k: usize, len: usize) -> Result<()> {
+    if n_rows == 0 || k == 0 {
+        return Err(Error::Shape {
+            op,
+            reason: format!("{n_rows} × {k}: both dimensions must be at least 1"),
+        });
+    }
+    if n_rows.checked_mul(k) != Some(len) {
+        return Err(Error::Shape {
+            op,
+            reason: format!("{n_rows} × {k} values expected, got {len}"),
+        });
+    }
+    Ok(())
 }
 
 /// The bytes of row `r` (< 32) of a group within each chunk start here.
@@ -817,13 +824,13 @@ pub(super) fn matmul_chunks(
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
     /// xorshift32 stream.
-    struct Rng(u32);
+    pub(in crate::backend::cpu) struct Rng(pub(in crate::backend::cpu) u32);
     impl Rng {
-        fn next(&mut self) -> u32 {
+        pub(in crate::backend::cpu) fn next(&mut self) -> u32 {
             self.0 ^= self.0 << 13;
             self.0 ^= self.0 >> 17;
             self.0 ^= self.0 << 5;
@@ -838,7 +845,13 @@ mod tests {
     }
 
     /// The definition: `Σ_c x[r·k + c] · w[o·k + c]`, in i64.
-    fn reference(w: &[i8], n: usize, k: usize, x: &[i8], m: usize) -> Vec<i64> {
+    pub(in crate::backend::cpu) fn reference(
+        w: &[i8],
+        n: usize,
+        k: usize,
+        x: &[i8],
+        m: usize,
+    ) -> Vec<i64> {
         let mut out = vec![0i64; m * n];
         for r in 0..m {
             for o in 0..n {
@@ -850,15 +863,24 @@ mod tests {
         out
     }
 
-    /// Runs every available table on `(w, x)` with output stride `ldy`, checks the written
-    /// elements against the definition and that the gaps between rows are untouched.
-    fn check(w: &[i8], n: usize, k: usize, x: &[i8], m: usize, ldy: usize) {
-        let t = TernaryMatrix::from_values(n, k, w).expect("valid matrix");
-        let want = reference(w, n, k, x, m);
-        for isa in Isa::ALL.into_iter().filter(|&i| table_for(i).is_some()) {
+    /// Runs `run(isa, sums, ldy)` for every available table (the portable one among them),
+    /// checks the written elements of `m` rows of `n` against `want` and that the gaps between
+    /// rows are untouched.
+    pub(in crate::backend::cpu) fn check_tables(
+        want: &[i64],
+        n: usize,
+        m: usize,
+        ldy: usize,
+        run: impl Fn(Isa, &mut [i32], usize),
+    ) {
+        let isas: Vec<Isa> = Isa::ALL
+            .into_iter()
+            .filter(|&i| table_for(i).is_some())
+            .collect();
+        assert!(isas.contains(&Isa::Scalar));
+        for isa in isas {
             let mut sums = vec![i32::MIN; (m - 1) * ldy + n + 3];
-            t.matmul_i8_with(isa, x, m, &mut sums, ldy)
-                .expect("supported");
+            run(isa, &mut sums, ldy);
             for r in 0..m {
                 for o in 0..ldy {
                     let i = r * ldy + o;
@@ -866,7 +888,7 @@ mod tests {
                         assert_eq!(
                             sums[i] as i64,
                             want[r * n + o],
-                            "{isa} n {n} k {k} m {m} ldy {ldy}: row {r} col {o}"
+                            "{isa} n {n} m {m} ldy {ldy}: row {r} col {o}"
                         );
                     } else if i < sums.len() {
                         assert_eq!(sums[i], i32::MIN, "{isa}: wrote outside the output");
@@ -874,6 +896,15 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// [`check_tables`] for a ternary matrix of `w` and the activations `x`.
+    fn check(w: &[i8], n: usize, k: usize, x: &[i8], m: usize, ldy: usize) {
+        let t = TernaryMatrix::from_values(n, k, w).expect("valid matrix");
+        let want = reference(w, n, k, x, m);
+        check_tables(&want, n, m, ldy, |isa, sums, ldy| {
+            t.matmul_i8_with(isa, x, m, sums, ldy).expect("supported")
+        });
     }
 
     #[test]
