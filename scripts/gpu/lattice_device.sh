@@ -140,18 +140,38 @@ for step in $steps; do
       LATTICE_TEST_TORCH_REF="$refs" .device/cuda_parity full_size --nocapture --test-threads=1 2>&1 |
         tee "$out/fullsize.log" | grep -vE '^$'
       ;;
-    fullbert)
+    fullbert|embedspeed)
       # A full-size BERT (all-MiniLM-L6-v2's config and tokenizer, carried as .device/minilm
       # without model.safetensors; random weights drawn here by transformers' BertModel init,
       # seed 0) on the STS-B dev sentences (.device/stsb-en-dev.csv): sentence-transformers f32 on
-      # the GPU against `lattice embed` on the GPU and on the CPU, 1 - cos per sentence.
-      python3 - <<'PY'
+      # the GPU against `lattice embed` on the GPU and on the CPU, and with --bf16 on the GPU,
+      # 1 - cos per sentence. `embedspeed` first times sentence-transformers fp16 on the GPU
+      # against `lattice bench --device cuda` (f32 and --bf16), three alternating rounds.
+      [ -f .device/minilm/model.safetensors ] || python3 - <<'PY'
 import torch
 from transformers import BertConfig, BertModel
 torch.manual_seed(0)
 m = BertModel(BertConfig.from_pretrained(".device/minilm"), add_pooling_layer=False).eval()
 m.save_pretrained(".device/minilm", safe_serialization=True)
 PY
+      if [ "$step" = embedspeed ]; then
+        for r in 1 2 3; do
+          python3 scripts/gpu/st_embed.py --model .device/minilm --sentences .device/stsb-en-dev.csv \
+            --batch 128 --runs 3 --dtype fp16 2>/dev/null | tail -n 1
+          for mode in "" --bf16; do
+            .device/lattice bench --model .device/minilm --data .device/stsb-en-dev.csv --device cuda \
+              --batch 128 --runs 3 --latency-samples 20 $mode 2>/dev/null
+          done
+        done | tee "$out/embedspeed.jsonl" | python3 -c "
+import json, sys
+for l in sys.stdin:
+    try:
+        r = json.loads(l)
+    except ValueError:
+        continue
+    print(r.get('engine', 'sentence-transformers'), r.get('weights', r.get('dtype')),
+          round(r.get('sentences_per_s', r.get('sentences_per_s_median', 0)), 1), 'sent/s')"
+      fi
       python3 scripts/gpu/st_embed.py --model .device/minilm --sentences .device/stsb-en-dev.csv \
         --batch 128 --runs 1 --dtype f32 --dump-n 2910 --dump "$out/st_f32.json" > /dev/null 2>&1
       OUT=$out python3 - <<'PY'
@@ -162,12 +182,12 @@ with open("/tmp/texts.jsonl", "w") as f:
     for r in rows:
         f.write(json.dumps({"text": r["text"]}) + "\n")
 ref = np.array([r["embedding"] for r in rows], dtype=np.float64)
-for dev in ["cuda", "cpu"]:
+for dev, flags in [("cuda", []), ("cpu", []), ("cuda", ["--bf16"])]:
     out = subprocess.run([".device/lattice", "embed", "--model", ".device/minilm", "--device", dev,
-                          "--input", "/tmp/texts.jsonl"], capture_output=True, text=True, check=True)
+                          "--input", "/tmp/texts.jsonl", *flags], capture_output=True, text=True, check=True)
     got = np.array([json.loads(l)["embedding"] for l in out.stdout.splitlines()], dtype=np.float64)
     cos = (got * ref).sum(1) / np.linalg.norm(got, axis=1) / np.linalg.norm(ref, axis=1)
-    print(f"lattice --device {dev} vs sentence-transformers f32: {len(rows)} sentences, "
+    print(f"lattice --device {dev} {' '.join(flags)} vs sentence-transformers f32: {len(rows)} sentences, "
           f"1 - cos max {1 - cos.min():.2e} mean {np.mean(1 - cos):.2e}")
 PY
       ;;
