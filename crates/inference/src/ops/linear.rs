@@ -658,7 +658,7 @@ impl Linear {
         with_i8_scratch(m * self.in_dim, 0, |q, _| {
             let scales = cpu::ternary::quantize_rows_absmax(x, m, self.in_dim, q);
             let x_steps: Vec<f32> = scales.iter().map(|s| s.recip()).collect();
-            let deq = cpu::int8::Dequant {
+            let deq = cpu::Dequant {
                 x_steps: &x_steps,
                 w_steps,
                 bias: self.bias.as_deref(),

@@ -61,7 +61,7 @@ pub struct Kernels {
     pub(super) gemm: GemmSpec,
     pub(super) layer_norm: unsafe fn(&mut [f32], usize, &[f32], &[f32], f32),
     pub(super) gelu_erf: unsafe fn(&mut [f32]),
-    pub(super) dequant_i32: unsafe fn(&mut [f32], &[i32], &super::RowScale<'_>),
+    pub(super) dequant_i32: unsafe fn(&mut [&mut [f32]], &[i32], usize, &super::Dequant<'_>),
     pub(super) erf: unsafe fn(&mut [f32]),
     pub(super) exp: unsafe fn(&mut [f32]),
     pub(super) tanh: unsafe fn(&mut [f32]),
@@ -295,9 +295,15 @@ impl Kernels {
     }
 
     /// See [`super::dequant_i32`].
-    pub fn dequant_i32(&self, y: &mut [f32], sums: &[i32], row: &super::RowScale<'_>) {
+    pub fn dequant_i32(
+        &self,
+        y: &mut [&mut [f32]],
+        sums: &[i32],
+        lds: usize,
+        deq: &super::Dequant<'_>,
+    ) {
         // SAFETY: see the note on this impl (detected ISA; slices stay bounds-checked).
-        unsafe { (self.dequant_i32)(y, sums, row) }
+        unsafe { (self.dequant_i32)(y, sums, lds, deq) }
     }
 
     /// See [`super::erf`].

@@ -20,9 +20,10 @@
 use super::detect::Isa;
 use super::ternary::{
     self, matmul_chunks, row_offset, Chunk, ChunkView, TKernel, TSimd, TTable, TileArgs, TileOut,
-    CHUNK_BYTES, GROUP, HALF, PREFETCH_CHUNKS,
+    CHUNK_BYTES, GROUP, HALF, MAX_MR, PREFETCH_CHUNKS,
 };
 use super::threads::OutPtr;
+use super::Dequant;
 use crate::{Error, Result};
 
 /// Columns per chunk.
@@ -176,9 +177,9 @@ impl Int8Matrix {
     }
 
     /// The product scaled back to real values, as `deq` says: `y[r·ldy + o] (+)= Σ_c x[r·k + c]
-    /// · w[o][c] · deq.x_steps[r] · deq.w_steps[o] (+ deq.bias[o])`, then the exact GELU if
-    /// asked; each tile's rows are finished by the worker that computed them, while they are
-    /// in cache.
+    /// · w[o][c] · deq.x_steps[r] · deq.w_steps[o] (+ deq.bias[o])`, then GELU if asked
+    /// (see [`Dequant::gelu`]); each tile is finished, all its rows in one call, by the worker
+    /// that computed it, while it is in cache.
     ///
     /// Panics if `x.len() != m · k`, `ldy < n_rows`, `y` is shorter than
     /// `(m − 1) · ldy + n_rows`, a step or bias slice has the wrong length or `x` holds -128
@@ -199,19 +200,23 @@ impl Int8Matrix {
         );
         let out = OutPtr(y.as_mut_ptr());
         let kernels = super::kernels();
-        let finish = |r: usize, o0: usize, sums: &[i32]| {
-            // SAFETY: r < m and o0 + sums.len() ≤ n ≤ ldy: inside `y` (checked above); the
-            // driver hands each (row, group) over once, so no other worker touches these.
-            let row =
-                unsafe { std::slice::from_raw_parts_mut(out.get().add(r * ldy + o0), sums.len()) };
-            let scale = super::RowScale {
-                x_step: deq.x_steps[r],
+        let finish = |r0: usize, o0: usize, sums: &[i32], cols: usize| {
+            let rows = sums.len() / GROUP;
+            let mut dst: [&mut [f32]; MAX_MR] = std::array::from_fn(|r| {
+                if r >= rows {
+                    return &mut [][..];
+                }
+                // SAFETY: r0 + r < m and o0 + cols ≤ n ≤ ldy: inside `y` (checked above); the
+                // driver hands each (row, group) over once, so no other worker touches these.
+                unsafe { std::slice::from_raw_parts_mut(out.get().add((r0 + r) * ldy + o0), cols) }
+            });
+            let tile = Dequant {
+                x_steps: &deq.x_steps[r0..r0 + rows],
                 w_steps: &deq.w_steps[o0..],
                 bias: deq.bias.map(|b| &b[o0..]),
-                accumulate: deq.accumulate,
-                gelu: deq.gelu,
+                ..*deq
             };
-            kernels.dequant_i32(row, sums, &scale);
+            kernels.dequant_i32(&mut dst[..rows], sums, GROUP, &tile);
         };
         self.run(ternary::table(), x, m, TileOut::Sink(&finish));
     }
@@ -261,21 +266,6 @@ fn amx_tile(m: usize, force: bool) -> Option<(TKernel, usize)> {
     }
     let _ = (m, force);
     None
-}
-
-/// How [`Int8Matrix::matmul_dequant`] turns integer sums into outputs.
-#[derive(Clone, Copy, Debug)]
-pub struct Dequant<'a> {
-    /// Each activation row's step (value · step ≈ activation).
-    pub x_steps: &'a [f32],
-    /// Each weight row's step.
-    pub w_steps: &'a [f32],
-    /// Added to every output row.
-    pub bias: Option<&'a [f32]>,
-    /// Add to `y` instead of overwriting it.
-    pub accumulate: bool,
-    /// Apply the exact (erf) GELU after the bias.
-    pub gelu: bool,
 }
 
 /// The int8 tile: one group (32 rows) times `MR` activation rows over the full depth; the two

@@ -86,6 +86,10 @@ impl Simd for Portable {
     fn div(self, a: Self::V, b: Self::V) -> Self::V {
         zip(a, b, |x, y| x / y)
     }
+    #[inline(always)]
+    fn recip_approx(self, a: Self::V) -> Self::V {
+        map(a, |x| 1.0 / x)
+    }
     /// Unfused on targets without FMA (`a * b + c`, two roundings): the compiler can vectorize
     /// it, where `f32::mul_add` would call into libm per lane.
     #[inline(always)]

@@ -96,16 +96,18 @@ pub fn gelu_erf(x: &mut [f32]) {
 }
 
 /// See [`super::dequant_i32`].
-pub fn dequant_i32(y: &mut [f32], sums: &[i32], row: &super::RowScale<'_>) {
-    for (i, (o, &s)) in y.iter_mut().zip(sums).enumerate() {
-        let mut v = s as f32 * row.x_step * row.w_steps[i];
-        if let Some(b) = row.bias {
-            v += b[i];
+pub fn dequant_i32(y: &mut [&mut [f32]], sums: &[i32], lds: usize, deq: &super::Dequant<'_>) {
+    for (r, row) in y.iter_mut().enumerate() {
+        for (i, o) in row.iter_mut().enumerate() {
+            let mut v = sums[r * lds + i] as f32 * deq.x_steps[r] * deq.w_steps[i];
+            if let Some(b) = deq.bias {
+                v += b[i];
+            }
+            *o = if deq.accumulate { *o + v } else { v };
         }
-        *o = if row.accumulate { *o + v } else { v };
-    }
-    if row.gelu {
-        gelu_erf(y);
+        if deq.gelu {
+            gelu_erf(row);
+        }
     }
 }
 

@@ -64,6 +64,9 @@ pub(crate) trait Simd: Copy {
     fn mul(self, a: Self::V, b: Self::V) -> Self::V;
     /// `a / b` (correctly rounded).
     fn div(self, a: Self::V, b: Self::V) -> Self::V;
+    /// `1 / a` to a relative error below 2^-14 (a hardware estimate, refined where the
+    /// estimate is coarser); callers that need more correct it themselves.
+    fn recip_approx(self, a: Self::V) -> Self::V;
     /// `a * b + c` with one rounding.
     fn mul_add(self, a: Self::V, b: Self::V, c: Self::V) -> Self::V;
     /// `c - a * b` with one rounding.

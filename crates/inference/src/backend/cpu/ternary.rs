@@ -687,10 +687,14 @@ fn matmul(tab: &TTable, w: &TernaryMatrix, x: &[i8], m: usize, sums: &mut [i32],
 pub(super) enum TileOut<'a> {
     /// In place: `sums[r·ldy + o]` (`ldy ≥ n`, at least `(m − 1)·ldy + n` long).
     Sums(&'a mut [i32], usize),
-    /// Handed over row by row: `(activation row, first weight row, its sums)`, each pair of
-    /// row and 32-row group exactly once, from any worker.
-    Sink(&'a (dyn Fn(usize, usize, &[i32]) + Sync)),
+    /// Handed over tile by tile: `(first activation row, first weight row, sums, columns)`,
+    /// the sums `rows × 32` (row `r`'s first `columns` at `32·r`), each pair of row and 32-row
+    /// group exactly once, from any worker.
+    Sink(&'a TileSink<'a>),
 }
+
+/// The receiver of [`TileOut::Sink`]: `(first activation row, first weight row, sums, columns)`.
+pub(super) type TileSink<'a> = dyn Fn(usize, usize, &[i32], usize) + Sync + 'a;
 
 /// The driver of the chunked products: the sums `Σ_c x[r·k + c] · w[o][c]` from the tiles
 /// `kernel` (at most `mr` activation rows each) over `w`, each tile given `xsum_mul · Σ x` per
@@ -782,19 +786,19 @@ pub(super) fn matmul_chunks(
         args.ldo = GROUP;
         // SAFETY: as above, with `buf` (MAX_MR ≥ rows rows of 32) as the output.
         unsafe { kernel(&args, rows) };
-        for r in 0..rows {
-            // SAFETY: rows 0..rows of `buf` were written whole by the tile; cols ≤ 32.
-            let src = unsafe {
-                std::slice::from_raw_parts((buf.as_ptr() as *const i32).add(GROUP * r), cols)
-            };
-            match sink {
-                Some(f) => f(r0 + r, GROUP * g, src),
-                // SAFETY: row r0 + r < m, columns 32·g..32·g + cols ≤ n ≤ ldy: inside `sums`
-                // (checked above); no other task writes this (row, columns) tile.
-                None => unsafe {
-                    let dst = sums.get().add((r0 + r) * ldy + GROUP * g);
-                    std::ptr::copy_nonoverlapping(src.as_ptr(), dst, cols);
-                },
+        // SAFETY: rows 0..rows of `buf` were written whole by the tile.
+        let tile = unsafe { std::slice::from_raw_parts(buf.as_ptr() as *const i32, GROUP * rows) };
+        match sink {
+            Some(f) => f(r0, GROUP * g, tile, cols),
+            None => {
+                for (r, src) in tile.chunks_exact(GROUP).enumerate() {
+                    // SAFETY: row r0 + r < m, columns 32·g..32·g + cols ≤ n ≤ ldy: inside
+                    // `sums` (checked above); no other task writes this (row, columns) tile.
+                    unsafe {
+                        let dst = sums.get().add((r0 + r) * ldy + GROUP * g);
+                        std::ptr::copy_nonoverlapping(src.as_ptr(), dst, cols);
+                    }
+                }
             }
         }
     };

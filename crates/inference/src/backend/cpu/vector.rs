@@ -122,35 +122,50 @@ pub(crate) fn gelu_erf<S: Simd>(s: S, x: &mut [f32]) {
     map_in_place(s, x, Gelu);
 }
 
-/// The finish of one row of an int8 product (see [`super::dequant_i32`]).
+/// The finish of a tile of an int8 product (see [`super::dequant_i32`]).
 #[inline(always)]
-pub(crate) fn dequant_i32<S: Simd>(s: S, y: &mut [f32], sums: &[i32], row: &super::RowScale<'_>) {
-    let n = y.len();
+pub(crate) fn dequant_i32<S: Simd>(
+    s: S,
+    y: &mut [&mut [f32]],
+    sums: &[i32],
+    lds: usize,
+    deq: &super::Dequant<'_>,
+) {
+    let n = y.first().map_or(0, |r| r.len());
+    let rows = y.len();
     assert!(
-        sums.len() == n && row.w_steps.len() >= n && row.bias.is_none_or(|b| b.len() >= n),
+        y.iter().all(|r| r.len() == n)
+            && lds >= n
+            && (rows == 0 || sums.len() >= (rows - 1) * lds + n)
+            && deq.x_steps.len() >= rows
+            && deq.w_steps.len() >= n
+            && deq.bias.is_none_or(|b| b.len() >= n),
         "dequant_i32: lengths differ"
     );
-    let d = DequantLanes {
-        xs: s.splat(row.x_step),
-        w_steps: row.w_steps.as_ptr(),
-        bias: row.bias.map(<[f32]>::as_ptr),
-        y: y.as_mut_ptr(),
-        flags: (row.accumulate, row.gelu),
-    };
-    let mut i = 0;
-    // (Loops and `inline(always)` functions, not closures: a closure would not inherit the
-    // target features.)
-    while i + S::LANES <= n {
-        // SAFETY: i + LANES ≤ n ≤ every slice's length (checked above).
-        unsafe { dequant_lanes(s, &d, s.load_i32_ptr(sums.as_ptr().add(i)), i, S::LANES) };
-        i += S::LANES;
-    }
-    if i < n {
-        let mut tail = [0i32; 16];
-        debug_assert!(S::LANES <= tail.len());
-        tail[..n - i].copy_from_slice(&sums[i..]);
-        // SAFETY: `tail` holds 16 ≥ LANES values; n - i < LANES lanes from i < n.
-        unsafe { dequant_lanes(s, &d, s.load_i32_ptr(tail.as_ptr()), i, n - i) };
+    for (r, row) in y.iter_mut().enumerate() {
+        let d = DequantLanes {
+            xs: s.splat(deq.x_steps[r]),
+            w_steps: deq.w_steps.as_ptr(),
+            bias: deq.bias.map(<[f32]>::as_ptr),
+            y: row.as_mut_ptr(),
+            flags: (deq.accumulate, deq.gelu),
+        };
+        let sums = &sums[r * lds..r * lds + n];
+        let mut i = 0;
+        // (Loops and `inline(always)` functions, not closures: a closure would not inherit the
+        // target features.)
+        while i + S::LANES <= n {
+            // SAFETY: i + LANES ≤ n ≤ every slice's length (checked above).
+            unsafe { dequant_lanes(s, &d, s.load_i32_ptr(sums.as_ptr().add(i)), i, S::LANES) };
+            i += S::LANES;
+        }
+        if i < n {
+            let mut tail = [0i32; 16];
+            debug_assert!(S::LANES <= tail.len());
+            tail[..n - i].copy_from_slice(&sums[i..]);
+            // SAFETY: `tail` holds 16 ≥ LANES values; n - i < LANES lanes from i < n.
+            unsafe { dequant_lanes(s, &d, s.load_i32_ptr(tail.as_ptr()), i, n - i) };
+        }
     }
 }
 
@@ -181,7 +196,7 @@ unsafe fn dequant_lanes<S: Simd>(s: S, d: &DequantLanes<S>, sums: S::V, i: usize
             v = s.add(s.load_part_ptr(d.y.add(i), len, 0.0), v);
         }
         if gelu {
-            v = Gelu.apply(s, v);
+            v = vmath::gelu_rational(s, v);
         }
         s.store_part_ptr(d.y.add(i), len, v);
     }

@@ -112,6 +112,15 @@ impl Simd for Avx2 {
         unsafe { _mm256_div_ps(a, b) }
     }
     #[inline(always)]
+    fn recip_approx(self, a: __m256) -> __m256 {
+        // SAFETY: token. vrcpps is good to 1.5·2^-12; one Newton step, r·(2 − a·r), squares
+        // that error.
+        unsafe {
+            let r = _mm256_rcp_ps(a);
+            _mm256_mul_ps(r, _mm256_fnmadd_ps(a, r, _mm256_set1_ps(2.0)))
+        }
+    }
+    #[inline(always)]
     fn mul_add(self, a: __m256, b: __m256, c: __m256) -> __m256 {
         // SAFETY: token.
         unsafe { _mm256_fmadd_ps(a, b, c) }

@@ -106,6 +106,11 @@ impl Simd for Avx512 {
         unsafe { _mm512_div_ps(a, b) }
     }
     #[inline(always)]
+    fn recip_approx(self, a: __m512) -> __m512 {
+        // SAFETY: token. (vrcp14ps: relative error below 2^-14.)
+        unsafe { _mm512_rcp14_ps(a) }
+    }
+    #[inline(always)]
     fn mul_add(self, a: __m512, b: __m512, c: __m512) -> __m512 {
         // SAFETY: token.
         unsafe { _mm512_fmadd_ps(a, b, c) }

@@ -116,9 +116,14 @@ macro_rules! kernel_table {
         }
 
         #[target_feature(enable = $feat)]
-        unsafe fn dequant_i32(y: &mut [f32], sums: &[i32], row: &$crate::backend::cpu::RowScale<'_>) {
+        unsafe fn dequant_i32(
+            y: &mut [&mut [f32]],
+            sums: &[i32],
+            lds: usize,
+            deq: &$crate::backend::cpu::Dequant<'_>,
+        ) {
             // SAFETY: reached only through `KERNELS` (see `token`).
-            vector::dequant_i32(unsafe { token() }, y, sums, row)
+            vector::dequant_i32(unsafe { token() }, y, sums, lds, deq)
         }
 
         #[target_feature(enable = $feat)]
