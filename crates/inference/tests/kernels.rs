@@ -406,7 +406,7 @@ fn gelu_is_within_a_few_ulp_on_a_dense_sweep() {
 }
 
 /// The int8 finish's GELU (a rational `erf`) against the exact GELU over `[-12, 12]` in steps
-/// of 1e-4 (through `dequant_i32` with unit steps): within `2.5e-7 · |x|` plus 2 ulp everywhere.
+/// of 1e-4 (through `dequant_i32` with unit steps, and the slice op `gelu_rational`): within `2.5e-7 · |x|` plus 2 ulp everywhere.
 #[test]
 fn rational_gelu_is_within_its_bound() {
     let n = 240_001;
@@ -439,6 +439,17 @@ fn rational_gelu_is_within_its_bound() {
             t.isa(),
             worst.0,
             worst.1
+        );
+        // The slice op is the same function.
+        let mut slice = x.clone();
+        t.gelu_rational(&mut slice);
+        assert!(
+            slice
+                .iter()
+                .zip(&got)
+                .all(|(a, b)| a.to_bits() == b.to_bits()),
+            "{}: gelu_rational differs from the finish's GELU",
+            t.isa()
         );
     }
 }

@@ -669,7 +669,10 @@ impl Linear {
         });
     }
 
-    /// Bias and GELU after a product that does not fuse them.
+    /// Bias and GELU after a product that does not fuse them. Those products (quantized
+    /// blocks, ternary, bf16 activations) change numbers far more than the rational GELU's
+    /// `2.5e-7 · |x|`, so they take it ([`cpu::gelu_rational`]); the exact f32 paths fuse the
+    /// exact GELU into their tiles.
     fn epilogue(&self, y: &mut [f32], gelu: bool) {
         if let Some(b) = self.bias.as_deref() {
             for row in y.chunks_exact_mut(self.out_dim) {
@@ -679,7 +682,7 @@ impl Linear {
             }
         }
         if gelu {
-            cpu::gelu_erf(y);
+            cpu::gelu_rational(y);
         }
     }
 

@@ -61,6 +61,7 @@ pub struct Kernels {
     pub(super) gemm: GemmSpec,
     pub(super) layer_norm: unsafe fn(&mut [f32], usize, &[f32], &[f32], f32),
     pub(super) gelu_erf: unsafe fn(&mut [f32]),
+    pub(super) gelu_rational: unsafe fn(&mut [f32]),
     pub(super) dequant_i32: unsafe fn(&mut [&mut [f32]], &[i32], usize, &super::Dequant<'_>),
     pub(super) erf: unsafe fn(&mut [f32]),
     pub(super) exp: unsafe fn(&mut [f32]),
@@ -294,6 +295,12 @@ impl Kernels {
         unsafe { (self.gelu_erf)(x) }
     }
 
+    /// See [`super::gelu_rational`].
+    pub fn gelu_rational(&self, x: &mut [f32]) {
+        // SAFETY: see the note on this impl (detected ISA; slices stay bounds-checked).
+        unsafe { (self.gelu_rational)(x) }
+    }
+
     /// See [`super::dequant_i32`].
     pub fn dequant_i32(
         &self,
@@ -482,6 +489,8 @@ static SCALAR: Kernels = Kernels {
     },
     layer_norm: scalar::layer_norm,
     gelu_erf: scalar::gelu_erf,
+    // (The reference computes GELU exactly, which is within any bound of the rational form.)
+    gelu_rational: scalar::gelu_erf,
     dequant_i32: scalar::dequant_i32,
     erf: scalar::erf,
     exp: scalar::exp,

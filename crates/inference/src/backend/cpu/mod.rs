@@ -243,6 +243,13 @@ pub fn gelu_erf(x: &mut [f32]) {
     kernels().gelu_erf(x)
 }
 
+/// In-place GELU with `erf` from a rational fit: within `2.5e-7 · |x|` of [`gelu_erf`] at a
+/// third of its work, for products that change numbers far more already (int8, bf16
+/// activations, quantized blocks); exact f32 math keeps [`gelu_erf`].
+pub fn gelu_rational(x: &mut [f32]) {
+    kernels().gelu_rational(x)
+}
+
 /// How [`dequant_i32`] (and [`int8::Int8Matrix::matmul_dequant`]) turn int8 products' integer
 /// sums into outputs.
 #[derive(Clone, Copy, Debug)]

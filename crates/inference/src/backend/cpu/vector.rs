@@ -52,6 +52,7 @@ macro_rules! vmath_op {
     };
 }
 vmath_op!(Gelu, vmath::gelu);
+vmath_op!(GeluRational, vmath::gelu_rational);
 vmath_op!(Erf, vmath::erf);
 vmath_op!(Exp, vmath::exp);
 vmath_op!(Tanh, vmath::tanh);
@@ -120,6 +121,12 @@ pub(crate) fn scale<S: Simd>(s: S, x: &mut [f32], c: f32) {
 #[inline(always)]
 pub(crate) fn gelu_erf<S: Simd>(s: S, x: &mut [f32]) {
     map_in_place(s, x, Gelu);
+}
+
+/// In-place GELU with the rational `erf` (see [`super::gelu_rational`]).
+#[inline(always)]
+pub(crate) fn gelu_rational<S: Simd>(s: S, x: &mut [f32]) {
+    map_in_place(s, x, GeluRational);
 }
 
 /// The finish of a tile of an int8 product (see [`super::dequant_i32`]).
@@ -196,7 +203,7 @@ unsafe fn dequant_lanes<S: Simd>(s: S, d: &DequantLanes<S>, sums: S::V, i: usize
             v = s.add(s.load_part_ptr(d.y.add(i), len, 0.0), v);
         }
         if gelu {
-            v = vmath::gelu_rational(s, v);
+            v = GeluRational.apply(s, v);
         }
         s.store_part_ptr(d.y.add(i), len, v);
     }

@@ -116,6 +116,12 @@ macro_rules! kernel_table {
         }
 
         #[target_feature(enable = $feat)]
+        unsafe fn gelu_rational(x: &mut [f32]) {
+            // SAFETY: reached only through `KERNELS` (see `token`).
+            vector::gelu_rational(unsafe { token() }, x)
+        }
+
+        #[target_feature(enable = $feat)]
         unsafe fn dequant_i32(
             y: &mut [&mut [f32]],
             sums: &[i32],
@@ -220,6 +226,7 @@ macro_rules! kernel_table {
             },
             layer_norm,
             gelu_erf,
+            gelu_rational,
             dequant_i32,
             erf,
             exp,
