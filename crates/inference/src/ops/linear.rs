@@ -18,7 +18,7 @@
 //! activations, see backend/cuda) multiplied by the device's kernels or cuBLAS; the tensor
 //! methods ([`Linear::apply`] and friends) run wherever the input lives.
 
-use crate::backend::cpu::bf16::{gemm_bt_bf16, Bf16Weights};
+use crate::backend::cpu::bf16::{gemm_bt_bf16_epilogue, Bf16Weights};
 use crate::backend::cpu::{self, PackedWeights, QuantMatrix};
 use crate::backend::{Device, Mirror};
 use crate::io::store::{Scope, Weight};
@@ -583,20 +583,19 @@ impl Linear {
                 self.epilogue(y, gelu);
             }
             LinearWeight::Int8(q, steps) => self.run_int8(q, steps, x, m, y, accumulate, gelu),
-            LinearWeight::Bf16(w) => {
-                gemm_bt_bf16(
-                    m,
-                    self.out_dim,
-                    self.in_dim,
-                    x,
-                    w,
-                    y,
-                    self.out_dim,
-                    accumulate,
-                )
-                .expect("Linear: shapes checked at construction");
-                self.epilogue(y, gelu);
-            }
+            LinearWeight::Bf16(w) => gemm_bt_bf16_epilogue(
+                m,
+                self.out_dim,
+                self.in_dim,
+                x,
+                w,
+                y,
+                self.out_dim,
+                accumulate,
+                self.bias.as_deref(),
+                gelu,
+            )
+            .expect("Linear: shapes checked at construction"),
             #[cfg(feature = "cuda")]
             LinearWeight::Cuda(_) => unreachable!("device weights take the tensor path"),
         }
@@ -675,11 +674,7 @@ impl Linear {
     /// exact GELU into their tiles.
     fn epilogue(&self, y: &mut [f32], gelu: bool) {
         if let Some(b) = self.bias.as_deref() {
-            for row in y.chunks_exact_mut(self.out_dim) {
-                for (o, &b) in row.iter_mut().zip(b) {
-                    *o += b;
-                }
-            }
+            cpu::add_bias(y, b);
         }
         if gelu {
             cpu::gelu_rational(y);

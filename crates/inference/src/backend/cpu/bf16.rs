@@ -317,7 +317,79 @@ pub fn gemm_bt_bf16(
     ldy: usize,
     accumulate: bool,
 ) -> Result<()> {
-    gemm_with(kernel_for(m), m, n, k, x, w, y, ldy, accumulate)
+    gemm_with(
+        kernel_for(m),
+        m,
+        n,
+        k,
+        x,
+        w,
+        y,
+        ldy,
+        accumulate,
+        Finish::default(),
+    )
+}
+
+/// [`gemm_bt_bf16`], then `y = act(y + bias)` on each block of outputs while it is in cache:
+/// the bias (`[n]`) if given, then GELU if asked, computed as [`super::gelu_rational`] (within
+/// `2.5e-7 · |x|` of the exact GELU; the bf16 activations already change numbers far more).
+#[allow(clippy::too_many_arguments)]
+pub fn gemm_bt_bf16_epilogue(
+    m: usize,
+    n: usize,
+    k: usize,
+    x: &[f32],
+    w: &Bf16Weights,
+    y: &mut [f32],
+    ldy: usize,
+    accumulate: bool,
+    bias: Option<&[f32]>,
+    gelu: bool,
+) -> Result<()> {
+    if bias.is_some_and(|b| b.len() != n) {
+        return Err(Error::InvalidInput(format!(
+            "gemm_bt_bf16_epilogue: bias of {} for {n} outputs",
+            bias.map_or(0, <[f32]>::len)
+        )));
+    }
+    gemm_with(
+        kernel_for(m),
+        m,
+        n,
+        k,
+        x,
+        w,
+        y,
+        ldy,
+        accumulate,
+        Finish { bias, gelu },
+    )
+}
+
+/// What [`gemm_bt_bf16_epilogue`] does to the outputs after the product.
+#[derive(Clone, Copy, Default)]
+pub(crate) struct Finish<'a> {
+    /// Added to every output row (`[n]`).
+    bias: Option<&'a [f32]>,
+    /// The rational GELU last.
+    gelu: bool,
+}
+
+impl Finish<'_> {
+    /// Applies the finish to columns `j0..j0 + row.len()` of one output row.
+    fn apply(&self, row: &mut [f32], j0: usize) {
+        if let Some(b) = self.bias {
+            super::add_bias(row, &b[j0..j0 + row.len()]);
+        }
+        if self.gelu {
+            super::gelu_rational(row);
+        }
+    }
+
+    fn is_noop(&self) -> bool {
+        self.bias.is_none() && !self.gelu
+    }
 }
 
 /// Fewest rows a product needs to run on AMX tiles: below a tile's 16 rows `vdpbf16ps` is
@@ -474,6 +546,7 @@ pub(crate) fn gemm_with(
     y: &mut [f32],
     ldy: usize,
     accumulate: bool,
+    finish: Finish<'_>,
 ) -> Result<()> {
     check_gemm("gemm_bt_bf16", (m, n, k), (w.n, w.k), x.len(), y.len(), ldy)?;
     if m == 0 || n == 0 {
@@ -494,11 +567,11 @@ pub(crate) fn gemm_with(
     let mr = kern.mr;
     if m >= 4 * mr * threads {
         threads::for_each_range(m, mr, 8 * mr, threads, |i0, i1| {
-            block(kern, x, k, w, ymat, accumulate, i0, i1 - i0, 0, n);
+            block(kern, x, k, w, ymat, accumulate, finish, i0, i1 - i0, 0, n);
         });
     } else {
         threads::for_each_range(n, NR, 256, threads, |j0, j1| {
-            block(kern, x, k, w, ymat, accumulate, 0, m, j0, j1 - j0);
+            block(kern, x, k, w, ymat, accumulate, finish, 0, m, j0, j1 - j0);
         });
     }
     Ok(())
@@ -509,7 +582,8 @@ thread_local! {
     static ABUF: RefCell<Vec<u32>> = const { RefCell::new(Vec::new()) };
 }
 
-/// Computes `y[i0..i0+mm, j0..j0+nn]` on the calling thread (`j0` a multiple of [`NR`]).
+/// Computes `y[i0..i0+mm, j0..j0+nn]` on the calling thread (`j0` a multiple of [`NR`]), the
+/// finish applied to each `NC`-column block after its last depth block.
 #[allow(clippy::too_many_arguments)]
 fn block(
     kern: Kernel,
@@ -518,6 +592,7 @@ fn block(
     w: &Bf16Weights,
     y: YMat,
     accumulate: bool,
+    finish: Finish<'_>,
     i0: usize,
     mm: usize,
     j0: usize,
@@ -533,6 +608,7 @@ fn block(
                 row.fill(0.0);
             }
             // `vdpbf16ps` never runs, so nothing flushes: an empty product leaves y as it is.
+            finish.apply(row, j0);
         }
         return;
     }
@@ -540,12 +616,14 @@ fn block(
         let wdata = w.data();
         for p0 in (0..kp).step_by(KCP) {
             let kcp = KCP.min(kp - p0);
-            abuf.clear();
-            abuf.resize(mm * kcp, 0);
+            // (Grown, never cleared: the conversion writes every pair of the rows it is given.)
+            if abuf.len() < mm * kcp {
+                abuf.resize(mm * kcp, 0);
+            }
             let xs = &x[i0 * k..(i0 + mm) * k];
             // SAFETY: the kernel was selected after detecting its instruction set; slices are
             // bounds-checked inside.
-            unsafe { (kern.cvt)(xs, k, mm, k, p0, kcp, abuf) };
+            unsafe { (kern.cvt)(xs, k, mm, k, p0, kcp, &mut abuf[..mm * kcp]) };
             let wblock = &wdata[p0 * w.n_pad..(p0 + kcp) * w.n_pad];
             let load_c = accumulate || p0 > 0;
             for jc in (0..nn).step_by(NC) {
@@ -572,6 +650,16 @@ fn block(
                                 load_c,
                             )
                         };
+                    }
+                }
+                if p0 + kcp == kp && !finish.is_noop() {
+                    for i in i0..i0 + mm {
+                        // SAFETY: as for the kernel above: row i, columns j0 + jc.. (ncc of
+                        // them) are in bounds and owned by this thread; no kernel call is live.
+                        let row = unsafe {
+                            std::slice::from_raw_parts_mut(y.ptr.add(i * y.ld + j0 + jc), ncc)
+                        };
+                        finish.apply(row, j0 + jc);
                     }
                 }
             }
@@ -714,6 +802,55 @@ mod tests {
         }
     }
 
+    /// The fused bias and GELU equal the product followed by `add_bias` and `gelu_rational`
+    /// bit for bit, for every kernel: several column blocks (`n > NC`) with a partial one, a
+    /// depth over two blocks, row and column splits, accumulation, and an empty depth.
+    #[test]
+    fn epilogue_equals_the_separate_passes() {
+        for (name, kern, _) in kernels() {
+            for (m, n, k) in [(3, 300, 2 * 2 * KCP + 7), (40, 2 * NC + 9, 33), (17, 5, 0)] {
+                let x = data(m * k, 11);
+                let w = data(n * k, 12);
+                let bias = data(n, 13);
+                let pw = Bf16Weights::from_f32(n, k, &w).unwrap();
+                for (accumulate, gelu) in [(false, true), (true, false), (true, true)] {
+                    let y0 = data(m * n, 14);
+                    let mut want = y0.clone();
+                    gemm_with(
+                        kern,
+                        m,
+                        n,
+                        k,
+                        &x,
+                        &pw,
+                        &mut want,
+                        n,
+                        accumulate,
+                        Finish::default(),
+                    )
+                    .unwrap();
+                    super::super::add_bias(&mut want, &bias);
+                    if gelu {
+                        super::super::gelu_rational(&mut want);
+                    }
+                    let mut got = y0;
+                    let fin = Finish {
+                        bias: Some(&bias),
+                        gelu,
+                    };
+                    gemm_with(kern, m, n, k, &x, &pw, &mut got, n, accumulate, fin).unwrap();
+                    for (i, (g, e)) in got.iter().zip(&want).enumerate() {
+                        assert_eq!(
+                            g.to_bits(),
+                            e.to_bits(),
+                            "{name} {m}x{n}x{k} acc {accumulate} gelu {gelu} [{i}]: {g} vs {e}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
     #[test]
     fn rounding_is_nearest_even_with_daz() {
         assert_eq!(round_to_bf16(1.0), 0x3f80);
@@ -761,7 +898,19 @@ mod tests {
         let wr: Vec<f32> = wbits.iter().map(|&b| bf16_to_f32(b)).collect();
         for (name, kern, exact) in kernels() {
             let mut got = y0.clone();
-            gemm_with(kern, m, n, k, &x, &w, &mut got, ldy, accumulate).unwrap();
+            gemm_with(
+                kern,
+                m,
+                n,
+                k,
+                &x,
+                &w,
+                &mut got,
+                ldy,
+                accumulate,
+                Finish::default(),
+            )
+            .unwrap();
             for (idx, (g, r)) in got.iter().zip(&want).enumerate() {
                 if exact {
                     assert_eq!(
@@ -897,7 +1046,7 @@ mod tests {
         };
         for (name, kern, exact) in kernels() {
             let mut y = vec![0.0f32; m * n];
-            gemm_with(kern, m, n, k, &x, &w, &mut y, n, false).unwrap();
+            gemm_with(kern, m, n, k, &x, &w, &mut y, n, false, Finish::default()).unwrap();
             let rates: Vec<String> = (0..4)
                 .map(|v| {
                     let hits = (0..m * n)
@@ -933,7 +1082,7 @@ mod tests {
         assert_eq!(want[0], f32::MIN_POSITIVE);
         for (name, kern, exact) in kernels() {
             let mut got = [1.5 * f32::MIN_POSITIVE];
-            gemm_with(kern, 1, 1, 2, &x, &pw, &mut got, 1, true).unwrap();
+            gemm_with(kern, 1, 1, 2, &x, &pw, &mut got, 1, true, Finish::default()).unwrap();
             // AMX keeps the subnormal intermediate (measured on the instruction): the exact
             // result, 1.5 · 2^-126.
             let expect = if exact {
