@@ -335,7 +335,7 @@ fn bench_bf16(threads: usize, quick: bool) {
         let flops = 2.0 * (m * n * k) as f64;
         let wb = bf16::Bf16Weights::from_f32(n, k, &w).expect("n·k weights");
         let (med_b, best_b) = time_runs(budget, || {
-            bf16::gemm_bt_bf16(m, n, k, &x, &wb, &mut y, n, false).expect("shapes");
+            bf16::gemm_bt_bf16(m, n, k, &x, &wb, &mut y, n, false, None, false).expect("shapes");
             black_box(&mut y);
         });
         let kt = kernels();

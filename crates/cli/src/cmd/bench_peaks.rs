@@ -83,7 +83,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let bw = cpu::bf16::Bf16Weights::from_f32(bn, bk, &b[..bn * bk])?;
     let gemm_bf16 = |threads: usize| {
         rate(threads, bm * bn, 2 * bm * bn * bk, breps, &|c| {
-            cpu::bf16::gemm_bt_bf16(bm, bn, bk, &ba, &bw, c, bn, false).expect("shapes")
+            cpu::bf16::gemm_bt_bf16(bm, bn, bk, &ba, &bw, c, bn, false, None, false)
+                .expect("shapes")
         })
     };
     // Reading memory: dot products over a buffer far larger than the caches.

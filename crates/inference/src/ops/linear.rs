@@ -18,7 +18,7 @@
 //! activations, see backend/cuda) multiplied by the device's kernels or cuBLAS; the tensor
 //! methods ([`Linear::apply`] and friends) run wherever the input lives.
 
-use crate::backend::cpu::bf16::{gemm_bt_bf16_epilogue, Bf16Weights};
+use crate::backend::cpu::bf16::{gemm_bt_bf16, Bf16Weights};
 use crate::backend::cpu::{self, PackedWeights, QuantMatrix};
 use crate::backend::{Device, Mirror};
 use crate::io::store::{Scope, Weight};
@@ -583,7 +583,7 @@ impl Linear {
                 self.epilogue(y, gelu);
             }
             LinearWeight::Int8(q, steps) => self.run_int8(q, steps, x, m, y, accumulate, gelu),
-            LinearWeight::Bf16(w) => gemm_bt_bf16_epilogue(
+            LinearWeight::Bf16(w) => gemm_bt_bf16(
                 m,
                 self.out_dim,
                 self.in_dim,

@@ -304,38 +304,13 @@ fn check_gemm(
 /// apart; with `accumulate` the product is added to `y`, otherwise `y` is overwritten.
 ///
 /// Uses `vdpbf16ps` where the CPU has AVX512_BF16 ([`native_supported`]), the portable kernel
-/// otherwise (same results). Large products are split over the rayon worker threads. Errors if
-/// `w` is not `n×k` or a slice is too short for its shape.
+/// otherwise (same results). Large products are split over the rayon worker threads. Then
+/// `y = act(y + bias)` on each block of outputs while it is in cache: the bias (`[n]`) if
+/// given, then GELU if asked, computed as [`super::gelu_rational`] (within `2.5e-7 · |x|` of
+/// the exact GELU; the bf16 activations already change numbers far more). Errors if `w` is not
+/// `n×k`, the bias not `n` long or a slice is too short for its shape.
 #[allow(clippy::too_many_arguments)]
 pub fn gemm_bt_bf16(
-    m: usize,
-    n: usize,
-    k: usize,
-    x: &[f32],
-    w: &Bf16Weights,
-    y: &mut [f32],
-    ldy: usize,
-    accumulate: bool,
-) -> Result<()> {
-    gemm_with(
-        kernel_for(m),
-        m,
-        n,
-        k,
-        x,
-        w,
-        y,
-        ldy,
-        accumulate,
-        Finish::default(),
-    )
-}
-
-/// [`gemm_bt_bf16`], then `y = act(y + bias)` on each block of outputs while it is in cache:
-/// the bias (`[n]`) if given, then GELU if asked, computed as [`super::gelu_rational`] (within
-/// `2.5e-7 · |x|` of the exact GELU; the bf16 activations already change numbers far more).
-#[allow(clippy::too_many_arguments)]
-pub fn gemm_bt_bf16_epilogue(
     m: usize,
     n: usize,
     k: usize,
@@ -349,7 +324,7 @@ pub fn gemm_bt_bf16_epilogue(
 ) -> Result<()> {
     if bias.is_some_and(|b| b.len() != n) {
         return Err(Error::InvalidInput(format!(
-            "gemm_bt_bf16_epilogue: bias of {} for {n} outputs",
+            "gemm_bt_bf16: bias of {} for {n} outputs",
             bias.map_or(0, <[f32]>::len)
         )));
     }
@@ -367,7 +342,7 @@ pub fn gemm_bt_bf16_epilogue(
     )
 }
 
-/// What [`gemm_bt_bf16_epilogue`] does to the outputs after the product.
+/// What [`gemm_bt_bf16`] does to the outputs after the product.
 #[derive(Clone, Copy, Default)]
 pub(crate) struct Finish<'a> {
     /// Added to every output row (`[n]`).
@@ -965,7 +940,7 @@ mod tests {
         }
         // Columns past n in each row are untouched.
         let mut got = y0.clone();
-        gemm_bt_bf16(m, n, k, &x, &w, &mut got, ldy, accumulate).unwrap();
+        gemm_bt_bf16(m, n, k, &x, &w, &mut got, ldy, accumulate, None, false).unwrap();
         for i in 0..m {
             assert_eq!(
                 got[i * ldy + n..(i + 1) * ldy],
@@ -1005,16 +980,30 @@ mod tests {
     fn empty_and_bad_shapes() {
         let w = Bf16Weights::from_f32(3, 0, &[]).unwrap();
         let mut y = vec![5.0f32; 6];
-        gemm_bt_bf16(2, 3, 0, &[], &w, &mut y, 3, true).unwrap();
+        gemm_bt_bf16(2, 3, 0, &[], &w, &mut y, 3, true, None, false).unwrap();
         assert_eq!(y, vec![5.0; 6]);
-        gemm_bt_bf16(2, 3, 0, &[], &w, &mut y, 3, false).unwrap();
+        gemm_bt_bf16(2, 3, 0, &[], &w, &mut y, 3, false, None, false).unwrap();
         assert_eq!(y, vec![0.0; 6]);
         let w = Bf16Weights::from_f32(3, 4, &[1.0; 12]).unwrap();
-        assert!(gemm_bt_bf16(2, 3, 4, &[1.0; 7], &w, &mut y, 3, false).is_err());
-        assert!(gemm_bt_bf16(2, 3, 4, &[1.0; 8], &w, &mut y[..5], 3, false).is_err());
-        assert!(gemm_bt_bf16(2, 3, 4, &[1.0; 8], &w, &mut y, 2, false).is_err());
-        assert!(gemm_bt_bf16(2, 4, 3, &[1.0; 8], &w, &mut y, 4, false).is_err());
-        gemm_bt_bf16(2, 3, 4, &[1.0; 8], &w, &mut y, 3, false).unwrap();
+        assert!(gemm_bt_bf16(2, 3, 4, &[1.0; 7], &w, &mut y, 3, false, None, false).is_err());
+        assert!(gemm_bt_bf16(2, 3, 4, &[1.0; 8], &w, &mut y[..5], 3, false, None, false).is_err());
+        assert!(gemm_bt_bf16(2, 3, 4, &[1.0; 8], &w, &mut y, 2, false, None, false).is_err());
+        assert!(gemm_bt_bf16(2, 4, 3, &[1.0; 8], &w, &mut y, 4, false, None, false).is_err());
+        gemm_bt_bf16(2, 3, 4, &[1.0; 8], &w, &mut y, 3, false, None, false).unwrap();
+        // A bias that is not one per output.
+        assert!(gemm_bt_bf16(
+            2,
+            3,
+            4,
+            &[1.0; 8],
+            &w,
+            &mut y,
+            3,
+            false,
+            Some(&[0.0; 2]),
+            false
+        )
+        .is_err());
         assert_eq!(y, vec![4.0; 6]);
     }
 
