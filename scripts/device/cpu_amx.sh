@@ -6,7 +6,7 @@
 #   .device/stsb-en-dev.csv; for `qwen35`: .device/llama-src.tar.xz (llama.cpp's sources as
 #   vendored by llama-cpp-python 0.3.36, GPU backends left out) and .device/qwen35-tokenizer.json.gz.
 # Steps (arguments, in order): tests int8 kernels prep embed qwen35 (prep starts qwen35's build and
-# model in the background on cores 2-15). Every engine runs on cores 0-1
+# model in the background on cores 2-15; ROUNDS sets embed's rounds, default 2). Every engine runs on cores 0-1
 # (taskset), as on the 2-core build machines. Writes logs and JSON lines to $OUT.
 set -uo pipefail
 OUT=${OUT:-/tmp/amx-out}
@@ -34,7 +34,7 @@ for step in "$@"; do
       python3 scripts/device/make_random_encoder.py "$D/minilm" .cache/models/minilm-random
       python3 scripts/export_onnx.py --model minilm-random 2>&1 | grep -v Warning | tail -2
       M=.cache/models/minilm-random; S="$D/stsb-en-dev.csv"
-      for r in 1 2; do
+      for r in $(seq "${ROUNDS:-2}"); do
         for mode in "" --bf16 --q8; do
           pin "$D/lattice" bench --model $M --data $S --runs 1 --latency-samples 50 --threads 2 $mode 2>/dev/null
         done
