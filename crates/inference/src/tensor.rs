@@ -3,6 +3,10 @@
 //! between ops and never look inside; ops match on the storage and call their backend. Moving
 //! data between host and device happens only where a tensor is made from host rows
 //! ([`Tensor::from_host`]) or read back ([`Tensor::to_host`]).
+//!
+//! Large host buffers of dropped tensors are kept per thread and handed out again by
+//! [`host_scratch`] to ops that overwrite their whole output, so a forward pass does not clear
+//! (or fault in) fresh memory for every product.
 
 use crate::backend::Device;
 use crate::{Error, Result};
@@ -198,8 +202,13 @@ impl Tensor {
     }
 
     /// The storage, taken.
-    pub fn into_storage(self) -> Storage {
-        self.storage
+    pub fn into_storage(mut self) -> Storage {
+        self.take_storage()
+    }
+
+    /// Moves the storage out, leaving an empty host vector for `Drop`.
+    fn take_storage(&mut self) -> Storage {
+        std::mem::replace(&mut self.storage, Storage::Cpu(Vec::new()))
     }
 
     /// A host copy of the values (waits for the device).
@@ -212,8 +221,8 @@ impl Tensor {
     }
 
     /// The values on the host, moving them when they already are.
-    pub fn into_host(self) -> Result<Vec<f32>> {
-        match self.storage {
+    pub fn into_host(mut self) -> Result<Vec<f32>> {
+        match self.take_storage() {
             Storage::Cpu(v) => Ok(v),
             #[cfg(feature = "cuda")]
             Storage::Cuda(ref s) => s.dev.download(&s.buf, self.len()),
@@ -309,5 +318,119 @@ pub(crate) fn mixed(op: &'static str) -> Error {
     Error::Shape {
         op,
         reason: "tensors on different devices".into(),
+    }
+}
+
+impl Drop for Tensor {
+    fn drop(&mut self) {
+        match &mut self.storage {
+            Storage::Cpu(v) => recycle(std::mem::take(v)),
+            #[cfg(feature = "cuda")]
+            Storage::Cuda(_) => {}
+        }
+    }
+}
+
+/// Smallest host buffer worth keeping (values): below this, allocating is cheap.
+const RECYCLE_MIN: usize = 16 * 1024;
+/// Largest buffer kept (values: 64 MiB).
+const RECYCLE_MAX: usize = 16 << 20;
+/// Most values kept per thread (128 MiB).
+const RECYCLE_TOTAL: usize = 32 << 20;
+/// Buffers kept per thread.
+const RECYCLE_COUNT: usize = 8;
+
+thread_local! {
+    /// This thread's kept host buffers (see the module doc).
+    static RECYCLED: std::cell::RefCell<Vec<Vec<f32>>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Keeps `v` for [`host_scratch`] if it is large enough and the thread's pool has room (the
+/// oldest buffer goes when it is full).
+fn recycle(v: Vec<f32>) {
+    let cap = v.capacity();
+    if !(RECYCLE_MIN..=RECYCLE_MAX).contains(&cap) {
+        return;
+    }
+    // (`try_with`: a thread being torn down just frees the buffer.)
+    let _ = RECYCLED.try_with(|pool| {
+        let Ok(mut pool) = pool.try_borrow_mut() else {
+            return;
+        };
+        pool.push(v);
+        while pool.len() > RECYCLE_COUNT
+            || pool.iter().map(Vec::capacity).sum::<usize>() > RECYCLE_TOTAL
+        {
+            pool.remove(0);
+        }
+    });
+}
+
+/// A host vector of `len` values whose contents are unspecified (stale values of a dropped
+/// tensor, or zeros): for an op that writes every value before anything reads it. Takes the
+/// best-fitting kept buffer with at least `len` and at most twice `len` room, else allocates.
+pub(crate) fn host_scratch(len: usize) -> Vec<f32> {
+    let kept = if len >= RECYCLE_MIN {
+        RECYCLED
+            .try_with(|pool| {
+                let mut pool = pool.try_borrow_mut().ok()?;
+                let best = pool
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, v)| (len..=2 * len).contains(&v.capacity()))
+                    .min_by_key(|(_, v)| v.capacity())
+                    .map(|(i, _)| i)?;
+                Some(pool.swap_remove(best))
+            })
+            .ok()
+            .flatten()
+    } else {
+        None
+    };
+    let mut v = kept.unwrap_or_default();
+    // Cut to `len`, or grow with zeros (only the new part is written).
+    v.resize(len, 0.0);
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A dropped host tensor's buffer comes back from `host_scratch` for a request it fits
+    /// (its memory, cut to the length asked), the best fit first; small buffers, or ones more
+    /// than twice the request, are not handed out.
+    #[test]
+    fn dropped_buffers_are_handed_out_again() {
+        let n = RECYCLE_MIN * 2;
+        let big = Tensor::cpu(2, n / 2, vec![1.0; n]);
+        let fit = Tensor::cpu(1, n - 8, vec![2.0; n - 8]);
+        let (big_ptr, fit_ptr) = match (big.storage(), fit.storage()) {
+            (Storage::Cpu(a), Storage::Cpu(b)) => (a.as_ptr(), b.as_ptr()),
+            #[cfg(feature = "cuda")]
+            _ => unreachable!(),
+        };
+        drop(big);
+        drop(fit);
+        let a = host_scratch(n - 100);
+        assert_eq!((a.as_ptr(), a.len()), (fit_ptr, n - 100), "best fit first");
+        let b = host_scratch(n - 100);
+        assert_eq!((b.as_ptr(), b.len()), (big_ptr, n - 100));
+        // Nothing kept is left for these: fresh (zeroed) memory.
+        assert!(host_scratch(n).iter().all(|&v| v == 0.0));
+        drop(Tensor::cpu(1, 4 * n, vec![3.0; 4 * n]));
+        assert!(
+            host_scratch(n).iter().all(|&v| v == 0.0),
+            "4x too big: not used"
+        );
+        drop(Tensor::cpu(1, 10, vec![4.0; 10]));
+        assert!(host_scratch(8).iter().all(|&v| v == 0.0), "small: not kept");
+        // A buffer shorter than the request but with room grows with zeros.
+        let mut v = Vec::with_capacity(n);
+        v.resize(n / 2 + 1, 5.0);
+        recycle(v);
+        let c = host_scratch(n);
+        assert_eq!(c.len(), n);
+        assert!(c[n / 2 + 1..].iter().all(|&v| v == 0.0));
     }
 }

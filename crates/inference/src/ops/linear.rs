@@ -847,7 +847,8 @@ impl Linear {
             (Storage::Cpu(v), _) => {
                 let (mut y, accumulate) = match residual {
                     Some(r) => (r.into_host()?, true),
-                    None => (vec![0.0f32; m * self.out_dim], false),
+                    // (Every product path overwrites the whole output when not accumulating.)
+                    None => (crate::tensor::host_scratch(m * self.out_dim), false),
                 };
                 self.run(v, &mut y, accumulate, gelu);
                 Ok(Tensor::cpu(m, self.out_dim, y))
