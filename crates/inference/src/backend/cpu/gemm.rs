@@ -412,10 +412,13 @@ fn blocked(p: &Problem<'_>, i0: usize, m: usize, j0: usize, n: usize) {
                                     );
                                 }
                             }
-                            if last && !p.epi.is_noop() {
-                                for i in 0..mrr {
-                                    epilogue(p, c_row(p.c, ci + i, cj, nrr), cj);
-                                }
+                        }
+                        // The epilogue over the sliver's whole rows (one call per row, not
+                        // per tile: GELU's set-up and latency chain then spread over `nc`
+                        // values), while they are in cache.
+                        if last && !p.epi.is_noop() {
+                            for i in 0..mrr {
+                                epilogue(p, c_row(p.c, i0 + ic + ir + i, col0, nc), col0);
                             }
                         }
                     }
