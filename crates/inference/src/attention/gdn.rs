@@ -132,40 +132,43 @@ pub fn delta_rule_heads(
         "delta_rule_heads: inputs do not match {heads:?} over {n} tokens"
     );
     let head_cols = |h: usize, d: usize| -> Range<usize> { h * d..(h + 1) * d };
-    let results: Vec<(Vec<f32>, Vec<f32>)> =
-        cpu::par_map(nv, if n * dk * dv < 1 << 14 { nv } else { 1 }, |h| {
-            let kh = heads.key_head(h);
-            let (q, k, v) = (
-                take_columns(x.q, kd, head_cols(kh, dk)),
-                take_columns(x.k, kd, head_cols(kh, dk)),
-                take_columns(x.v, vd, head_cols(h, dv)),
-            );
-            let (g, beta) = (
-                take_columns(x.g, nv, h..h + 1),
-                take_columns(x.beta, nv, h..h + 1),
-            );
-            let inputs = HeadInputs {
-                q: &q,
-                k: &k,
-                v: &v,
-                g: &g,
-                beta: &beta,
-                dk,
-                dv,
-            };
-            let mut s = state[head_cols(h, dk * dv)].to_vec();
-            let o = if n >= MIN_CHUNKED {
-                delta_rule_chunked(&inputs, &mut s)
-            } else {
-                delta_rule_sequential(&inputs, &mut s)
-            };
-            (o, s)
-        });
+    // Each head copies its old state into its share of the new one and advances it there:
+    // one pass of copying, spread over the workers.
+    let mut new_state = crate::tensor::host_scratch(state.len());
+    let mut heads_state: Vec<(usize, &mut [f32])> =
+        new_state.chunks_mut(dk * dv).enumerate().collect();
+    let outputs = cpu::par_map_mut(&mut heads_state, n * dk * dv >= 1 << 14, |(h, s)| {
+        let h = *h;
+        s.copy_from_slice(&state[head_cols(h, dk * dv)]);
+        let kh = heads.key_head(h);
+        let (q, k, v) = (
+            take_columns(x.q, kd, head_cols(kh, dk)),
+            take_columns(x.k, kd, head_cols(kh, dk)),
+            take_columns(x.v, vd, head_cols(h, dv)),
+        );
+        let (g, beta) = (
+            take_columns(x.g, nv, h..h + 1),
+            take_columns(x.beta, nv, h..h + 1),
+        );
+        let inputs = HeadInputs {
+            q: &q,
+            k: &k,
+            v: &v,
+            g: &g,
+            beta: &beta,
+            dk,
+            dv,
+        };
+        if n >= MIN_CHUNKED {
+            delta_rule_chunked(&inputs, s)
+        } else {
+            delta_rule_sequential(&inputs, s)
+        }
+    });
+    drop(heads_state);
     let mut out = vec![0.0f32; n * vd];
-    let mut new_state = Vec::with_capacity(state.len());
-    for (h, (o, s)) in results.into_iter().enumerate() {
-        put_columns(&mut out, vd, head_cols(h, dv), &o);
-        new_state.extend_from_slice(&s);
+    for (h, o) in outputs.iter().enumerate() {
+        put_columns(&mut out, vd, head_cols(h, dv), o);
     }
     (out, new_state)
 }

@@ -17,12 +17,12 @@ use super::packed::{self, PackedBf16, PackedWeights};
 use super::portable::Portable;
 use super::scalar;
 
-/// Microkernel: `(kc, a, b, ldb, c, ldc, mr, nr, accumulate)`, see `microkernel::tile`.
+/// Microkernel: `(kc, a, astep, b, ldb, c, ldc, mr, nr, accumulate)`, see `microkernel::tile`.
 pub(super) type Ukr =
-    unsafe fn(usize, *const f32, *const f32, usize, *mut f32, usize, usize, usize, bool);
+    unsafe fn(usize, *const f32, usize, *const f32, usize, *mut f32, usize, usize, usize, bool);
 /// [`Ukr`] over a B panel of bf16 bits (widened as they load): `microkernel::tile` with `u16`.
 pub(super) type UkrBf16 =
-    unsafe fn(usize, *const f32, *const u16, usize, *mut f32, usize, usize, usize, bool);
+    unsafe fn(usize, *const f32, usize, *const u16, usize, *mut f32, usize, usize, usize, bool);
 /// Unpacked dot-product GEMM: `(m, n, k, a, lda, b, ldb, c, ldc, accumulate)`, see
 /// `microkernel::dot_gemm_bt`.
 pub(super) type DotGemm =
@@ -411,11 +411,12 @@ impl Kernels {
 /// GEMM microkernel of the portable table: 4×16 tiles of the compiler-vectorized [`Portable`].
 ///
 /// # Safety
-/// The pointer contract of `microkernel::tile` with `MR = 4`, `NV = 2`.
+/// The pointer contract of `microkernel::tile` with `M = mr <= 4`, `NV = 2`.
 #[allow(clippy::too_many_arguments)]
 unsafe fn portable_ukr<B: microkernel::PanelValue>(
     kc: usize,
     a: *const f32,
+    astep: usize,
     b: *const B,
     ldb: usize,
     c: *mut f32,
@@ -428,10 +429,10 @@ unsafe fn portable_ukr<B: microkernel::PanelValue>(
     // SAFETY: forwarded caller contract; `mr <= 4` selects a tile that reads at most MR rows.
     unsafe {
         match mr {
-            1 => microkernel::tile::<_, B, 1, 4, 2>(s, kc, a, b, ldb, c, ldc, nr, accumulate),
-            2 => microkernel::tile::<_, B, 2, 4, 2>(s, kc, a, b, ldb, c, ldc, nr, accumulate),
-            3 => microkernel::tile::<_, B, 3, 4, 2>(s, kc, a, b, ldb, c, ldc, nr, accumulate),
-            _ => microkernel::tile::<_, B, 4, 4, 2>(s, kc, a, b, ldb, c, ldc, nr, accumulate),
+            1 => microkernel::tile::<_, B, 1, 2>(s, kc, a, astep, b, ldb, c, ldc, nr, accumulate),
+            2 => microkernel::tile::<_, B, 2, 2>(s, kc, a, astep, b, ldb, c, ldc, nr, accumulate),
+            3 => microkernel::tile::<_, B, 3, 2>(s, kc, a, astep, b, ldb, c, ldc, nr, accumulate),
+            _ => microkernel::tile::<_, B, 4, 2>(s, kc, a, astep, b, ldb, c, ldc, nr, accumulate),
         }
     }
 }

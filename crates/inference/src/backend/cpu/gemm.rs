@@ -365,8 +365,21 @@ fn blocked(p: &Problem<'_>, i0: usize, m: usize, j0: usize, n: usize) {
                 };
                 for ic in (0..m).step_by(spec.mc) {
                     let mc = spec.mc.min(m - ic);
-                    // SAFETY: as above.
-                    unsafe { (spec.pack_rows)(abuf, p.a, p.lda, i0 + ic, mc, pc, kc, mr) };
+                    // A's rows for the microkernel, `astep` floats per depth step: one row is
+                    // read where it lies; fewer rows than MR are packed `mc` wide (no zero
+                    // rows to stream through L1); otherwise slivers of MR rows.
+                    let astep = mr.min(mc);
+                    if mc > 1 {
+                        // SAFETY: as above.
+                        unsafe { (spec.pack_rows)(abuf, p.a, p.lda, i0 + ic, mc, pc, kc, astep) };
+                    }
+                    let a_at = |ir: usize| {
+                        if mc == 1 {
+                            p.a.as_ptr().wrapping_add((i0 + ic) * p.lda + pc)
+                        } else {
+                            abuf.as_ptr().wrapping_add(ir * kc)
+                        }
+                    };
                     // One A sliver stays in L1 while the B panels stream from L2.
                     for ir in (0..mc).step_by(mr) {
                         let mrr = mr.min(mc - ir);
@@ -375,7 +388,8 @@ fn blocked(p: &Problem<'_>, i0: usize, m: usize, j0: usize, n: usize) {
                             let (bp, ldbp) = panel(jr);
                             let (ci, cj) = (i0 + ic + ir, col0 + jr);
                             // SAFETY: the microkernel comes from a table handed out only after
-                            // detection. The A sliver (kc·MR floats at ir·kc) and the B panel
+                            // detection. A's rows (`a_at`: kc steps of `astep` floats, or the
+                            // row itself, inside A as checked by `gemm`) and the B panel
                             // (kc rows of NR floats, ldbp apart: packed here, packed at load
                             // time, or in place inside B, all as checked by `gemm`) are
                             // readable; the mrr×nrr tile of C is in bounds and owned by this
@@ -386,7 +400,8 @@ fn blocked(p: &Problem<'_>, i0: usize, m: usize, j0: usize, n: usize) {
                                 unsafe {
                                     (spec.ukr_bf16)(
                                         kc,
-                                        abuf.as_ptr().wrapping_add(ir * kc),
+                                        a_at(ir),
+                                        astep,
                                         p.b16.as_ptr().wrapping_add(pc * p.ldb + (col0 + jr) * kc),
                                         ldbp,
                                         p.c.at(ci, cj),
@@ -401,7 +416,8 @@ fn blocked(p: &Problem<'_>, i0: usize, m: usize, j0: usize, n: usize) {
                                 unsafe {
                                     (spec.ukr)(
                                         kc,
-                                        abuf.as_ptr().wrapping_add(ir * kc),
+                                        a_at(ir),
+                                        astep,
                                         bp,
                                         ldbp,
                                         p.c.at(ci, cj),

@@ -38,26 +38,22 @@ impl PanelValue for u16 {
 
 /// `C[m×nr] (+)= Â · B̂` for one register tile, `M` rows by `NV·LANES` columns.
 ///
-/// `a` is a packed A sliver: `kc` groups of `MR` floats (row `i` of step `p` at `a[p*MR + i]`;
-/// only the first `M` of each group are read). `b` is a B panel: `kc` rows of `NV·LANES`
+/// `a` holds A's `M` rows `astep` apart per step: row `i` of step `p` at `a[p*astep + i]` (a
+/// packed sliver of groups of `astep >= M` floats, or, for one row, the row itself with
+/// `astep = 1`). `b` is a B panel: `kc` rows of `NV·LANES`
 /// values (f32, or bf16 widened as they load), `ldb` apart. Only the first `nr` columns of `C` are read or written (partial
 /// vectors go through masked loads and stores); with `accumulate` the product is added to `C`.
 ///
 /// # Safety
-/// `a[..kc*MR]` and `b[p*ldb .. p*ldb + NV*LANES]` for `p < kc` must be readable,
+/// `a[p*astep + i]` for `p < kc`, `i < M` and `b[p*ldb .. p*ldb + NV*LANES]` for `p < kc` must be readable,
 /// `c[i*ldc .. i*ldc + nr]` for `i < M` readable and writable, and `nr <= NV*LANES`.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-pub(crate) unsafe fn tile<
-    S: Simd,
-    B: PanelValue,
-    const M: usize,
-    const MR: usize,
-    const NV: usize,
->(
+pub(crate) unsafe fn tile<S: Simd, B: PanelValue, const M: usize, const NV: usize>(
     s: S,
     kc: usize,
     a: *const f32,
+    astep: usize,
     b: *const B,
     ldb: usize,
     c: *mut f32,
@@ -78,7 +74,7 @@ pub(crate) unsafe fn tile<
             s.prefetch(bp.wrapping_add(PREFETCH_ROWS * ldb + v * S::LANES));
         }
         for (i, row) in acc.iter_mut().enumerate() {
-            // SAFETY: the packed sliver has MR >= M floats per step (caller contract).
+            // SAFETY: the step's M values of A are readable (caller contract).
             let ai = s.splat(unsafe { *ap.add(i) });
             for (r, bb) in row.iter_mut().zip(&bv) {
                 *r = s.mul_add(ai, *bb, *r);
@@ -86,7 +82,7 @@ pub(crate) unsafe fn tile<
         }
         // SAFETY: advancing within (or one past) the buffers described by the caller contract.
         unsafe {
-            ap = ap.add(MR);
+            ap = ap.add(astep);
             bp = bp.add(ldb);
         }
     }

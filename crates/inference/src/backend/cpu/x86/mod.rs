@@ -46,6 +46,7 @@ macro_rules! kernel_table {
         unsafe fn gemm_ukr<B: microkernel::PanelValue>(
             kc: usize,
             a: *const f32,
+            astep: usize,
             b: *const B,
             ldb: usize,
             c: *mut f32,
@@ -55,12 +56,12 @@ macro_rules! kernel_table {
             accumulate: bool,
         ) {
             // SAFETY: the caller (the gemm driver) upholds `microkernel::tile`'s pointer
-            // contract for MR = $mr; each arm reads at most `mr` rows of the sliver.
+            // contract with M = mr <= $mr; each arm reads `mr` rows of A per step.
             unsafe {
                 let s = token();
                 match mr {
-                    $( $m => microkernel::tile::<$tok, B, $m, $mr, $nv>(
-                        s, kc, a, b, ldb, c, ldc, nr, accumulate,
+                    $( $m => microkernel::tile::<$tok, B, $m, $nv>(
+                        s, kc, a, astep, b, ldb, c, ldc, nr, accumulate,
                     ), )+
                     _ => unreachable!("tile rows above MR"),
                 }
