@@ -19,7 +19,11 @@ for step in "$@"; do
   case "$step" in
     tests)
       "$D/libtests" bf16 --nocapture 2>&1 | tee "$OUT/tests.txt" | grep -E "pair arith|SKIPPED|AMX|test result|FAILED|panicked"
-      "$D/libtests" int8 --nocapture 2>&1 | tee "$OUT/tests-int8.txt" | grep -E "SKIPPED|test result|FAILED|panicked" ;;
+      "$D/libtests" int8 --nocapture 2>&1 | tee "$OUT/tests-int8.txt" | grep -E "SKIPPED|test result|FAILED|panicked"
+      # The quantized tiles against the portable table, bit for bit (Q8_0 on AMX-INT8 there).
+      if [ -x "$D/quant_tests" ]; then
+        "$D/quant_tests" --nocapture 2>&1 | tee "$OUT/tests-quant.txt" | grep -E "SKIPPED|AMX|test result|FAILED|panicked"
+      fi ;;
     int8)
       # The int8 tiles alone (`benches/ternary.rs --int8`, carried as .device/ternary_bench).
       for amx in 1 0; do
@@ -64,14 +68,26 @@ for l in sys.stdin:
     qwen35)
       wait
       cat "$OUT/llama-build.txt" "$OUT/gen.txt"
-      python3 scripts/gen_qwen35_gguf.py --model .cache/models/qwen35-0.8b-random --outtype bf16 \
-        --outfile .cache/models/qwen35.bf16.gguf 2>&1 | tail -1
-      M=.cache/models/qwen35-0.8b-random
-      for r in 1 2; do
-        pin .cache/llama.cpp/src/build/bin/llama-bench -m .cache/models/qwen35.bf16.gguf -p 512 -n 64 -t 2 -r 1 -o jsonl 2>/dev/null
-        pin "$D/lattice" bench generate --model $M --bf16 --prompt-tokens 512 --gen-tokens 64 --runs 1 --threads 2 --json 2>/dev/null
-        LATTICE_AMX=0 pin "$D/lattice" bench generate --model $M --bf16 --prompt-tokens 512 --gen-tokens 64 --runs 1 --threads 2 --json 2>/dev/null
-        pin "$D/lattice" bench generate --model $M --prompt-tokens 512 --gen-tokens 64 --runs 1 --threads 2 --json 2>/dev/null
+      for t in bf16 q8_0; do
+        python3 scripts/gen_qwen35_gguf.py --model .cache/models/qwen35-0.8b-random --outtype $t \
+          --outfile .cache/models/qwen35.$t.gguf 2>&1 | tail -1
+      done
+      # QROUNDS rounds (default 2) of: llama.cpp BF16 GGUF; Lattice --bf16 (AMX-BF16) and the
+      # exact default on the safetensors; llama.cpp Q8_0 GGUF; Lattice on the same Q8_0 file
+      # with and without AMX-INT8; in the first round also --bf16 without AMX.
+      M=.cache/models/qwen35-0.8b-random; Q=.cache/models/qwen35.q8_0.gguf
+      G="--prompt-tokens 512 --gen-tokens ${GEN:-64} --runs 1 --threads 2 --json"
+      LB=.cache/llama.cpp/src/build/bin/llama-bench
+      for r in $(seq "${QROUNDS:-2}"); do
+        pin $LB -m .cache/models/qwen35.bf16.gguf -p 512 -n "${GEN:-64}" -t 2 -r 1 -o jsonl 2>/dev/null
+        pin "$D/lattice" bench generate --model $M --bf16 $G 2>/dev/null
+        pin "$D/lattice" bench generate --model $M $G 2>/dev/null
+        pin $LB -m $Q -p 512 -n "${GEN:-64}" -t 2 -r 1 -o jsonl 2>/dev/null
+        pin "$D/lattice" bench generate --model $Q $G 2>/dev/null
+        LATTICE_AMX=0 pin "$D/lattice" bench generate --model $Q $G 2>/dev/null | sed 's/^{/{"amx":0,/'
+        if [ "$r" = 1 ]; then
+          LATTICE_AMX=0 pin "$D/lattice" bench generate --model $M --bf16 $G 2>/dev/null | sed 's/^{/{"amx":0,/'
+        fi
       done | tee "$OUT/qwen35.jsonl" ;;
   esac
 done

@@ -225,11 +225,20 @@ fn every_isa_matches_portable_and_reference() {
         .collect();
     assert!(isas.contains(&Isa::Scalar));
     eprintln!("quantized kernels available: {isas:?}");
+    let q8 = lattice_inference::backend::cpu::qdot::q8_0_kernel_name();
+    if q8 == "amx-int8" {
+        eprintln!("Q8_0 tiles of 8+ rows on AMX-INT8 (checked below with the avx512 table)");
+    } else {
+        eprintln!(
+            "Q8_0 AMX-INT8 tile SKIPPED: no AMX-INT8 here (or LATTICE_AMX=0); Q8_0 runs {q8}"
+        );
+    }
     let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
     for t in QTYPES {
         for blocks in [1, 7, 33] {
             let k = blocks * t.block_len();
-            for m in [1, 7, 33] {
+            // 12 and 40 rows: AMX-INT8 Q8_0 tiles of 12 and 16 + 16 + 8 rows where it runs.
+            for m in [1, 7, 12, 33, 40] {
                 for n in [1, 7, 33, 100] {
                     let w = random_weights(t, n, k, &mut rng);
                     let x = random_acts(m, k, &mut rng);

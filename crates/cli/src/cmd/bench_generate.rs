@@ -185,7 +185,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             "weight_bytes": info.weight_bytes,
             "cpu": super::cpu_name(),
             "isa": lattice_inference::backend::cpu::isa(),
-        "bf16_isa": lattice_inference::backend::cpu::bf16::linear_products(),
+            "bf16_isa": lattice_inference::backend::cpu::bf16::linear_products(),
+            "q8_0_isa": lattice_inference::backend::cpu::qdot::q8_0_kernel_name(),
             "threads": rayon::current_num_threads(),
             "prompt_tokens": prompt.len(),
             "gen_tokens": gen_ids.len(),
@@ -204,10 +205,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         println!("{v}");
     } else {
         println!(
-            "CPU: {}; kernels: {} (bf16 products: {}); {} threads; weights {}",
+            "CPU: {}; kernels: {} (bf16 products: {}; Q8_0 prompts: {}); {} threads; weights {}",
             super::cpu_name(),
             lattice_inference::backend::cpu::isa(),
             lattice_inference::backend::cpu::bf16::linear_products(),
+            lattice_inference::backend::cpu::qdot::q8_0_kernel_name(),
             rayon::current_num_threads(),
             info.weight_mode.name()
         );

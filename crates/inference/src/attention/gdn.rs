@@ -239,20 +239,25 @@ pub fn delta_rule_sequential(x: &HeadInputs<'_>, state: &mut [f32]) -> Vec<f32> 
     out
 }
 
-/// Solves `(I + L) X = B` in place for `X` (`B` f32 [l, w] row-major), where `L` is the strictly
-/// lower triangle of `a` f32 [l, l] (its diagonal and upper part are ignored).
-fn solve_unit_lower(a: &[f32], l: usize, b: &mut [f32], w: usize) {
-    for i in 1..l {
-        let (done, rest) = b.split_at_mut(i * w);
-        let row = &mut rest[..w];
+/// `(I + L)⁻¹` for the strictly lower triangle `L` of `a` f32 [l, l] (its diagonal and upper
+/// part are ignored): a unit lower triangular [l, l], by forward substitution on the identity
+/// (row `i` is `e_i − Σ_{j<i} L[i][j] · row j`). The solves of a chunk are then two products.
+fn unit_lower_inverse(a: &[f32], l: usize) -> Vec<f32> {
+    let mut t = vec![0.0f32; l * l];
+    for i in 0..l {
+        let (done, rest) = t.split_at_mut(i * l);
+        let row = &mut rest[..l];
+        row[i] = 1.0;
         for (j, &lij) in a[i * l..i * l + i].iter().enumerate() {
             if lij != 0.0 {
-                for (r, &x) in row.iter_mut().zip(&done[j * w..(j + 1) * w]) {
+                // Row j of the inverse is zero past column j.
+                for (r, &x) in row[..=j].iter_mut().zip(&done[j * l..j * l + j + 1]) {
                     *r -= lij * x;
                 }
             }
         }
     }
+    t
 }
 
 /// Chunked parallel form: same result as [`delta_rule_sequential`] (updates `state`, returns
@@ -285,26 +290,31 @@ pub fn delta_rule_chunked(x: &HeadInputs<'_>, state: &mut [f32]) -> Vec<f32> {
         cpu::gemm_bt(l, l, dk, &k_beta, dk, k, dk, &mut a, l, false);
         let mut intra = vec![0.0f32; l * l];
         cpu::gemm_bt(l, l, dk, q, dk, k, dk, &mut intra, l, false);
+        let mut decay = vec![0.0f32; l];
         for i in 0..l {
-            for j in 0..l {
-                if j <= i {
-                    let d = (gamma[i] - gamma[j]).exp();
-                    a[i * l + j] *= d;
-                    intra[i * l + j] *= d;
-                } else {
-                    a[i * l + j] = 0.0;
-                    intra[i * l + j] = 0.0;
-                }
+            // exp(γ_i − γ_j) for j <= i, in one vector pass per row.
+            for (d, &gj) in decay[..=i].iter_mut().zip(&gamma) {
+                *d = gamma[i] - gj;
             }
+            cpu::exp(&mut decay[..=i]);
+            let (ar, qr) = (&mut a[i * l..(i + 1) * l], &mut intra[i * l..(i + 1) * l]);
+            for ((x, y), &d) in ar.iter_mut().zip(qr.iter_mut()).zip(&decay[..=i]) {
+                *x *= d;
+                *y *= d;
+            }
+            ar[i + 1..].fill(0.0);
+            qr[i + 1..].fill(0.0);
         }
         // U = (I + A)⁻¹ (v ⊙ β); W = (I + A)⁻¹ (k_beta ⊙ exp(γ)).
-        let mut u: Vec<f32> = v
+        let inv = unit_lower_inverse(&a, l);
+        let v_beta: Vec<f32> = v
             .chunks_exact(dv)
             .zip(beta)
             .flat_map(|(row, &b)| row.iter().map(move |&e| e * b))
             .collect();
-        solve_unit_lower(&a, l, &mut u, dv);
-        let mut w: Vec<f32> = k_beta
+        let mut u = vec![0.0f32; l * dv];
+        cpu::gemm_nn(l, dv, l, &inv, l, &v_beta, dv, &mut u, dv, false);
+        let k_decayed: Vec<f32> = k_beta
             .chunks_exact(dk)
             .zip(&gamma)
             .flat_map(|(row, &gm)| {
@@ -312,7 +322,8 @@ pub fn delta_rule_chunked(x: &HeadInputs<'_>, state: &mut [f32]) -> Vec<f32> {
                 row.iter().map(move |&x| x * e)
             })
             .collect();
-        solve_unit_lower(&a, l, &mut w, dk);
+        let mut w = vec![0.0f32; l * dk];
+        cpu::gemm_nn(l, dk, l, &inv, l, &k_decayed, dk, &mut w, dk, false);
         // v_new = U − W · S
         let mut ws = vec![0.0f32; l * dv];
         cpu::gemm_nn(l, dv, dk, &w, dk, state, dv, &mut ws, dv, false);

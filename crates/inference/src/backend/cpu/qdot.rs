@@ -80,10 +80,11 @@ pub(crate) trait QSimd: Copy {
 }
 
 /// A tile kernel: `(group records, activations, first activation row, rows, out)`, writing
-/// `rows × 16` floats (row stride 16); `rows` is 1..=[`tile_rows`]. See `qkernels`.
+/// `rows × 16` floats (row stride 16); `rows` is 1..=[`QTable::rows`]. See `qkernels`.
 pub(crate) type Tile = unsafe fn(*const u8, &QActs, usize, usize, *mut f32);
 
 /// One instruction set's quantized tiles.
+#[derive(Clone, Copy)]
 pub struct QTable {
     pub(crate) isa: Isa,
     pub(crate) q4_0: Tile,
@@ -92,6 +93,8 @@ pub struct QTable {
     pub(crate) q8_0: Tile,
     pub(crate) q4_k: Tile,
     pub(crate) q6_k: Tile,
+    /// Activation rows of one `q8_0` tile call (6, or 16 on AMX-INT8).
+    pub(crate) q8_0_rows: usize,
 }
 
 impl std::fmt::Debug for QTable {
@@ -104,6 +107,16 @@ impl QTable {
     /// The instruction set of these kernels.
     pub fn isa(&self) -> Isa {
         self.isa
+    }
+
+    /// Activation rows per tile call for weights of type `t`: 6 (12 independent i32
+    /// accumulators), 4 for Q6_K (5 live accumulators per row), 16 for Q8_0 on AMX-INT8.
+    pub(crate) fn rows(&self, t: QuantType) -> usize {
+        match t {
+            QuantType::Q6_K => 4,
+            QuantType::Q8_0 => self.q8_0_rows,
+            _ => 6,
+        }
     }
 
     fn tile(&self, t: QuantType) -> Tile {
@@ -188,6 +201,7 @@ macro_rules! quant_table {
             q8_0,
             q4_k,
             q6_k,
+            q8_0_rows: 6,
         };
     };
 }
@@ -360,10 +374,40 @@ pub fn qtable_for(isa: Isa) -> Option<&'static QTable> {
     match isa {
         Isa::Scalar => Some(&portable_table::QTABLE),
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 if avx512_q_supported() => Some(&super::x86::qdot_avx512::QTABLE),
+        Isa::Avx512 if avx512_q_supported() => Some(avx512_table()),
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2 if avx2_q_supported() => Some(&super::x86::qdot_avx2::QTABLE),
         _ => None,
+    }
+}
+
+/// The AVX-512 VNNI table, with the Q8_0 tile on AMX-INT8 where the CPU has it (bit-identical
+/// results; `LATTICE_AMX=0` keeps VNNI).
+#[cfg(target_arch = "x86_64")]
+fn avx512_table() -> &'static QTable {
+    static TABLE: OnceLock<QTable> = OnceLock::new();
+    TABLE.get_or_init(|| {
+        let vnni = super::x86::qdot_avx512::QTABLE;
+        if super::x86::amx::int8_available() {
+            QTable {
+                q8_0: super::x86::amx::q8_0_tile,
+                q8_0_rows: super::x86::amx::Q8_MR,
+                ..vnni
+            }
+        } else {
+            vnni
+        }
+    })
+}
+
+/// What runs the Q8_0 products of prompts on this CPU: `"amx-int8"`, or the instruction set
+/// of the quantized table (`"avx512"`, `"avx2"`, `"scalar"`).
+pub fn q8_0_kernel_name() -> &'static str {
+    let t = qtable();
+    if t.q8_0_rows > 6 {
+        "amx-int8"
+    } else {
+        t.isa.name()
     }
 }
 
@@ -378,14 +422,8 @@ pub fn qtable() -> &'static QTable {
     })
 }
 
-/// Activation rows per tile for weights of type `t`: 6 (12 independent i32 accumulators), 4
-/// for Q6_K (5 live accumulators per row).
-pub(crate) fn tile_rows(t: QuantType) -> usize {
-    match t {
-        QuantType::Q6_K => 4,
-        _ => 6,
-    }
-}
+/// Most activation rows of any table's tile call (the driver's output buffer).
+const MAX_TILE_ROWS: usize = 16;
 
 /// Activation code bytes per pass of a worker over its weight groups (see `qmatmul`).
 const ACT_BLOCK_BYTES: usize = 512 << 10;
@@ -435,12 +473,13 @@ pub(crate) fn qmatmul(
     } else {
         1
     };
-    let tr = tile_rows(t);
+    let tr = tab.rows(t);
+    debug_assert!(tr <= MAX_TILE_ROWS);
     // Activation rows per pass over the groups: as many as keep their codes (`mc · k` bytes)
     // in about half of a 1 MiB L2, a multiple of the tile height.
     let mc = ((ACT_BLOCK_BYTES / k).max(tr) / tr * tr).min(m.next_multiple_of(tr));
     threads::for_each_range(groups, 1, 1, nthreads, |g0, g1| {
-        let mut buf = [0f32; 6 * GROUP_ROWS];
+        let mut buf = [0f32; MAX_TILE_ROWS * GROUP_ROWS];
         for m0 in (0..m).step_by(mc) {
             let m1 = (m0 + mc).min(m);
             for g in g0..g1 {
@@ -463,6 +502,12 @@ pub(crate) fn qmatmul(
                                 for (c, v) in src.iter().enumerate() {
                                     *dst.add(c) += v;
                                 }
+                            } else if cols == GROUP_ROWS {
+                                // A whole group: one fixed-size copy (vector moves, not a
+                                // call to memcpy per row).
+                                dst.cast::<[f32; GROUP_ROWS]>().write_unaligned(
+                                    src.as_ptr().cast::<[f32; GROUP_ROWS]>().read(),
+                                );
                             } else {
                                 std::ptr::copy_nonoverlapping(src.as_ptr(), dst, cols);
                             }

@@ -2,7 +2,7 @@
 //! per instruction set (AVX-512 VNNI, AVX2, portable) by `qdot::quant_table!`.
 //!
 //! A tile computes, for one group of 16 weight rows in the layout of `repack` and `MR`
-//! (1..=6, see `qdot::tile_rows`) consecutive activation rows of a [`QActs`], the 16 × `MR`
+//! (up to `qdot::QTable::rows`) consecutive activation rows of a [`QActs`], the 16 × `MR`
 //! dot products over the full depth. Each weight vector is loaded and unpacked once and used
 //! for the `MR` activation rows.
 //! Integer sums per block (per sub-block for the K-quants, times the integer sub-block scale)

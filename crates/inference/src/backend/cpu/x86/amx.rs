@@ -357,3 +357,180 @@ pub(in crate::backend::cpu) unsafe fn int8_tile(
         }
     }
 }
+
+/// Activation rows per call of [`q8_0_tile`] (one A tile).
+pub(in crate::backend::cpu) const Q8_MR: usize = 16;
+
+/// Calls of [`q8_0_tile`] with fewer activation rows run the AVX-512 VNNI tile instead (a tile
+/// product of a few rows costs what one of 16 does).
+const Q8_AMX_MIN_ROWS: usize = 8;
+
+/// The tile configuration of [`q8_0_tile`] for `mr` (≤ 16) activation rows: C tiles 0, 1
+/// (`mr` rows of 16 i32), A tiles 2, 3 (`mr` rows of one block's 32 codes), B tiles 4, 5 (the
+/// 8 rows of 64 bytes of one block of a 16-row group in the `repack` layout).
+fn q8_config(mr: usize) -> [u8; 64] {
+    let mut c = [0u8; 64];
+    c[0] = 1;
+    let mut tile = |t: usize, rows: usize, colsb: usize| {
+        c[16 + 2 * t..18 + 2 * t].copy_from_slice(&(colsb as u16).to_le_bytes());
+        c[48 + t] = rows as u8;
+    };
+    for t in 0..2 {
+        tile(t, mr, 64);
+        tile(2 + t, mr, 32);
+        tile(4 + t, 8, 64);
+    }
+    c
+}
+
+/// Loads [`q8_config`] unless this thread has it loaded (the key space above the `(mr, nr)`
+/// keys of [`configure`]).
+///
+/// # Safety
+/// As [`configure`], for AMX-INT8 ([`int8_available`]).
+unsafe fn configure_q8(mr: usize) {
+    let key = 1 << 16 | mr;
+    if LOADED.get() == key {
+        return;
+    }
+    let cfg = q8_config(mr);
+    // SAFETY: `cfg` is a valid palette-1 configuration (rows ≤ 16, colsb ≤ 64).
+    unsafe { asm!("ldtilecfg [{}]", in(reg) cfg.as_ptr(), options(nostack, readonly)) };
+    LOADED.set(key);
+}
+
+/// The Q8_0 tile of the quantized tables (`qdot::Tile`) on AMX-INT8: one group of 16 weight
+/// rows (`repack` layout: per block, 8 vectors of 4 codes × 16 rows, then 16 f16 scales) times
+/// `mr` (≤ [`Q8_MR`]) activation rows over the whole depth, into `out` (`mr` rows of 16).
+///
+/// Per block, `tdpbsud` multiplies an A tile (`mr` rows × the block's 32 signed activation
+/// codes) by the block's 8 × 64 weight bytes as they lie (unsigned codes, 4 depths × 16 rows a
+/// row): the same exact i32 sums as the VNNI tile's `vpdpbusd` chain; then, as there, the sum
+/// plus its offset correction, converted and multiplied into the row's accumulator
+/// (`acc += f32(isum) · (d_w · d_a)`, one FMA), block after block: bit-identical to every
+/// other table. Two blocks are in flight (tiles 0/2/4 and 1/3/5) so the tile unit works while
+/// the vector unit scales the previous sums. Fewer than 8 rows go to the VNNI tile.
+///
+/// # Safety
+/// [`int8_available`] and AVX-512 VNNI; the `qdot::Tile` contract for Q8_0 with `mr ≤ 16`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma")]
+pub(in crate::backend::cpu) unsafe fn q8_0_tile(
+    w: *const u8,
+    a: &crate::quant::act::QActs,
+    r0: usize,
+    mr: usize,
+    out: *mut f32,
+) {
+    debug_assert!((1..=Q8_MR).contains(&mr));
+    let vnni = super::qdot_avx512::QTABLE.q8_0;
+    // SAFETY: the same contract, split into calls of at most 6 rows (the VNNI tile's limit)
+    // or handed to the AMX body with its row count as a constant.
+    unsafe {
+        if mr < Q8_AMX_MIN_ROWS {
+            for r in (0..mr).step_by(6) {
+                vnni(w, a, r0 + r, (mr - r).min(6), out.add(16 * r));
+            }
+            return;
+        }
+        match mr {
+            8 => q8_0_amx::<8>(w, a, r0, out),
+            9 => q8_0_amx::<9>(w, a, r0, out),
+            10 => q8_0_amx::<10>(w, a, r0, out),
+            11 => q8_0_amx::<11>(w, a, r0, out),
+            12 => q8_0_amx::<12>(w, a, r0, out),
+            13 => q8_0_amx::<13>(w, a, r0, out),
+            14 => q8_0_amx::<14>(w, a, r0, out),
+            15 => q8_0_amx::<15>(w, a, r0, out),
+            _ => q8_0_amx::<16>(w, a, r0, out),
+        }
+    }
+}
+
+/// [`q8_0_tile`]'s AMX body for `MR` rows.
+///
+/// # Safety
+/// As [`q8_0_tile`] with `mr = MR`.
+#[inline(always)]
+unsafe fn q8_0_amx<const MR: usize>(
+    w: *const u8,
+    a: &crate::quant::act::QActs,
+    r0: usize,
+    out: *mut f32,
+) {
+    use core::arch::x86_64::*;
+    const REC: usize = 544;
+    let k = a.k;
+    let nb = k / 32;
+    let x = a.qs.as_ptr().wrapping_add(r0 * k);
+    let mut sums = [[0i32; 16]; 2 * Q8_MR];
+    let sp = sums.as_mut_ptr().cast::<i32>();
+    let sp1 = sp.wrapping_add(16 * Q8_MR);
+    // SAFETY (whole body): AMX-INT8 and AVX-512 are available (contract) and the tile
+    // configuration is `q8_config(MR)`: A tiles read MR rows of 32 codes of block b inside the
+    // activation rows r0..r0+MR (k apart), B tiles the 512 code bytes of block b's record, C
+    // tiles store MR rows of 64 bytes into `sums`; the scalar reads stay inside rows < r0 + MR
+    // of `d` and `corr` (nb per row), and `out` has MR rows of 16 floats.
+    unsafe {
+        configure_q8(MR);
+        let mut acc = [_mm512_setzero_ps(); MR];
+        let mut b = 0;
+        while b + 2 <= nb {
+            asm!("tilezero tmm0", "tilezero tmm1", options(nostack, nomem));
+            tile_load!("tmm2", x.add(32 * b), k);
+            tile_load!("tmm4", w.add(b * REC), 64usize);
+            tile_dp_int8!("tmm0", "tmm2", "tmm4");
+            tile_load!("tmm3", x.add(32 * (b + 1)), k);
+            tile_load!("tmm5", w.add((b + 1) * REC), 64usize);
+            tile_dp_int8!("tmm1", "tmm3", "tmm5");
+            tile_store!("tmm0", sp, 64usize);
+            tile_store!("tmm1", sp1, 64usize);
+            q8_scale(w, a, r0, b, sp, &mut acc);
+            q8_scale(w, a, r0, b + 1, sp1, &mut acc);
+            b += 2;
+        }
+        if b < nb {
+            asm!("tilezero tmm0", options(nostack, nomem));
+            tile_load!("tmm2", x.add(32 * b), k);
+            tile_load!("tmm4", w.add(b * REC), 64usize);
+            tile_dp_int8!("tmm0", "tmm2", "tmm4");
+            tile_store!("tmm0", sp, 64usize);
+            q8_scale(w, a, r0, b, sp, &mut acc);
+        }
+        for (r, ar) in acc.iter().enumerate() {
+            _mm512_storeu_ps(out.add(16 * r), *ar);
+        }
+    }
+}
+
+/// Block `b`'s scaling step of [`q8_0_amx`]: row `r`'s 16 sums at `s + 16r`, plus the row's
+/// offset correction, times `d_w · d_a`, added into `acc[r]` with one FMA.
+///
+/// # Safety
+/// AVX-512; `s` holds `MR` rows of 16 sums; block `b`'s record and rows `r0..r0 + MR` of `a`
+/// exist.
+#[inline(always)]
+unsafe fn q8_scale<const MR: usize>(
+    w: *const u8,
+    a: &crate::quant::act::QActs,
+    r0: usize,
+    b: usize,
+    s: *const i32,
+    acc: &mut [core::arch::x86_64::__m512; MR],
+) {
+    use core::arch::x86_64::*;
+    let nb = a.k / 32;
+    let (ad, corr) = (a.d.as_ptr(), a.corr.as_ptr());
+    // SAFETY: the contract (the scale vector follows the block's 512 code bytes).
+    unsafe {
+        let dw = _mm512_cvtph_ps(_mm256_loadu_si256(w.add(b * 544 + 512).cast()));
+        for (r, ar) in acc.iter_mut().enumerate() {
+            let row = (r0 + r) * nb + b;
+            let isum = _mm512_add_epi32(
+                _mm512_loadu_si512(s.add(16 * r).cast()),
+                _mm512_set1_epi32(*corr.add(row)),
+            );
+            let dd = _mm512_mul_ps(dw, _mm512_set1_ps(*ad.add(row)));
+            *ar = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), dd, *ar);
+        }
+    }
+}
