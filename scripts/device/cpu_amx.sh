@@ -74,7 +74,8 @@ for l in sys.stdin:
       done
       # QROUNDS rounds (default 2) of: llama.cpp BF16 GGUF; Lattice --bf16 (AMX-BF16) and the
       # exact default on the safetensors; llama.cpp Q8_0 GGUF; Lattice on the same Q8_0 file
-      # with and without AMX-INT8; in the first round also --bf16 without AMX.
+      # with and without AMX-INT8; in the first round also --bf16 without AMX and three runs
+      # with LATTICE_SUBNORMALS=keep.
       M=.cache/models/qwen35-0.8b-random; Q=.cache/models/qwen35.q8_0.gguf
       G="--prompt-tokens 512 --gen-tokens ${GEN:-64} --runs 1 --threads 2 --json"
       LB=.cache/llama.cpp/src/build/bin/llama-bench
@@ -87,6 +88,11 @@ for l in sys.stdin:
         LATTICE_AMX=0 pin "$D/lattice" bench generate --model $Q $G 2>/dev/null | sed 's/^{/{"amx":0,/'
         if [ "$r" = 1 ]; then
           LATTICE_AMX=0 pin "$D/lattice" bench generate --model $M --bf16 $G 2>/dev/null | sed 's/^{/{"amx":0,/'
+          # Strict IEEE subnormals (the pools flush them by default).
+          for m in "$M --bf16" "$M" "$Q"; do
+            LATTICE_SUBNORMALS=keep pin "$D/lattice" bench generate --model $m $G 2>/dev/null \
+              | sed 's/^{/{"subnormals":"keep",/'
+          done
         fi
       done | tee "$OUT/qwen35.jsonl" ;;
   esac

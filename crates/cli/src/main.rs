@@ -72,6 +72,23 @@ fn main() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     keep_freed_memory();
     let cli = Cli::parse();
+    // Commands with a --threads option build the worker pool themselves (as they load their
+    // model); every other one gets the default pool here, before any parallel work.
+    let own_pool = matches!(
+        cli.command,
+        Command::Bench(_)
+            | Command::Generate(_)
+            | Command::Chat(_)
+            | Command::Perplexity(_)
+            | Command::Prune(_)
+            | Command::Serve(_)
+    );
+    if !own_pool {
+        if let Err(e) = cmd::init_pool(None) {
+            eprintln!("error: {e:#}");
+            std::process::exit(1);
+        }
+    }
     let result = match cli.command {
         Command::Embed(a) => cmd::embed::run(a),
         Command::Tokenize(a) => cmd::tokenize::run(a),

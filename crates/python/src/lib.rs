@@ -78,7 +78,8 @@ fn resolve(model: &str) -> PyResult<PathBuf> {
     lattice_hub::resolve_model(model).map_err(hub_err)
 }
 
-/// An optional worker pool of `threads` threads (`None`: the global pool, all cores).
+/// An optional worker pool of `threads` threads (`None`: the global pool, all cores); both
+/// flush subnormal floats to zero (`lattice_inference::backend::cpu::pool_builder`).
 #[derive(Clone)]
 struct Pool(Option<Arc<rayon::ThreadPool>>);
 
@@ -87,8 +88,7 @@ impl Pool {
         match threads {
             None => Ok(Self(None)),
             Some(0) => Err(PyValueError::new_err("threads must be at least 1")),
-            Some(n) => rayon::ThreadPoolBuilder::new()
-                .num_threads(n)
+            Some(n) => lattice_inference::backend::cpu::pool_builder(Some(n))
                 .build()
                 .map(|p| Self(Some(Arc::new(p))))
                 .map_err(|e| PyRuntimeError::new_err(format!("cannot start {n} threads: {e}"))),
@@ -712,6 +712,10 @@ fn cpu_isa() -> &'static str {
 /// The extension module.
 #[pymodule]
 fn _lattice(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    // The global pool (objects made without `threads`) flushes subnormals like the CLI's
+    // (`LATTICE_SUBNORMALS=keep` to keep them); if the process already started rayon's pool
+    // elsewhere, that pool stays as it is.
+    let _ = lattice_inference::backend::cpu::pool_builder(None).build_global();
     m.add_function(wrap_pyfunction!(cpu_isa, m)?)?;
     m.add_class::<Embedder>()?;
     m.add_class::<Reranker>()?;

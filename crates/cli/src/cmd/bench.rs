@@ -87,12 +87,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             "`lattice bench` needs --model and --data (or the `generate` / `serve` subcommand)"
         );
     };
-    if let Some(t) = args.threads {
-        rayon::ThreadPoolBuilder::new()
-            .num_threads(t)
-            .build_global()
-            .context("cannot configure the thread pool")?;
-    }
+    super::init_pool(args.threads)?;
     let batch_size = args.batch.max(1);
     let pairs = super::eval::read_sts_csv(&data)?;
     let mut seen = HashSet::new();

@@ -275,12 +275,7 @@ impl ModelArgs {
 
     /// Sets up the thread pool and loads the model, reporting the load time on stderr.
     pub fn load(&self) -> anyhow::Result<TextModel> {
-        if let Some(t) = self.threads {
-            rayon::ThreadPoolBuilder::new()
-                .num_threads(t.max(1))
-                .build_global()
-                .context("cannot configure the thread pool")?;
-        }
+        super::init_pool(self.threads)?;
         let mode = if self.f32 {
             WeightMode::F32
         } else if self.q8 {

@@ -107,3 +107,30 @@ pub fn cpu_name() -> String {
         })
         .unwrap_or_default()
 }
+
+/// Builds the global worker pool once: `threads` workers (default one per core), each flushing
+/// subnormal floats to zero unless `LATTICE_SUBNORMALS=keep`
+/// (`lattice_inference::backend::cpu::pool_builder`). A later call with no count, or the same
+/// count, does nothing; asking for another count once the pool runs is an error.
+pub fn init_pool(threads: Option<usize>) -> anyhow::Result<()> {
+    use anyhow::Context;
+    use lattice_inference::backend::cpu;
+    static BUILT: std::sync::OnceLock<()> = std::sync::OnceLock::new();
+    if BUILT.get().is_some() {
+        return match threads {
+            Some(t) if t.max(1) != rayon::current_num_threads() => anyhow::bail!(
+                "the thread pool already runs {} threads (asked for {t})",
+                rayon::current_num_threads()
+            ),
+            _ => Ok(()),
+        };
+    }
+    cpu::pool_builder(threads)
+        .build_global()
+        .context("cannot configure the thread pool")?;
+    if cpu::flush_wanted() {
+        cpu::flush_subnormals();
+    }
+    let _ = BUILT.set(());
+    Ok(())
+}

@@ -243,11 +243,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             served.extend(adapter_names.iter().cloned());
         }
         models.generation = Some((served, text_model));
-    } else if let Some(t) = args.threads {
-        rayon::ThreadPoolBuilder::new()
-            .num_threads(t.max(1))
-            .build_global()
-            .context("cannot configure the thread pool")?;
+    } else {
+        super::init_pool(args.threads)?;
     }
     let encoder_mode = super::EncoderMode {
         bf16: args.bf16,

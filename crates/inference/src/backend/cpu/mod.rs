@@ -61,6 +61,7 @@ pub use packed::{PackedBf16, PackedWeights};
 pub use qmatrix::QuantMatrix;
 pub use repack::GROUP_ROWS;
 pub use ternary::TernaryMatrix;
+pub use threads::{flush_subnormals, flush_wanted, pool_builder};
 
 /// Runs `f` on a worker thread of the thread pool (directly when already on one).
 ///
