@@ -20,6 +20,7 @@ for step in "$@"; do
     tests)
       "$D/libtests" bf16 --nocapture 2>&1 | tee "$OUT/tests.txt" | grep -E "pair arith|SKIPPED|AMX|test result|FAILED|panicked"
       "$D/libtests" int8 --nocapture 2>&1 | tee "$OUT/tests-int8.txt" | grep -E "SKIPPED|test result|FAILED|panicked"
+      "$D/libtests" subnormal 2>&1 | grep -E "test result|FAILED|panicked"
       # The quantized tiles against the portable table, bit for bit (Q8_0 on AMX-INT8 there).
       if [ -x "$D/quant_tests" ]; then
         "$D/quant_tests" --nocapture 2>&1 | tee "$OUT/tests-quant.txt" | grep -E "SKIPPED|AMX|test result|FAILED|panicked"
