@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # AMX on the lent device machine's CPU (an Intel Xeon with AMX-BF16 / AMX-INT8; the build
 # machines often have none), run from the repo root there with `.device/` carried:
-#   .device/lattice, .device/libtests (lattice-inference's unit tests), .device/kernels (the
+#   .device/lattice, .device/libtests (lattice-inference's unit tests), .device/quant_tests
+#   (tests/quant.rs, optional), .device/kernels (the
 #   kernels bench), .device/minilm/ (all-MiniLM-L6-v2's config, tokenizer and pipeline files),
 #   .device/stsb-en-dev.csv; for `qwen35`: .device/llama-src.tar.xz (llama.cpp's sources as
 #   vendored by llama-cpp-python 0.3.36, GPU backends left out) and .device/qwen35-tokenizer.json.gz.

@@ -129,6 +129,23 @@ fn corrupt_and_truncated_weights_are_errors() {
 }
 
 #[test]
+fn subnormal_setting_is_checked() {
+    let model = fixture("tiny-bert");
+    let run = |v: &str| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_lattice"))
+            .args(["embed", "--model", model.to_str().unwrap(), "x"])
+            .env("LATTICE_SUBNORMALS", v)
+            .output()
+            .unwrap()
+    };
+    assert_fails_with(&run("off"), &["LATTICE_SUBNORMALS", "\"off\"", "keep"]);
+    for ok in ["keep", "flush"] {
+        let o = run(ok);
+        assert!(o.status.success(), "{ok}: {}", stderr(&o));
+    }
+}
+
+#[test]
 fn missing_config_and_unknown_model_are_errors() {
     let tmp = copy_fixture("tiny-bert");
     std::fs::remove_file(tmp.path().join("config.json")).unwrap();

@@ -89,6 +89,7 @@ impl Pool {
             None => Ok(Self(None)),
             Some(0) => Err(PyValueError::new_err("threads must be at least 1")),
             Some(n) => lattice_inference::backend::cpu::pool_builder(Some(n))
+                .map_err(inference_err)?
                 .build()
                 .map(|p| Self(Some(Arc::new(p))))
                 .map_err(|e| PyRuntimeError::new_err(format!("cannot start {n} threads: {e}"))),
@@ -713,9 +714,11 @@ fn cpu_isa() -> &'static str {
 #[pymodule]
 fn _lattice(m: &Bound<'_, PyModule>) -> PyResult<()> {
     // The global pool (objects made without `threads`) flushes subnormals like the CLI's
-    // (`LATTICE_SUBNORMALS=keep` to keep them); if the process already started rayon's pool
-    // elsewhere, that pool stays as it is.
-    let _ = lattice_inference::backend::cpu::pool_builder(None).build_global();
+    // (`LATTICE_SUBNORMALS=keep` to keep them; another value fails the import); if the process
+    // already started rayon's pool elsewhere, that pool stays as it is.
+    let _ = lattice_inference::backend::cpu::pool_builder(None)
+        .map_err(inference_err)?
+        .build_global();
     m.add_function(wrap_pyfunction!(cpu_isa, m)?)?;
     m.add_class::<Embedder>()?;
     m.add_class::<Reranker>()?;

@@ -125,10 +125,11 @@ pub fn init_pool(threads: Option<usize>) -> anyhow::Result<()> {
             _ => Ok(()),
         };
     }
-    cpu::pool_builder(threads)
+    let flush = cpu::flush_wanted()?;
+    cpu::pool_builder(threads)?
         .build_global()
         .context("cannot configure the thread pool")?;
-    if cpu::flush_wanted() {
+    if flush {
         cpu::flush_subnormals();
     }
     let _ = BUILT.set(());

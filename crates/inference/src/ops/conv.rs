@@ -32,30 +32,22 @@ pub fn causal_conv1d(x: &[f32], weight: &[f32], channels: usize, kernel: usize) 
             taps[j * channels + ch] = wj;
         }
     }
-    // Rows in parallel; blocks of channels, so the output block stays in L1 across the taps.
-    const BLOCK: usize = 512;
+    // Rows in parallel, 32 per task.
     const ROWS: usize = 32;
     cpu::par_chunks_mut(&mut out, ROWS * channels, n > ROWS, |i, rows| {
         for (r, row) in rows.chunks_exact_mut(channels).enumerate() {
-            conv_row(row, &taps, x, i * ROWS + r, channels, kernel, BLOCK);
+            conv_row(row, &taps, x, i * ROWS + r, channels, kernel);
         }
     });
     out
 }
 
-/// Row `t` of the convolution over tap-major weights (see [`causal_conv1d`]), `block` channels
-/// at a time.
-fn conv_row(
-    row: &mut [f32],
-    taps: &[f32],
-    x: &[f32],
-    t: usize,
-    channels: usize,
-    kernel: usize,
-    block: usize,
-) {
-    for c0 in (0..channels).step_by(block) {
-        let c1 = (c0 + block).min(channels);
+/// Row `t` of the convolution over tap-major weights (see [`causal_conv1d`]), in blocks of
+/// channels so that the output block stays in L1 across the taps.
+fn conv_row(row: &mut [f32], taps: &[f32], x: &[f32], t: usize, channels: usize, kernel: usize) {
+    const BLOCK: usize = 512;
+    for c0 in (0..channels).step_by(BLOCK) {
+        let c1 = (c0 + BLOCK).min(channels);
         for j in 0..kernel {
             let tap = &taps[j * channels + c0..j * channels + c1];
             let xr = &x[(t + j) * channels + c0..(t + j) * channels + c1];

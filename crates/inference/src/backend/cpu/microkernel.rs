@@ -40,12 +40,12 @@ impl PanelValue for u16 {
 ///
 /// `a` holds A's `M` rows `astep` apart per step: row `i` of step `p` at `a[p*astep + i]` (a
 /// packed sliver of groups of `astep >= M` floats, or, for one row, the row itself with
-/// `astep = 1`). `b` is a B panel: `kc` rows of `NV·LANES`
-/// values (f32, or bf16 widened as they load), `ldb` apart. Only the first `nr` columns of `C` are read or written (partial
+/// `astep = 1`). `b` is a B panel: `kc` rows of `NV·LANES` values (f32, or bf16 widened as
+/// they load), `ldb` apart. Only the first `nr` columns of `C` are read or written (partial
 /// vectors go through masked loads and stores); with `accumulate` the product is added to `C`.
 ///
 /// # Safety
-/// `a[p*astep + i]` for `p < kc`, `i < M` and `b[p*ldb .. p*ldb + NV*LANES]` for `p < kc` must be readable,
+/// `a[p*astep + i]` and `b[p*ldb .. p*ldb + NV*LANES]` for `p < kc`, `i < M` must be readable,
 /// `c[i*ldc .. i*ldc + nr]` for `i < M` readable and writable, and `nr <= NV*LANES`.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]

@@ -83,6 +83,10 @@ pub(crate) trait QSimd: Copy {
 /// `rows × 16` floats (row stride 16); `rows` is 1..=[`QTable::rows`]. See `qkernels`.
 pub(crate) type Tile = unsafe fn(*const u8, &QActs, usize, usize, *mut f32);
 
+/// Activation rows of one call of the vector tiles (`qkernels`), but Q6_K's: 12 independent
+/// i32 accumulators.
+pub(crate) const VECTOR_TILE_ROWS: usize = 6;
+
 /// One instruction set's quantized tiles.
 #[derive(Clone, Copy)]
 pub struct QTable {
@@ -93,7 +97,7 @@ pub struct QTable {
     pub(crate) q8_0: Tile,
     pub(crate) q4_k: Tile,
     pub(crate) q6_k: Tile,
-    /// Activation rows of one `q8_0` tile call (6, or 16 on AMX-INT8).
+    /// Activation rows of one `q8_0` tile call ([`VECTOR_TILE_ROWS`], or 16 on AMX-INT8).
     pub(crate) q8_0_rows: usize,
 }
 
@@ -109,13 +113,13 @@ impl QTable {
         self.isa
     }
 
-    /// Activation rows per tile call for weights of type `t`: 6 (12 independent i32
-    /// accumulators), 4 for Q6_K (5 live accumulators per row), 16 for Q8_0 on AMX-INT8.
+    /// Activation rows per tile call for weights of type `t`: [`VECTOR_TILE_ROWS`], 4 for Q6_K
+    /// (5 live accumulators per row), 16 for Q8_0 on AMX-INT8.
     pub(crate) fn rows(&self, t: QuantType) -> usize {
         match t {
             QuantType::Q6_K => 4,
             QuantType::Q8_0 => self.q8_0_rows,
-            _ => 6,
+            _ => VECTOR_TILE_ROWS,
         }
     }
 
@@ -201,7 +205,7 @@ macro_rules! quant_table {
             q8_0,
             q4_k,
             q6_k,
-            q8_0_rows: 6,
+            q8_0_rows: $crate::backend::cpu::qdot::VECTOR_TILE_ROWS,
         };
     };
 }
@@ -404,7 +408,7 @@ fn avx512_table() -> &'static QTable {
 /// of the quantized table (`"avx512"`, `"avx2"`, `"scalar"`).
 pub fn q8_0_kernel_name() -> &'static str {
     let t = qtable();
-    if t.q8_0_rows > 6 {
+    if t.q8_0_rows > VECTOR_TILE_ROWS {
         "amx-int8"
     } else {
         t.isa.name()

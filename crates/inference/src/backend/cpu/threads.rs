@@ -138,21 +138,30 @@ pub fn flush_subnormals() {
 /// A builder for a worker pool (`threads` workers, default one per core) whose threads
 /// [`flush_subnormals`] as they start, unless `LATTICE_SUBNORMALS=keep` (strict IEEE
 /// subnormals, slower on Intel). Applications build their pools with it (the `lattice` CLI and
-/// server, the Python package); the library itself never changes a thread's modes.
-pub fn pool_builder(threads: Option<usize>) -> rayon::ThreadPoolBuilder {
+/// server, the Python package); the library itself never changes a thread's modes. Fails as
+/// [`flush_wanted`].
+pub fn pool_builder(threads: Option<usize>) -> crate::Result<rayon::ThreadPoolBuilder> {
     let mut b = rayon::ThreadPoolBuilder::new();
     if let Some(t) = threads {
         b = b.num_threads(t.max(1));
     }
-    if flush_wanted() {
+    if flush_wanted()? {
         b = b.start_handler(|_| flush_subnormals());
     }
-    b
+    Ok(b)
 }
 
-/// Whether [`pool_builder`] pools flush subnormals (`LATTICE_SUBNORMALS` is not `keep`).
-pub fn flush_wanted() -> bool {
-    std::env::var("LATTICE_SUBNORMALS").map_or(true, |v| v != "keep")
+/// Whether [`pool_builder`] pools flush subnormals: `LATTICE_SUBNORMALS` unset or `flush`
+/// (yes), `keep` (no); any other value fails ([`crate::Error::InvalidInput`], naming it).
+pub fn flush_wanted() -> crate::Result<bool> {
+    match std::env::var("LATTICE_SUBNORMALS") {
+        Err(_) => Ok(true),
+        Ok(v) if v == "flush" => Ok(true),
+        Ok(v) if v == "keep" => Ok(false),
+        Ok(v) => Err(crate::Error::InvalidInput(format!(
+            "LATTICE_SUBNORMALS is {v:?}: use `flush` (the default) or `keep` (IEEE subnormals)"
+        ))),
+    }
 }
 
 #[cfg(test)]
@@ -163,7 +172,7 @@ mod subnormal_tests {
     fn a_pool_from_the_builder_flushes_subnormals_and_others_do_not() {
         let tiny = f32::MIN_POSITIVE;
         let half = |x: f32| std::hint::black_box(x) * std::hint::black_box(0.5f32);
-        let pool = pool_builder(Some(1)).build().unwrap();
+        let pool = pool_builder(Some(1)).unwrap().build().unwrap();
         let flushed = pool.install(|| half(tiny));
         let plain = rayon::ThreadPoolBuilder::new()
             .num_threads(1)
@@ -171,7 +180,7 @@ mod subnormal_tests {
             .unwrap()
             .install(|| half(tiny));
         assert!(plain > 0.0, "a default pool keeps subnormals");
-        if flush_wanted() && cfg!(any(target_arch = "x86_64", target_arch = "aarch64")) {
+        if flush_wanted().unwrap() && cfg!(any(target_arch = "x86_64", target_arch = "aarch64")) {
             assert_eq!(flushed, 0.0, "the builder's pool flushes subnormal results");
         }
     }

@@ -361,6 +361,10 @@ pub(in crate::backend::cpu) unsafe fn int8_tile(
 /// Activation rows per call of [`q8_0_tile`] (one A tile).
 pub(in crate::backend::cpu) const Q8_MR: usize = 16;
 
+/// Bytes of one block's record of a 16-row group in the `repack` layout for Q8_0: 512 code
+/// bytes (8 rows of 64, one B tile), then 16 f16 scales (`repack::record_bytes`).
+const Q8_REC: usize = 544;
+
 /// Calls of [`q8_0_tile`] with fewer activation rows run the AVX-512 VNNI tile instead (a tile
 /// product of a few rows costs what one of 16 does).
 const Q8_AMX_MIN_ROWS: usize = 8;
@@ -423,12 +427,13 @@ pub(in crate::backend::cpu) unsafe fn q8_0_tile(
 ) {
     debug_assert!((1..=Q8_MR).contains(&mr));
     let vnni = super::qdot_avx512::QTABLE.q8_0;
-    // SAFETY: the same contract, split into calls of at most 6 rows (the VNNI tile's limit)
-    // or handed to the AMX body with its row count as a constant.
+    let vnni_rows = super::super::qdot::VECTOR_TILE_ROWS;
+    // SAFETY: the same contract, split into calls the VNNI tile takes, or handed to the AMX
+    // body with its row count as a constant.
     unsafe {
         if mr < Q8_AMX_MIN_ROWS {
-            for r in (0..mr).step_by(6) {
-                vnni(w, a, r0 + r, (mr - r).min(6), out.add(16 * r));
+            for r in (0..mr).step_by(vnni_rows) {
+                vnni(w, a, r0 + r, (mr - r).min(vnni_rows), out.add(16 * r));
             }
             return;
         }
@@ -458,7 +463,6 @@ unsafe fn q8_0_amx<const MR: usize>(
     out: *mut f32,
 ) {
     use core::arch::x86_64::*;
-    const REC: usize = 544;
     let k = a.k;
     let nb = k / 32;
     let x = a.qs.as_ptr().wrapping_add(r0 * k);
@@ -477,10 +481,10 @@ unsafe fn q8_0_amx<const MR: usize>(
         while b + 2 <= nb {
             asm!("tilezero tmm0", "tilezero tmm1", options(nostack, nomem));
             tile_load!("tmm2", x.add(32 * b), k);
-            tile_load!("tmm4", w.add(b * REC), 64usize);
+            tile_load!("tmm4", w.add(b * Q8_REC), 64usize);
             tile_dp_int8!("tmm0", "tmm2", "tmm4");
             tile_load!("tmm3", x.add(32 * (b + 1)), k);
-            tile_load!("tmm5", w.add((b + 1) * REC), 64usize);
+            tile_load!("tmm5", w.add((b + 1) * Q8_REC), 64usize);
             tile_dp_int8!("tmm1", "tmm3", "tmm5");
             tile_store!("tmm0", sp, 64usize);
             tile_store!("tmm1", sp1, 64usize);
@@ -491,7 +495,7 @@ unsafe fn q8_0_amx<const MR: usize>(
         if b < nb {
             asm!("tilezero tmm0", options(nostack, nomem));
             tile_load!("tmm2", x.add(32 * b), k);
-            tile_load!("tmm4", w.add(b * REC), 64usize);
+            tile_load!("tmm4", w.add(b * Q8_REC), 64usize);
             tile_dp_int8!("tmm0", "tmm2", "tmm4");
             tile_store!("tmm0", sp, 64usize);
             q8_scale(w, a, r0, b, sp, &mut acc);
@@ -522,7 +526,7 @@ unsafe fn q8_scale<const MR: usize>(
     let (ad, corr) = (a.d.as_ptr(), a.corr.as_ptr());
     // SAFETY: the contract (the scale vector follows the block's 512 code bytes).
     unsafe {
-        let dw = _mm512_cvtph_ps(_mm256_loadu_si256(w.add(b * 544 + 512).cast()));
+        let dw = _mm512_cvtph_ps(_mm256_loadu_si256(w.add(b * Q8_REC + 512).cast()));
         for (r, ar) in acc.iter_mut().enumerate() {
             let row = (r0 + r) * nb + b;
             let isum = _mm512_add_epi32(
