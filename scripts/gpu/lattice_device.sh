@@ -7,6 +7,7 @@
 # qwen3-tokenizer/tokenizer.json.gz (scripts/gpu/prepare_carry.py) and, for the Qwen3.5 shape,
 # qwen35-tokenizer/tokenizer.json.gz (gzip of .cache/qwen35/tokenizer.json). Results under $OUT.
 #   STEPS="env tests models lattice hybrid torch" bash scripts/gpu/lattice_device.sh
+# `sampling` measures sampled decoding (picks on the device) beside greedy.
 # `hybrid` measures the Qwen3.5-0.8B shape (scripts/gen_random_qwen35.py, bf16) like `lattice`;
 # RUNS (5) and STREAMS (8 64) apply to both. `fullsize` checks the full-size random checkpoints
 # against transformers on the GPU (tests/cuda_parity.rs, LATTICE_TEST_TORCH_REF); `fullbert` a
@@ -57,6 +58,29 @@ for step in $steps; do
         .device/lattice bench generate --model "$models/qwen35-0.8b-bf16" --bf16 --device cuda \
           --prompt-tokens 512 --gen-tokens 128 --runs "${RUNS:-5}" --streams "$streams" --json 2>&1 |
           tee "$out/lattice_qwen35_s$streams.json" | grep -v '^bench: run'
+      done
+      ;;
+    sampling)
+      # Sampled decoding with the picks made on the device: greedy, temperature 0.8 over the
+      # whole vocabulary, with top-p 0.95, and with top-k 40, at 1 and 64 streams (bf16).
+      # A carried .device/lattice-old (an earlier build, whose sampled steps sent the logits
+      # to the host and sampled there) runs the greedy and temperature modes beside it.
+      for bin in lattice lattice-old; do
+        [ -x ".device/$bin" ] || continue
+        for mode in greedy temp topp topk; do
+          case $mode in
+            greedy) s= ;;
+            temp) s="--stream-temperature 0.8" ;;
+            topp) s="--stream-temperature 0.8 --stream-top-p 0.95" ;;
+            topk) s="--stream-temperature 0.8 --stream-top-k 40" ;;
+          esac
+          [ "$bin" = lattice ] || [ "$mode" = greedy ] || [ "$mode" = temp ] || continue
+          for streams in ${STREAMS:-1 64}; do
+            ".device/$bin" bench generate --model "$models/qwen3-0.6b-bf16" --bf16 --device cuda \
+              --prompt-tokens 512 --gen-tokens 128 --runs "${RUNS:-3}" --streams "$streams" $s \
+              --json 2>&1 | tee "$out/sampling_${bin}_${mode}_s$streams.json" | grep -v '^bench: run'
+          done
+        done
       done
       ;;
     lattice)

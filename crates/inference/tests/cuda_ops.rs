@@ -13,8 +13,10 @@ use lattice_inference::backend::cpu::bf16::round_to_bf16;
 use lattice_inference::backend::cuda::compile_kernels;
 use lattice_inference::backend::Device;
 use lattice_inference::io::store::Weight;
+use lattice_inference::ops;
 use lattice_inference::ops::{swiglu, Linear, QuantMatrix, RmsNorm, Rope, RopeConfig, RopeScaling};
 use lattice_inference::quant::{quantize_row, QuantType};
+use lattice_inference::sample::{Filters, Pick, Picked};
 use lattice_inference::state::{KvDtype, LayerKind, SeqState};
 use lattice_inference::tensor::Tensor;
 
@@ -71,7 +73,8 @@ fn check(name: &str, got: &Tensor, want: &Tensor, tol: f64) {
 /// The kernels compile for Hopper and for the older architectures' paths (int8 tensor-core
 /// products from 8.0, dp4a before), and, where `LATTICE_PTXAS` names a ptxas (scripts/test.sh
 /// fetches one), the PTX assembles for those GPUs, with no register spills in the quantized
-/// products: what a GPU would otherwise only report when it loads the module.
+/// products and the token picks: what a GPU would otherwise only report when it loads the
+/// module.
 #[test]
 fn kernels_compile_with_nvrtc() {
     let ptxas = std::env::var("LATTICE_PTXAS")
@@ -111,7 +114,9 @@ fn kernels_compile_with_nvrtc() {
             if let Some(at) = line.find("entry function '") {
                 entry = &line[at + 16..];
             } else if line.contains("spill stores")
-                && (entry.starts_with("gemv_q") || entry.starts_with("gemm_q"))
+                && (entry.starts_with("gemv_q")
+                    || entry.starts_with("gemm_q")
+                    || entry.starts_with("pick_rows"))
             {
                 assert!(
                     line.contains(" 0 bytes spill stores"),
@@ -823,5 +828,109 @@ fn gated_delta_net_matches_the_cpu() {
         sigmoid_gate(&mut xc, &gc).unwrap();
         sigmoid_gate(&mut xg, &gg).unwrap();
         check(&format!("sigmoid_gate {rows}x{}", nh * hd), &xg, &xc, 1e-6);
+    }
+}
+
+/// Token picks on the device ([`ops::pick_rows`], the sampler's steps in a kernel) are the
+/// CPU's ([`Pick::choose`]) token for token, draw flag included: vocabularies of awkward sizes,
+/// every filter (top-k below and above the candidates, top-p from 0 to nearly 1, min-p), logit
+/// bias with repeated and out-of-range ids, penalties, ties (logits on a coarse grid), NaN,
+/// +inf, rows with nothing drawable, and draws at the ends of [0, 1).
+#[test]
+fn token_picks_match_the_cpu() {
+    let Some(dev) = gpu("token_picks_match_the_cpu") else {
+        return;
+    };
+    let mut rng = Rng(0x005e_ed0f_f00d);
+    let filters = [
+        (1.0f32, 0usize, 1.0f32, 0.0f32),
+        (0.7, 0, 0.9, 0.0),
+        (1.0, 40, 1.0, 0.0),
+        (1.3, 40, 0.8, 0.0),
+        (1.0, 0, 0.999, 0.0),
+        (0.05, 0, 0.5, 0.0),
+        (1.0, 0, 0.0, 0.0),
+        (2.0, 1000, 0.95, 0.02),
+        (1.0, 0, 1.0, 0.1),
+        (0.9, 7, 0.3, 0.0),
+        (0.0, 0, 1.0, 0.0),
+        (1.0, 1, 1.0, 0.0),
+        (1.0, 1 << 20, 0.7, 0.0),
+    ];
+    for &n in &[1000usize, 32_001, 151_936] {
+        let mut data = Vec::new();
+        let mut picks = Vec::new();
+        for case in 0..48 {
+            let (t, k, p, mp) = filters[case % filters.len()];
+            let mut row = rng.vec(n, 12.0);
+            match case % 8 {
+                1 => row.iter_mut().for_each(|x| *x = (*x * 0.5).round()),
+                2 => row[n / 3] = 40.0,
+                3 => {
+                    row[5] = f32::NAN;
+                    row[n - 1] = f32::NEG_INFINITY;
+                }
+                4 if case % 16 == 4 => {
+                    row[n / 2] = f32::INFINITY;
+                    row[n / 7] = f32::INFINITY;
+                }
+                5 if case % 16 == 5 => row.iter_mut().for_each(|x| *x = f32::NEG_INFINITY),
+                6 => row.iter_mut().for_each(|x| *x = 0.0),
+                _ => {}
+            }
+            let u = match case % 5 {
+                0 => 0.0,
+                1 => 1.0 - f64::EPSILON,
+                _ => ((rng.next() as f64) + 1.0) / 2.0 * 0.999_999,
+            };
+            let bias = if case % 3 == 1 {
+                vec![
+                    (3u32, 5.0f32),
+                    (3, -1.5),
+                    (n as u32 - 2, 30.0),
+                    (n as u32 + 9, 1.0),
+                ]
+            } else {
+                Vec::new()
+            };
+            let (repetition, penalized) = if case % 4 == 2 {
+                let ids = [0u32, 7, 99, (n / 2) as u32, n as u32 - 2, n as u32 + 1];
+                (
+                    1.3,
+                    ids.iter()
+                        .enumerate()
+                        .map(|(j, &id)| (id, 0.25 * j as f32))
+                        .collect(),
+                )
+            } else {
+                (1.0, Vec::new())
+            };
+            picks.push(Pick {
+                filters: Filters {
+                    temperature: t,
+                    top_k: k,
+                    top_p: p,
+                    min_p: mp,
+                },
+                u,
+                bias,
+                repetition,
+                penalized,
+            });
+            data.extend_from_slice(&row);
+        }
+        let rows = picks.len();
+        let want: Vec<Picked> = data
+            .chunks_exact(n)
+            .zip(&picks)
+            .map(|(row, p)| p.choose(row))
+            .collect();
+        let x = Tensor::from_host(&dev, rows, n, data).unwrap();
+        let got = ops::pick_rows(&x, &picks).unwrap();
+        for (r, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert_eq!(g, w, "vocabulary {n}, row {r}: {:?}", picks[r].filters);
+        }
+        let drew = want.iter().filter(|p| p.drew).count();
+        eprintln!("pick_rows: vocabulary {n}: {rows} rows equal to the CPU ({drew} drawn)");
     }
 }

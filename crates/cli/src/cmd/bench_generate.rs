@@ -49,6 +49,12 @@ pub struct Args {
     /// decoding greedily.
     #[arg(long, default_value_t = 0.0, value_name = "T")]
     stream_temperature: f32,
+    /// The streams' nucleus (top-p) mass when they sample.
+    #[arg(long, default_value_t = 1.0, value_name = "P")]
+    stream_top_p: f32,
+    /// The streams' top-k when they sample (0: off).
+    #[arg(long, default_value_t = 0, value_name = "K")]
+    stream_top_k: usize,
     /// Speculative decoding in the streams test.
     #[command(flatten)]
     speculative: super::generate::SpeculativeArgs,
@@ -152,6 +158,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             };
             let sampling = SamplingParams {
                 temperature: args.stream_temperature,
+                top_p: args.stream_top_p,
+                top_k: args.stream_top_k,
                 seed: Some(s as u64),
                 ..SamplingParams::default()
             };
@@ -197,6 +205,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             "gen_weight_gb_per_s": gb_s,
             "streams": args.streams,
             "stream_temperature": args.stream_temperature,
+            "stream_top_p": args.stream_top_p,
+            "stream_top_k": args.stream_top_k,
             "batched_gen_tokens_per_s": batch_med,
             "drafted_tokens": drafted,
             "drafts": drafts,
@@ -226,8 +236,16 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             gen_ids.len()
         );
         if let Some(b) = batch_med {
+            let how = if args.stream_temperature > 0.0 {
+                format!(
+                    ", sampled: temperature {} top-p {} top-k {}",
+                    args.stream_temperature, args.stream_top_p, args.stream_top_k
+                )
+            } else {
+                String::new()
+            };
             println!(
-                "| tg{} x {} streams (aggregate) | {b:.1} ({:.2}x one stream) |",
+                "| tg{} x {} streams (aggregate{how}) | {b:.1} ({:.2}x one stream) |",
                 gen_ids.len(),
                 args.streams,
                 b / tg_med

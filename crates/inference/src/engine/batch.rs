@@ -12,6 +12,7 @@ use std::time::Instant;
 
 use crate::attention::ROW_BY_ROW;
 use crate::model::batch::{ForwardBatch, InjectedRows, Positions, RowOutputs};
+use crate::sample::{Pick, Picked};
 use crate::state::SeqState;
 use crate::{Error, Result};
 
@@ -126,8 +127,9 @@ enum StepOutput {
         logits: Vec<f32>,
         rows: Vec<(usize, usize)>,
     },
-    /// The argmax token of each scheduled request's last row.
-    Tokens(Vec<u32>),
+    /// The token picked from each scheduled request's last row, where the logits are (by
+    /// [`crate::sample::Pick`]s; the plain argmax for requests that do not sample next).
+    Picks(Vec<Picked>),
 }
 
 impl<'m> BatchEngine<'m> {
@@ -448,18 +450,38 @@ impl<'m> BatchEngine<'m> {
         verifies(&self.running[i], n)
     }
 
-    /// One forward pass over the scheduled tokens of every request in `schedule`: the tokens
-    /// themselves when every request picks the argmax and none verifies a draft (the model
-    /// picks them where the logits are, so a GPU sends back ids, not logits), else the logits
-    /// (every row of a request that verifies a draft).
+    /// One forward pass over the scheduled tokens of every request in `schedule`: the picked
+    /// tokens themselves when no request verifies a draft or needs its logits on the host (an
+    /// output constraint, log-probabilities): the model picks them where the logits are, so a
+    /// GPU sends back ids, not logits. Else the logits (every row of a request that verifies a
+    /// draft).
     fn forward(&mut self, schedule: &Schedule) -> Result<StepOutput> {
         let (positions, injected) = self.image_rows(schedule)?;
         let drafts = schedule.work.iter().any(|&(i, n)| self.verifies(i, n));
-        let greedy = !drafts
-            && schedule
+        // Requests that sample after this step plan their choice; the others' picks are not
+        // used (their prompts continue), so they take the plain argmax.
+        let samples = |slot: &Slot<'m>, n: usize| {
+            slot.computed + n >= slot.seq.history().len() && !slot.finished()
+        };
+        let device_picks = !drafts
+            && schedule.work.iter().all(|&(i, n)| {
+                let slot = &self.running[i];
+                !samples(slot, n) || slot.seq.can_plan()
+            });
+        let picks: Option<Vec<Pick>> = device_picks.then(|| {
+            schedule
                 .work
                 .iter()
-                .all(|&(i, _)| self.running[i].seq.picks_argmax());
+                .map(|&(i, n)| {
+                    let slot = &mut self.running[i];
+                    if samples(slot, n) && !slot.seq.picks_argmax() {
+                        slot.seq.plan()
+                    } else {
+                        Pick::argmax()
+                    }
+                })
+                .collect()
+        });
         let mut ids = Vec::new();
         let mut lens = Vec::with_capacity(schedule.work.len());
         let mut flags = Vec::new();
@@ -510,8 +532,12 @@ impl<'m> BatchEngine<'m> {
             batch.positions = Positions::Rope3d(p);
         }
         batch.injected = injected;
-        Ok(if greedy {
-            StepOutput::Tokens(self.model.decoder.forward_greedy(&batch, &mut states)?)
+        Ok(if let Some(picks) = picks {
+            StepOutput::Picks(
+                self.model
+                    .decoder
+                    .forward_pick(&batch, &mut states, &picks)?,
+            )
         } else {
             StepOutput::Logits {
                 logits: self.model.decoder.forward_batch(&batch, &mut states)?,
@@ -679,7 +705,9 @@ impl<'m> BatchEngine<'m> {
                             .accept(&logits[at..at + vocab], room, &mut |_| true)
                     }
                 },
-                StepOutput::Tokens(ids) => slot.seq.accept_token(ids[row], room, &mut |_| true),
+                StepOutput::Picks(picked) => {
+                    slot.seq.accept_picked(picked[row], room, &mut |_| true)
+                }
             };
             report(slot, first, on_update);
         }

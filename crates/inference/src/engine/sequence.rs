@@ -2,7 +2,7 @@
 //! stop matcher, the tokens so far and the result being built), independent of how its logits
 //! are computed (by [`super::BatchEngine`], alone or in a batch).
 
-use crate::sample::{top_logprobs, Sampler, StopMatcher, StopResult};
+use crate::sample::{top_logprobs, Pick, Picked, Sampler, StopMatcher, StopResult};
 use crate::tokenizer::DecodeStream;
 
 use super::request::{FinishReason, GenerateRequest, Generation, TokenLogprob};
@@ -181,6 +181,37 @@ impl<'m> Sequence<'m> {
             Some(token) => self.push_token(token, room, on_text),
             None => self.end(FinishReason::Stop, on_text),
         }
+    }
+
+    /// Whether the next choice can be made where the logits are ([`Sequence::plan`]): not
+    /// when an output constraint masks the logits or log-probabilities are reported.
+    pub fn can_plan(&self) -> bool {
+        !self.done && self.matcher.is_none() && self.req.logprobs.is_none()
+    }
+
+    /// The next choice as a [`Pick`], made where the logits are ([`crate::ops::pick_rows`]):
+    /// the request's bias, its penalties and the random draw, taken now
+    /// ([`Sampler::plan`]). The token picked goes to [`Sequence::accept_picked`].
+    pub fn plan(&mut self) -> Pick {
+        let vocab = self.model.decoder.info().config.vocab_size;
+        self.sampler.plan(
+            &self.history,
+            self.req.prompt_ids.len(),
+            &self.req.logit_bias,
+            vocab,
+        )
+    }
+
+    /// [`Sequence::accept_token`] of a token picked by a [`Sequence::plan`] (or the argmax),
+    /// settling the random stream ([`Sampler::settle`]).
+    pub fn accept_picked(
+        &mut self,
+        picked: Picked,
+        room: bool,
+        on_text: &mut dyn FnMut(&str) -> bool,
+    ) -> Option<u32> {
+        self.sampler.settle(picked);
+        self.accept_token(picked.token, room, on_text)
     }
 
     /// Whether the next token is the plain argmax of the logits (greedy, no penalties, no

@@ -10,6 +10,7 @@ use serde_json::Value;
 use crate::backend::Device;
 use crate::io::gguf::GgufFile;
 use crate::ops::{Linear, Mrope, RmsNorm, RopeConfig, RopeScaling};
+use crate::sample::{Pick, Picked};
 use crate::state::SeqState;
 use crate::{Error, Result};
 
@@ -551,13 +552,37 @@ pub trait Decoder: Send + Sync {
     }
 
     /// [`Decoder::forward_batch`] for greedy decoding: the argmax token of the last row of each
-    /// sequence (`batch.outputs` is ignored). Models on a GPU pick there, so only the ids come
-    /// back; the default picks from the logits on the host, as the sampler's greedy choice does.
+    /// sequence (`batch.outputs` is ignored); [`Decoder::forward_pick`] with argmax picks.
     fn forward_greedy(
         &self,
         batch: &ForwardBatch<'_>,
         states: &mut [&mut SeqState],
     ) -> Result<Vec<u32>> {
+        let picks = vec![Pick::argmax(); batch.seq_lens.len()];
+        Ok(self
+            .forward_pick(batch, states, &picks)?
+            .into_iter()
+            .map(|p| p.token)
+            .collect())
+    }
+
+    /// [`Decoder::forward_batch`] that picks the next token of each sequence from its last
+    /// row's logits by `picks[i]` (`batch.outputs` is ignored). Models on a GPU pick there
+    /// ([`crate::ops::pick_rows`]), so only the ids come back; decode steps of a GPU are
+    /// recorded and replayed (see [`crate::ops::replayed_step`]).
+    fn forward_pick(
+        &self,
+        batch: &ForwardBatch<'_>,
+        states: &mut [&mut SeqState],
+        picks: &[Pick],
+    ) -> Result<Vec<Picked>> {
+        if picks.len() != batch.seq_lens.len() {
+            return Err(Error::InvalidInput(format!(
+                "{} picks for a batch of {} sequences",
+                picks.len(),
+                batch.seq_lens.len()
+            )));
+        }
         let mut last = batch.clone();
         last.outputs = RowOutputs::LastLogits;
         let decode = matches!(batch.input, BatchInput::Tokens(_))
@@ -570,33 +595,33 @@ pub trait Decoder: Send + Sync {
                 return crate::lora::with_row_adapters(
                     last.adapters.as_deref(),
                     &last.seq_lens,
-                    || self.greedy_on_pool(&last, states),
+                    || self.pick_on_pool(&last, states, picks),
                 );
             }
             // Pages first, so a recorded step allocates none.
             for s in states.iter_mut() {
                 s.reserve(1)?;
             }
-            let rows = batch.seq_lens.len();
-            crate::ops::replayed_step(&info.device, info.instance, rows, || {
-                self.greedy_on_pool(&last, states)
+            // Argmax steps and sampling steps launch different kernels: recorded apart.
+            let sampling = !picks.iter().all(Pick::is_argmax);
+            let key = (info.instance << 1) | u64::from(sampling);
+            crate::ops::replayed_step(&info.device, key, picks, || {
+                self.pick_on_pool(&last, states, picks)
             })
         })
     }
 
-    /// [`Decoder::forward_greedy`]'s body on a worker of the thread pool; `batch` asks for the
+    /// [`Decoder::forward_pick`]'s body on a worker of the thread pool; `batch` asks for the
     /// last rows' logits.
-    fn greedy_on_pool(
+    fn pick_on_pool(
         &self,
         batch: &ForwardBatch<'_>,
         states: &mut [&mut SeqState],
-    ) -> Result<Vec<u32>> {
+        picks: &[Pick],
+    ) -> Result<Vec<Picked>> {
         let logits = self.forward_on_pool(batch, states)?;
         let vocab = self.info().config.vocab_size;
-        Ok(logits
-            .chunks_exact(vocab)
-            .map(|row| crate::sample::processors::argmax(row) as u32)
-            .collect())
+        crate::ops::pick_rows(&Tensor::cpu(picks.len(), vocab, logits), picks)
     }
 
     /// [`Decoder::forward_batch`]'s body, run on a worker of the thread pool (see

@@ -10,7 +10,8 @@
 use crate::attention::{attend_qkv, CausalShape, QkvHeads};
 use crate::backend::{Device, Op};
 use crate::metrics::observe_layer;
-use crate::ops::{argmax_rows, Linear, RmsNorm, Rope};
+use crate::ops::{pick_rows, Linear, RmsNorm, Rope};
+use crate::sample::{Pick, Picked};
 use crate::state::{LayerKind, SeqState};
 use crate::tensor::Tensor;
 use crate::Result;
@@ -236,12 +237,13 @@ impl Decoder for LlamaModel {
         self.run(batch, states)?.into_host()
     }
 
-    fn greedy_on_pool(
+    fn pick_on_pool(
         &self,
         batch: &ForwardBatch<'_>,
         states: &mut [&mut SeqState],
-    ) -> Result<Vec<u32>> {
-        argmax_rows(&self.run(batch, states)?)
+        picks: &[Pick],
+    ) -> Result<Vec<Picked>> {
+        pick_rows(&self.run(batch, states)?, picks)
     }
 }
 

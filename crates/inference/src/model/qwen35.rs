@@ -22,7 +22,8 @@
 use crate::attention::{attend_qkv, CausalShape, GdnLayer, QkvHeads};
 use crate::backend::{Device, Op};
 use crate::metrics::observe_layer;
-use crate::ops::{argmax_rows, sigmoid_gate, split_query_gate, Linear, RmsNorm, Rope};
+use crate::ops::{pick_rows, sigmoid_gate, split_query_gate, Linear, RmsNorm, Rope};
+use crate::sample::{Pick, Picked};
 use crate::state::{LayerKind, SeqState};
 use crate::tensor::Tensor;
 use crate::{Error, Result};
@@ -310,11 +311,12 @@ impl Decoder for Qwen35Model {
         self.run(batch, states)?.into_host()
     }
 
-    fn greedy_on_pool(
+    fn pick_on_pool(
         &self,
         batch: &ForwardBatch<'_>,
         states: &mut [&mut SeqState],
-    ) -> Result<Vec<u32>> {
-        argmax_rows(&self.run(batch, states)?)
+        picks: &[Pick],
+    ) -> Result<Vec<Picked>> {
+        pick_rows(&self.run(batch, states)?, picks)
     }
 }

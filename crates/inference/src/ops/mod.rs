@@ -22,6 +22,7 @@ pub use split::{put_columns, split_columns, split_query_gate, take_columns};
 pub use crate::backend::cpu::QuantMatrix;
 
 use crate::backend::cpu;
+use crate::sample::{Pick, Picked};
 use crate::tensor::{Storage, Tensor};
 use crate::{Error, Result};
 
@@ -241,22 +242,28 @@ pub fn relu2_glu(gate_up: &Tensor) -> Result<Tensor> {
     }
 }
 
-/// Runs `step`, a greedy decode step of `rows` rows of model instance `key` on `device`, as a
-/// recorded graph where the device can (CUDA: after one eager run of that shape); on the CPU
-/// it just runs.
+/// Runs `step`, a decode step of model instance `key` on `device` that picks each row's next
+/// token by `picks` ([`pick_rows`]), as a recorded graph where the device can (CUDA:
+/// after one eager run of that shape); on the CPU it just runs.
 pub fn replayed_step(
     device: &crate::backend::Device,
     key: u64,
-    rows: usize,
-    step: impl FnOnce() -> Result<Vec<u32>>,
-) -> Result<Vec<u32>> {
+    picks: &[Pick],
+    step: impl FnOnce() -> Result<Vec<Picked>>,
+) -> Result<Vec<Picked>> {
     match device {
         crate::backend::Device::Cpu => {
-            let _ = (key, rows);
+            let _ = (key, picks);
             step()
         }
         #[cfg(feature = "cuda")]
-        crate::backend::Device::Cuda(d) => d.graph_step(key, rows, step),
+        crate::backend::Device::Cuda(d) => {
+            d.reserve_picks(picks)?;
+            let codes = d.graph_step(key, picks.len(), || {
+                Ok(step()?.into_iter().map(Picked::code).collect())
+            })?;
+            Ok(codes.into_iter().map(Picked::from_code).collect())
+        }
     }
 }
 
@@ -276,6 +283,38 @@ pub fn argmax_rows(x: &Tensor) -> Result<Vec<u32>> {
             .collect()),
         #[cfg(feature = "cuda")]
         Storage::Cuda(s) => s.dev.argmax_rows(&s.buf, x.rows(), x.cols()),
+    }
+}
+
+/// Picks the next token of each row of `x` (logits, f32 [rows, vocab]) by `picks[row]`, where
+/// `x` lives: a GPU runs the sampler's steps in a kernel and sends back only the ids, the CPU
+/// runs [`Pick::choose`] per row; both pick the same token from the same logits. Rows that all
+/// take the plain argmax go through [`argmax_rows`].
+pub fn pick_rows(x: &Tensor, picks: &[Pick]) -> Result<Vec<Picked>> {
+    if picks.len() != x.rows() {
+        return Err(Error::Shape {
+            op: "pick_rows",
+            reason: format!("{} picks for {} rows", picks.len(), x.rows()),
+        });
+    }
+    if picks.iter().all(Pick::is_argmax) {
+        let ids = argmax_rows(x)?;
+        return Ok(ids
+            .into_iter()
+            .map(|token| Picked { token, drew: false })
+            .collect());
+    }
+    match x.storage() {
+        Storage::Cpu(v) => {
+            let mut rows: Vec<(&[f32], &Pick)> = v.chunks_exact(x.cols()).zip(picks).collect();
+            let parallel = rows.len() > 1;
+            Ok(par_map_mut(&mut rows, parallel, |(row, p)| p.choose(row)))
+        }
+        #[cfg(feature = "cuda")]
+        Storage::Cuda(s) => {
+            let codes = s.dev.pick_rows(&s.buf, x.rows(), x.cols(), picks)?;
+            Ok(codes.into_iter().map(Picked::from_code).collect())
+        }
     }
 }
 

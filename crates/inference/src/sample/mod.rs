@@ -24,13 +24,18 @@
 //!    reaches `top_p`; at least one token.
 //! 8. **Min-p**: drop tokens whose probability is below `min_p` × the top token's probability.
 //! 9. **Draw** one token in proportion to what is left, with a xoshiro256** stream seeded by
-//!    `seed` (or OS entropy). All arithmetic is fixed-order and libm-free (see
-//!    [`processors::exp_neg`]), so a seed reproduces the same tokens on every run and machine.
+//!    `seed` (or OS entropy). Weights come from a libm-free exponential
+//!    ([`processors::exp_neg`]) and are summed as integers ([`processors::units`]), so the sums
+//!    are exact in any order: a seed reproduces the same tokens on every run and machine, and
+//!    a GPU that picks where the logits are ([`Pick`], [`crate::ops::pick_rows`]) picks the
+//!    same token as the CPU from the same logits.
 
+pub mod pick;
 pub mod processors;
 pub mod rng;
 pub mod stop;
 
+pub use pick::{Filters, Pick, Picked};
 pub use stop::{StopMatcher, StopResult};
 
 use crate::{Error, Result};
@@ -145,8 +150,10 @@ pub struct Sampler {
     work: Vec<f32>,
     /// u32 [vocab]: occurrence counts of the history (all zero between steps).
     counts: Vec<u32>,
-    /// Distinct ids seen in the history of the current step.
-    seen: Vec<u32>,
+    /// The current step's penalty entries (processors::penalty_entries).
+    entries: Vec<(u32, f32)>,
+    /// The random stream before the last [`Sampler::plan`]'s draw, until it is settled.
+    undo: Option<rng::Rng>,
     /// Candidate ids still in play.
     cand: Vec<u32>,
     /// Unnormalized probabilities of `cand`, same order.
@@ -163,7 +170,8 @@ impl Sampler {
             rng: rng::Rng::from_seed(seed),
             work: Vec::new(),
             counts: Vec::new(),
-            seen: Vec::new(),
+            entries: Vec::new(),
+            undo: None,
             cand: Vec::new(),
             weights: Vec::new(),
         }
@@ -213,8 +221,10 @@ impl Sampler {
             Choice::Token(t) => t,
             Choice::Weights => {
                 let at = self.cand.iter().position(|&id| id == draft);
-                let total = processors::sum_lanes(&self.weights);
-                let p = at.map_or(0.0, |j| self.weights[j] as f64 / total);
+                let total: u64 = self.weights.iter().map(|&w| processors::units(w)).sum();
+                let p = at.map_or(0.0, |j| {
+                    processors::units(self.weights[j]) as f64 / total.max(1) as f64
+                });
                 if self.rng.next_f64() < p {
                     draft
                 } else {
@@ -246,47 +256,66 @@ impl Sampler {
             prompt_len,
             &self.params,
             &mut self.counts,
-            &mut self.seen,
+            &mut self.entries,
         );
-        let t = self.params.temperature;
-        if self.params.top_k == 1 || t.is_nan() || t <= 0.0 {
-            return (Choice::Token(processors::argmax(&self.work) as u32), norm);
-        }
-        let work = &self.work;
-        self.cand.clear();
-        self.cand.extend(
-            work.iter()
-                .enumerate()
-                .filter(|(_, &x)| x > f32::NEG_INFINITY)
-                .map(|(i, _)| i as u32),
+        let filters = pick::Filters::of(&self.params);
+        let choice = filters.candidates(&self.work, &mut self.cand, &mut self.weights);
+        (choice, norm)
+    }
+
+    /// This step's choice as a [`Pick`], to be made where the logits are
+    /// ([`crate::ops::pick_rows`]); `history` and `prompt_len` as for [`Sampler::sample`],
+    /// `bias` the request's logit bias (added to the raw logits in order), `vocab` the
+    /// logits' length. The random draw is taken now when the choice may need it; hand the
+    /// outcome to [`Sampler::settle`].
+    pub fn plan(
+        &mut self,
+        history: &[u32],
+        prompt_len: usize,
+        bias: &[(u32, f32)],
+        vocab: usize,
+    ) -> Pick {
+        let p = &self.params;
+        let filters = pick::Filters::of(p);
+        let mut penalized = Vec::new();
+        let repetition = processors::penalty_entries(
+            history,
+            prompt_len,
+            p,
+            vocab,
+            &mut self.counts,
+            &mut penalized,
         );
-        if self.cand.is_empty() {
-            return (Choice::Token(processors::argmax(work) as u32), norm);
-        }
-        processors::top_k(work, &mut self.cand, self.params.top_k);
-        let max = if self.cand.len() == work.len() {
-            processors::max_lanes(work)
+        let u = if filters.is_greedy() {
+            self.undo = None;
+            0.0
         } else {
-            self.cand
-                .iter()
-                .map(|&id| work[id as usize])
-                .fold(f32::NEG_INFINITY, f32::max)
+            self.undo = Some(self.rng.clone());
+            self.rng.next_f64()
         };
-        processors::weights_into(work, &self.cand, max, t, &mut self.weights);
-        let p = self.params.top_p;
-        if p < 1.0 {
-            processors::top_p(work, &mut self.cand, &mut self.weights, p.max(0.0));
+        Pick {
+            filters,
+            u,
+            bias: bias.to_vec(),
+            repetition,
+            penalized,
         }
-        let m = self.params.min_p;
-        if m > 0.0 && m <= 1.0 {
-            processors::min_p(&mut self.cand, &mut self.weights, m);
+    }
+
+    /// Takes the outcome of the last [`Sampler::plan`]: when the choice did not use the random
+    /// draw (nothing was drawable), the stream goes back to before it, as [`Sampler::sample`]
+    /// would have left it.
+    pub fn settle(&mut self, picked: Picked) {
+        if let Some(rng) = self.undo.take() {
+            if !picked.drew {
+                self.rng = rng;
+            }
         }
-        (Choice::Weights, norm)
     }
 }
 
 /// What [`Sampler::distribution`] left to do.
-enum Choice {
+pub(crate) enum Choice {
     /// The choice is made.
     Token(u32),
     /// Draw from the sampler's candidates.

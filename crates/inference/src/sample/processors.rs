@@ -168,18 +168,40 @@ pub fn sanitize_into(logits: &[f32], inf_mode: bool, out: &mut Vec<f32>) {
 /// has its logit divided by the penalty when positive and multiplied by it when negative), then
 /// the OpenAI presence and frequency penalties over the generated tokens only, `history[prompt_len..]`
 /// (`logit -= presence * [count > 0] + frequency * count`, as OpenAI and vLLM count them).
-/// Ids in `history` outside the vocabulary are ignored. `counts` and `seen` are scratch buffers;
-/// `counts` is left all zero.
+/// Ids in `history` outside the vocabulary are ignored. `counts` and `entries` are scratch
+/// buffers; `counts` is left all zero.
 pub fn apply_penalties(
     logits: &mut [f32],
     history: &[u32],
     prompt_len: usize,
     params: &SamplingParams,
     counts: &mut Vec<u32>,
-    seen: &mut Vec<u32>,
+    entries: &mut Vec<(u32, f32)>,
 ) {
+    let rep = penalty_entries(history, prompt_len, params, logits.len(), counts, entries);
+    apply_penalty_entries(logits, rep, entries);
+}
+
+/// [`apply_penalties`] as data, for applying where the logits are: returns the repetition
+/// penalty (1 when off) and fills `entries` with every distinct id of `history` below `vocab`,
+/// in order of first appearance, with the amount subtracted after the repetition penalty
+/// (`presence + frequency * count` over the generated ids, 0 for an id only in the prompt).
+/// `entries` is left empty when every penalty is off; `counts` is scratch, left all zero.
+pub fn penalty_entries(
+    history: &[u32],
+    prompt_len: usize,
+    params: &SamplingParams,
+    vocab: usize,
+    counts: &mut Vec<u32>,
+    entries: &mut Vec<(u32, f32)>,
+) -> f32 {
+    entries.clear();
     let rep = params.repetition_penalty;
-    let use_rep = rep.is_finite() && rep > 0.0 && rep != 1.0;
+    let rep = if rep.is_finite() && rep > 0.0 {
+        rep
+    } else {
+        1.0
+    };
     let pres = if params.presence_penalty.is_finite() {
         params.presence_penalty
     } else {
@@ -190,39 +212,45 @@ pub fn apply_penalties(
     } else {
         0.0
     };
-    if !use_rep && pres == 0.0 && freq == 0.0 {
-        return;
+    if rep == 1.0 && pres == 0.0 && freq == 0.0 {
+        return 1.0;
     }
-    if counts.len() < logits.len() {
-        counts.resize(logits.len(), 0);
+    if counts.len() < vocab {
+        counts.resize(vocab, 0);
     }
     // counts[i] = 0: not seen; else 1 + occurrences among the generated tokens.
-    seen.clear();
     for (k, &id) in history.iter().enumerate() {
         let i = id as usize;
-        if i >= logits.len() {
+        if i >= vocab {
             continue;
         }
         if counts[i] == 0 {
-            seen.push(id);
+            entries.push((id, 0.0));
             counts[i] = 1;
         }
         if k >= prompt_len {
             counts[i] += 1;
         }
     }
-    for &id in seen.iter() {
-        let i = id as usize;
-        let mut x = logits[i];
-        if use_rep {
-            x = if x > 0.0 { x / rep } else { x * rep };
-        }
+    for e in entries.iter_mut() {
+        let i = e.0 as usize;
         let generated = counts[i] - 1;
         if generated > 0 {
-            x -= pres + freq * generated as f32;
+            e.1 = pres + freq * generated as f32;
         }
-        logits[i] = x;
         counts[i] = 0;
+    }
+    rep
+}
+
+/// Applies [`penalty_entries`]' result: for each entry's id, `x / rep` when `x > 0` else
+/// `x * rep`, then minus the entry's amount. Ids outside `logits` are ignored.
+pub fn apply_penalty_entries(logits: &mut [f32], rep: f32, entries: &[(u32, f32)]) {
+    for &(id, sub) in entries {
+        if let Some(x) = logits.get_mut(id as usize) {
+            let y = if *x > 0.0 { *x / rep } else { *x * rep };
+            *x = y - sub;
+        }
     }
 }
 
@@ -240,13 +268,25 @@ pub fn argmax(xs: &[f32]) -> usize {
     b * BLOCK + block.iter().position(|&x| x == m).unwrap_or(0)
 }
 
-/// Orders candidates best first: higher logit, then lower id. A total order on finite logits, so
-/// every selection and sort built on it has one answer whatever the algorithm.
+/// Orders candidates best first: higher logit, then lower id. A total order on finite logits
+/// (`-0` counts as `0`), so every selection and sort built on it has one answer whatever the
+/// algorithm.
 #[inline]
 pub fn better(logits: &[f32], a: u32, b: u32) -> std::cmp::Ordering {
-    logits[b as usize]
-        .total_cmp(&logits[a as usize])
+    (logits[b as usize] + 0.0)
+        .total_cmp(&(logits[a as usize] + 0.0))
         .then(a.cmp(&b))
+}
+
+/// Fractional bits of a weight's fixed-point [`units`].
+pub const UNIT_BITS: u32 = 40;
+
+/// A weight in `[0, 1]` as an integer count of `2^-40`, rounded down: the sums of the top-p
+/// filter and of the draw add these, so they are exact and the same in any order (on a GPU as
+/// on the CPU); a weight below `2^-40` of the best token's counts as 0 and is never drawn.
+#[inline]
+pub fn units(w: f32) -> u64 {
+    (w as f64 * (1u64 << UNIT_BITS) as f64) as u64
 }
 
 /// Keeps the `k` best candidates (by [`better`]) and returns them sorted by id. `k == 0` or
@@ -310,28 +350,29 @@ pub fn weights_into(logits: &[f32], cand: &[u32], max: f32, t: f32, weights: &mu
     }
 }
 
-/// Nucleus (top-p) filter: keeps the smallest set of best candidates whose probability mass
-/// reaches `p` of the total (at least one). On return `cand` and `weights` hold the kept
-/// candidates best first.
+/// Nucleus (top-p) filter: keeps the smallest set of best candidates whose mass reaches `p` of
+/// the total (at least one); on return `cand` and `weights` hold the kept candidates in id
+/// order. Masses are sums of [`units`]: the set is the shortest best-first prefix whose sum
+/// `s` has `s as f64 >= p as f64 * total as f64`.
 ///
 /// Only the head of the distribution is sorted: a histogram over the weights' float bits (32
 /// bins per octave, monotonic in the weight) finds the bin where the mass is reached; the
-/// candidates from one bin below it upward are gathered, sorted, and scanned exactly. If rounding
-/// leaves that prefix short of the mass, everything is sorted instead.
+/// candidates from one bin below it upward are gathered, sorted, and scanned exactly. If that
+/// prefix falls short of the mass (a weight out of order by an ulp), everything is sorted.
 pub fn top_p(logits: &[f32], cand: &mut Vec<u32>, weights: &mut Vec<f32>, p: f32) {
-    let total = sum_lanes(weights);
-    let target = p as f64 * total;
+    let total: u64 = weights.iter().map(|&w| units(w)).sum();
+    let target = p as f64 * total as f64;
     let bin = |w: f32| (w.to_bits() >> 18) as usize;
     let top_bin = bin(1.0);
-    let mut hist = vec![0f64; top_bin + 1];
+    let mut hist = vec![0u64; top_bin + 1];
     for &w in weights.iter() {
-        hist[bin(w).min(top_bin)] += w as f64;
+        hist[bin(w).min(top_bin)] += units(w);
     }
-    let mut acc = 0f64;
+    let mut acc = 0u64;
     let mut cut = 0;
     for b in (0..hist.len()).rev() {
         acc += hist[b];
-        if acc >= target {
+        if acc as f64 >= target {
             cut = b;
             break;
         }
@@ -352,6 +393,7 @@ pub fn top_p(logits: &[f32], cand: &mut Vec<u32>, weights: &mut Vec<f32>, p: f32
         keep = nucleus_len(&head, target);
     }
     head.truncate(keep.unwrap_or(head.len()).max(1));
+    head.sort_unstable_by_key(|&(id, _)| id);
     cand.clear();
     weights.clear();
     for (id, w) in head {
@@ -360,12 +402,12 @@ pub fn top_p(logits: &[f32], cand: &mut Vec<u32>, weights: &mut Vec<f32>, p: f32
     }
 }
 
-/// Length of the shortest prefix of `sorted` (best first) whose weights sum to `target`.
+/// Length of the shortest prefix of `sorted` (best first) whose [`units`] reach `target`.
 fn nucleus_len(sorted: &[(u32, f32)], target: f64) -> Option<usize> {
-    let mut acc = 0f64;
+    let mut acc = 0u64;
     for (j, &(_, w)) in sorted.iter().enumerate() {
-        acc += w as f64;
-        if acc >= target {
+        acc += units(w);
+        if acc as f64 >= target {
             return Some(j + 1);
         }
     }
@@ -388,36 +430,36 @@ pub fn min_p(cand: &mut Vec<u32>, weights: &mut Vec<f32>, min_p: f32) {
     weights.truncate(kept);
 }
 
-/// Draws one candidate with probability proportional to its weight, from a uniform `u` in
-/// `[0, 1)`. The weights are summed in blocks of 256 (each with [`sum_lanes`]); the block that
-/// holds `u × total` is found first and scanned in candidate order, all in `f64`.
+/// Draws one candidate with probability proportional to its weight's [`units`], from a uniform
+/// `u` in `[0, 1)`: with `total` the units' sum and `r = min(u × total, total − 1)` (in `f64`,
+/// rounded down), the first candidate, in the order given, whose running sum of units exceeds
+/// `r`. Integer sums make it exact: blocks of 256 are summed first, then the one block that
+/// holds `r` is scanned. The first candidate when every weight is below one unit.
 pub fn draw(cand: &[u32], weights: &[f32], u: f64) -> u32 {
     const BLOCK: usize = 256;
-    let block_sums: Vec<f64> = weights.chunks(BLOCK).map(sum_lanes).collect();
-    let total: f64 = block_sums.iter().sum();
-    let r = u * total;
-    let mut acc = 0f64;
+    let block_sums: Vec<u64> = weights
+        .chunks(BLOCK)
+        .map(|b| b.iter().map(|&w| units(w)).sum())
+        .collect();
+    let total: u64 = block_sums.iter().sum();
+    if total == 0 {
+        return cand.first().copied().unwrap_or(0);
+    }
+    let r = ((u * total as f64) as u64).min(total - 1);
+    let mut acc = 0u64;
     for (b, &bs) in block_sums.iter().enumerate() {
         if r < acc + bs {
-            let start = b * BLOCK;
-            let end = (start + BLOCK).min(weights.len());
-            for j in start..end {
-                acc += weights[j] as f64;
+            for (j, &w) in weights.iter().enumerate().skip(b * BLOCK) {
+                acc += units(w);
                 if r < acc {
                     return cand[j];
                 }
             }
-            // Rounding inside the block: fall through to the last nonzero weight below.
-            break;
         }
         acc += bs;
     }
-    // Rounding can leave r at or past the total: the last candidate with a nonzero weight.
-    cand.iter()
-        .zip(weights)
-        .rev()
-        .find(|(_, &w)| w > 0.0)
-        .map_or(cand.first().copied().unwrap_or(0), |(&id, _)| id)
+    // Not reached (r < total, so some block holds it).
+    cand.last().copied().unwrap_or(0)
 }
 
 #[cfg(test)]

@@ -14,6 +14,7 @@ mod graph;
 pub(crate) mod launch;
 mod paged;
 mod quant;
+mod sample;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -33,7 +34,8 @@ pub use quant::{q8_matrix, BlockRows};
 pub const KERNELS: &str = concat!(
     include_str!("kernels.cu"),
     include_str!("quant.cu"),
-    include_str!("gdn.cu")
+    include_str!("gdn.cu"),
+    include_str!("sample.cu")
 );
 
 /// f32 device memory: an allocation of its own, or, while a recorded step is replayed (no
@@ -148,6 +150,7 @@ pub(crate) struct Kernels {
     pub blk_quantize: [CudaFunction; 2],
     pub argmax_part: CudaFunction,
     pub argmax_merge: CudaFunction,
+    pub pick_rows: CudaFunction,
     pub kv_write_f32: CudaFunction,
     pub kv_write_f16: CudaFunction,
     /// By head dimensions (launch::ATTN_HEAD_DIMS).
@@ -234,6 +237,10 @@ pub enum Input {
     RecurrentStates,
     /// Gated DeltaNet: each sequence's first row, and the end (n_seqs + 1 offsets).
     SeqRows,
+    /// Token picks: each row's parameters.
+    PickRows,
+    /// Token picks: the rows' (id, value) pairs (logit bias, penalties).
+    PickPairs,
 }
 
 /// Compiles the kernel source for compute capability `cc` to PTX (also usable without a GPU,
@@ -358,6 +365,7 @@ impl CudaDevice {
             blk_quantize: [f("blk_quantize_32")?, f("blk_quantize_256")?],
             argmax_part: f("argmax_part")?,
             argmax_merge: f("argmax_merge")?,
+            pick_rows: f("pick_rows")?,
             kv_write_f32: f("kv_write_f32")?,
             kv_write_f16: f("kv_write_f16")?,
             attn_paged_f32: [
@@ -427,6 +435,7 @@ impl CudaDevice {
             (&kernels.gemv_bf16, launch::GEMV_SMEM_BYTES),
             (&kernels.gemv_f32, launch::GEMV_SMEM_BYTES),
             (&kernels.gemv_q8, launch::GEMV_SMEM_BYTES),
+            (&kernels.pick_rows, sample::PICK_SMEM_BYTES),
         ]) {
             if bytes > smem_optin {
                 continue; // launches needing it are refused (CudaDevice::max_smem)
@@ -652,6 +661,27 @@ impl CudaDevice {
         inputs.insert(slot, (bytes.to_vec(), dev));
         self.graphs.clear();
         Ok(p)
+    }
+
+    /// Makes `slot`'s buffer hold at least `bytes` before a recorded step runs: a step input
+    /// cannot move while a step is replayed, so one that is about to outgrow its buffer moves
+    /// here, outside the step (and the recordings that read it are dropped).
+    pub fn reserve_input(&self, slot: Input, bytes: usize) -> Result<()> {
+        if self.graph_mode() {
+            return Ok(());
+        }
+        let mut inputs = self
+            .inputs
+            .lock()
+            .map_err(|_| Error::Device("cuda: input table poisoned".into()))?;
+        if inputs.get(&slot).is_some_and(|(_, dev)| dev.len() >= bytes) {
+            return Ok(());
+        }
+        let dev = self.alloc::<u8>((2 * bytes).max(64 << 10))?;
+        // No host bytes: the next upload copies whatever it holds.
+        inputs.insert(slot, (Vec::new(), dev));
+        self.graphs.clear();
+        Ok(())
     }
 
     /// Copies `bytes` to device address `p` in stream order (deferred while recording).

@@ -1,0 +1,461 @@
+// ---------------------------------------------------------------------------------------------
+// Picking tokens where the logits are (sample/pick.rs, backend/cuda/sample.rs): one block per
+// row runs the CPU sampler's steps over the row in passes and writes only the chosen id. Every
+// step is the CPU's arithmetic, so the same logits give the same token:
+//   - the exponential is processors::exp_neg with IEEE-rounded operations (no FMA contraction);
+//   - weights become integer units of 2^-40 (processors::units), so every sum is exact in any
+//     order;
+//   - the k best and the nucleus are found by radix selection over order-preserving keys of the
+//     logits (ties to the lower id, -0 as 0), which has one answer as the CPU's sorts do.
+// The row of logits is modified in place (bias, sanitizing, penalties).
+
+// One row's parameters (backend/cuda/sample.rs `PickRow`, 48 bytes).
+struct PickRow {
+    float t;
+    unsigned top_k;
+    float top_p;
+    float min_p;
+    double u;
+    unsigned bias0, bias_n;  // the row's logit-bias pairs in `pairs`, applied in order
+    unsigned pen0, pen_n;    // the row's penalty pairs in `pairs` (distinct ids)
+    float rep;
+    unsigned pad;
+};
+
+struct IdValue {
+    unsigned id;
+    float v;
+};
+
+#define PICK_THREADS 1024
+#define PICK_WARPS (PICK_THREADS / 32)
+// The top bit of an output id: the random draw was used.
+#define PICK_DREW 0x80000000u
+
+typedef unsigned long long u64_t;
+
+// processors::exp_neg, operation for operation.
+__device__ __forceinline__ float pick_exp_neg(float x) {
+    const bool live = x > -87.0f;
+    const float xc = live ? fminf(x, 0.0f) : -87.0f;
+    const float LOG2E = __int_as_float(0x3fb8aa3b);
+    const float LN2_HI = __int_as_float(0x3f317200);
+    const float LN2_LO = __int_as_float(0x35bfbe8e);
+    const float ROUND = 12582912.0f;
+    const float kr = __fadd_rn(__fmul_rn(xc, LOG2E), ROUND);
+    const float k = __fsub_rn(kr, ROUND);
+    const int ki = __float_as_int(kr) - __float_as_int(ROUND);
+    const float r = __fsub_rn(__fsub_rn(xc, __fmul_rn(k, LN2_HI)), __fmul_rn(k, LN2_LO));
+    float p = __fadd_rn(1.0f / 120.0f, __fmul_rn(r, 1.0f / 720.0f));
+    p = __fadd_rn(1.0f / 24.0f, __fmul_rn(r, p));
+    p = __fadd_rn(1.0f / 6.0f, __fmul_rn(r, p));
+    p = __fadd_rn(0.5f, __fmul_rn(r, p));
+    p = __fadd_rn(1.0f, __fmul_rn(r, p));
+    p = __fadd_rn(1.0f, __fmul_rn(r, p));
+    const float scale = __int_as_float((ki + 127) << 23);
+    return live ? __fmul_rn(p, scale) : 0.0f;
+}
+
+// processors::units.
+__device__ __forceinline__ u64_t pick_units(float w) {
+    return (u64_t)__dmul_rn((double)w, 1099511627776.0);
+}
+
+// An order-preserving key of a (non-NaN) logit: larger logits, larger keys; -0 as 0.
+__device__ __forceinline__ unsigned pick_key(float x) {
+    const unsigned b = __float_as_uint(__fadd_rn(x, 0.0f));
+    return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+}
+
+__device__ __forceinline__ u64_t warp_sum_u64(u64_t v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+// Sum over the block (every thread gets it); `scratch` holds 32 values.
+__device__ u64_t pick_block_sum(u64_t v, u64_t* scratch) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    v = warp_sum_u64(v);
+    __syncthreads();
+    if (lane == 0) scratch[warp] = v;
+    __syncthreads();
+    v = lane < PICK_WARPS ? scratch[lane] : 0ull;
+    return warp_sum_u64(v);
+}
+
+// Largest value over the block (every thread gets it).
+__device__ float pick_block_max(float v, float* scratch) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    __syncthreads();
+    if (lane == 0) scratch[warp] = v;
+    __syncthreads();
+    v = lane < PICK_WARPS ? scratch[lane] : -INFINITY;
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+// Loads per thread in flight in a pass over a row.
+#define PICK_ILP 8
+
+// Calls f(i, x[i], w[i]) for every index i < n the calling thread owns (w may be null: 0
+// then), PICK_ILP loads of each array in flight. Not warp-uniform at the end of the row.
+template <class F>
+__device__ __forceinline__ void pick_for(const float* xr, const float* wr, int n, F f) {
+    const int step = blockDim.x;
+    int i = threadIdx.x;
+    for (; i + (PICK_ILP - 1) * step < n; i += PICK_ILP * step) {
+        float v[PICK_ILP], w[PICK_ILP];
+#pragma unroll
+        for (int j = 0; j < PICK_ILP; ++j) {
+            v[j] = xr[i + j * step];
+            w[j] = wr ? wr[i + j * step] : 0.0f;
+        }
+#pragma unroll
+        for (int j = 0; j < PICK_ILP; ++j) f(i + j * step, v[j], w[j]);
+    }
+    for (; i < n; i += step) f(i, xr[i], wr ? wr[i] : 0.0f);
+}
+
+// Inclusive scan over the block of one u64 per thread; every thread gets its inclusive sum.
+__device__ u64_t pick_block_scan(u64_t v, u64_t* scratch) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    for (int o = 1; o < 32; o <<= 1) {
+        const u64_t y = __shfl_up_sync(0xffffffffu, v, o);
+        if (lane >= o) v += y;
+    }
+    __syncthreads();
+    if (lane == 31) scratch[warp] = v;
+    __syncthreads();
+    u64_t before = 0;
+    for (int w = 0; w < warp; ++w) before += scratch[w];
+    return before + v;
+}
+
+// The first index i (in index order) at which the running sum of val(i, x[i], w[i]) over
+// [0, n) exceeds r; n when it never does. Coarse: each warp sums a contiguous segment (its
+// lanes reading in step, PICK_ILP loads in flight) and the segment that holds the crossing is
+// found; fine: the whole block splits that segment into one contiguous piece per thread, scans
+// the pieces' sums, and the thread whose piece holds the crossing walks it.
+template <class F>
+__device__ int pick_first_over(const float* xr, const float* wr, int n, u64_t r, F val,
+                               u64_t* seg, int* found) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int span = (n + PICK_WARPS - 1) / PICK_WARPS;
+    {
+        const int lo = min(n, warp * span), hi = min(n, lo + span);
+        u64_t s = 0;
+        int i = lo + lane;
+        for (; i + (PICK_ILP - 1) * 32 < hi; i += PICK_ILP * 32) {
+            float v[PICK_ILP], w[PICK_ILP];
+#pragma unroll
+            for (int j = 0; j < PICK_ILP; ++j) {
+                v[j] = xr[i + j * 32];
+                w[j] = wr ? wr[i + j * 32] : 0.0f;
+            }
+#pragma unroll
+            for (int j = 0; j < PICK_ILP; ++j) s += val(i + j * 32, v[j], w[j]);
+        }
+        for (; i < hi; i += 32) s += val(i, xr[i], wr ? wr[i] : 0.0f);
+        s = warp_sum_u64(s);
+        __syncthreads();
+        if (lane == 0) seg[warp] = s;
+        __syncthreads();
+    }
+    // The segment holding the crossing (every thread finds the same one).
+    int sw = PICK_WARPS;
+    u64_t before = 0;
+    for (int w = 0; w < PICK_WARPS; ++w) {
+        if (r < before + seg[w]) { sw = w; break; }
+        before += seg[w];
+    }
+    if (sw == PICK_WARPS) return n;
+    const int lo = min(n, sw * span), hi = min(n, lo + span);
+    const int piece = (hi - lo + (int)blockDim.x - 1) / (int)blockDim.x;
+    const int plo = min(hi, lo + (int)threadIdx.x * piece), phi = min(hi, plo + piece);
+    u64_t mine = 0;
+    for (int i = plo; i < phi; ++i) mine += val(i, xr[i], wr ? wr[i] : 0.0f);
+    const u64_t incl = pick_block_scan(mine, seg);
+    if (threadIdx.x == 0) *found = n;
+    __syncthreads();
+    u64_t acc = before + incl - mine;
+    if (r >= acc && r < acc + mine) {
+        for (int i = plo; i < phi; ++i) {
+            acc += val(i, xr[i], wr ? wr[i] : 0.0f);
+            if (r < acc) { *found = i; break; }
+        }
+    }
+    __syncthreads();
+    return *found;
+}
+
+// Per-warp histograms of one radix pass (dynamic shared memory): counts and unit sums by
+// digit, PICK_WARPS x 256 each, then their totals.
+struct PickHist {
+    unsigned n[PICK_WARPS][256];
+    u64_t s[PICK_WARPS][256];
+    unsigned tn[256];
+    u64_t ts[256];
+};
+
+// Radix selection, best first, over the keys of the members of the row: the key K at which
+// the running amount (amount(i, x, w) of each member i), taken over members in decreasing key
+// order, first satisfies `enough(total)`; `*above` gets the amount of the members with keys
+// above K, `*at` the amount of those at K and `*ties` their count. Four passes of 8 bits; each
+// warp counts into its own histogram, and each thread adds a run of equal digits at once
+// (logits crowd into few digits in the first passes: collectives or an atomic per value made
+// these passes ~100 us on an H200).
+template <class Member, class Amount, class Enough>
+__device__ unsigned pick_select(const float* xr, const float* wr, int n, Member member,
+                                Amount amount, Enough enough, u64_t* above, u64_t* at,
+                                unsigned* ties, PickHist* h, unsigned* sel) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    unsigned prefix = 0, mask = 0;
+    u64_t acc = 0;
+    for (int shift = 24; shift >= 0; shift -= 8) {
+        for (int b = lane; b < 256; b += 32) { h->n[warp][b] = 0; h->s[warp][b] = 0; }
+        __syncwarp();
+        unsigned run_d = 256, run_n = 0;
+        u64_t run_s = 0;
+        pick_for(xr, wr, n, [&](int i, float v, float w) {
+            if (!member(i, v)) return;
+            const unsigned key = pick_key(v);
+            if ((key & mask) != prefix) return;
+            const unsigned d = (key >> shift) & 255u;
+            if (d != run_d) {
+                if (run_n) {
+                    atomicAdd(&h->n[warp][run_d], run_n);
+                    atomicAdd(&h->s[warp][run_d], run_s);
+                }
+                run_d = d;
+                run_n = 0;
+                run_s = 0;
+            }
+            ++run_n;
+            run_s += amount(i, v, w);
+        });
+        if (run_n) {
+            atomicAdd(&h->n[warp][run_d], run_n);
+            atomicAdd(&h->s[warp][run_d], run_s);
+        }
+        __syncthreads();
+        for (int b = threadIdx.x; b < 256; b += blockDim.x) {
+            unsigned cn = 0;
+            u64_t cs = 0;
+            for (int w = 0; w < PICK_WARPS; ++w) { cn += h->n[w][b]; cs += h->s[w][b]; }
+            h->tn[b] = cn;
+            h->ts[b] = cs;
+        }
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            int pick = -1;
+            for (int b = 255; b >= 0; --b) {
+                if (h->tn[b] == 0) continue;
+                if (enough(acc + h->ts[b])) { pick = b; break; }
+                acc += h->ts[b];
+            }
+            // Not reached when the amounts can satisfy `enough`: the last non-empty bin.
+            for (int b = 0; b < 256 && pick < 0; ++b)
+                if (h->tn[b]) { pick = b; acc -= h->ts[b]; }
+            sel[0] = (unsigned)pick;
+            sel[1] = h->tn[pick];
+            *at = h->ts[pick];
+        }
+        __syncthreads();
+        prefix |= sel[0] << shift;
+        mask |= 255u << shift;
+    }
+    if (threadIdx.x == 0) *above = acc;
+    *ties = sel[1];
+    __syncthreads();
+    return prefix;
+}
+
+// Picks the token of each row of x [rows, n] by rows[r] (sample::Pick): out[r] is the id, with
+// PICK_DREW set when the random draw was used. w [rows, n] is scratch for the weights.
+// Grid: rows; block: PICK_THREADS; dynamic shared memory: sizeof(PickHist).
+extern "C" __global__ void __launch_bounds__(PICK_THREADS)
+pick_rows(float* x, float* w, const PickRow* rows, const IdValue* pairs, unsigned* out, int n) {
+    DEP_ENTER();
+    extern __shared__ __align__(16) unsigned char pick_smem[];
+    PickHist* hist = (PickHist*)pick_smem;
+    __shared__ float fscratch[32];
+    __shared__ u64_t uscratch[32];
+    __shared__ u64_t seg[32];
+    __shared__ unsigned sel[2];
+    __shared__ u64_t above, at;
+    __shared__ int found;
+    const PickRow P = rows[blockIdx.x];
+    float* xr = x + (size_t)blockIdx.x * n;
+    float* wr = w + (size_t)blockIdx.x * n;
+    const int tid = threadIdx.x;
+    const float* none = nullptr;
+
+    // The logit bias, pair after pair.
+    if (tid == 0)
+        for (unsigned j = 0; j < P.bias_n; ++j) {
+            const IdValue b = pairs[P.bias0 + j];
+            if (b.id < (unsigned)n) xr[b.id] = __fadd_rn(xr[b.id], b.v);
+        }
+    __syncthreads();
+    // The largest logit (NaN ignored), whether there is NaN, and how many are above -inf.
+    float m = -INFINITY;
+    int nan = 0;
+    u64_t count = 0;
+    pick_for(xr, none, n, [&](int, float v, float) {
+        m = fmaxf(m, v);  // fmaxf ignores NaN
+        nan |= v != v;
+        count += v > -INFINITY;
+    });
+    m = pick_block_max(m, fscratch);
+    nan = __syncthreads_or(nan);
+    count = pick_block_sum(count, uscratch);
+    const bool inf_mode = m == INFINITY;
+    // Sanitize: NaN as -inf; when some logit is +inf, those become 0 and the rest -inf.
+    if (inf_mode || nan) {
+        for (int i = tid; i < n; i += blockDim.x) {
+            const float v = xr[i];
+            xr[i] = inf_mode ? (v == INFINITY ? 0.0f : -INFINITY) : (v != v ? -INFINITY : v);
+        }
+        __syncthreads();
+    }
+    // Penalties (distinct ids).
+    for (unsigned j = tid; j < P.pen_n; j += blockDim.x) {
+        const IdValue e = pairs[P.pen0 + j];
+        if (e.id >= (unsigned)n) continue;
+        const float v = xr[e.id];
+        const float y = v > 0.0f ? __fdiv_rn(v, P.rep) : __fmul_rn(v, P.rep);
+        xr[e.id] = __fsub_rn(y, e.v);
+    }
+    __syncthreads();
+
+    // Greedy: the first largest value (0 when there is none).
+    if (P.top_k == 1u || !(P.t > 0.0f)) {
+        float v = -INFINITY;
+        int bi = 0x7fffffff;
+        for (int i = tid; i < n; i += blockDim.x) {
+            const float t = xr[i];
+            if (t > v) { v = t; bi = i; }
+        }
+        block_argmax(v, bi);
+        if (tid == 0) out[blockIdx.x] = bi == 0x7fffffff ? 0u : (unsigned)bi;
+        return;
+    }
+
+    // Candidates: the finite logits; their largest value and count, again if the row changed.
+    if (inf_mode || P.pen_n > 0) {
+        m = -INFINITY;
+        count = 0;
+        pick_for(xr, none, n, [&](int, float v, float) {
+            if (v > -INFINITY) { m = fmaxf(m, v); ++count; }
+        });
+        m = pick_block_max(m, fscratch);
+        count = pick_block_sum(count, uscratch);
+    }
+    if (m == -INFINITY) {  // nothing drawable: the argmax of all -inf, id 0, no draw
+        if (tid == 0) out[blockIdx.x] = 0u;
+        return;
+    }
+    // Every candidate's weight exp((x - max) / t), once (x / 1 is x: no division then), and
+    // the candidates' total units.
+    const float t = P.t;
+    u64_t total_all = 0;
+    pick_for(xr, none, n, [&](int i, float v, float) {
+        const float d = __fsub_rn(v, m);
+        const float wi = v > -INFINITY ? pick_exp_neg(t == 1.0f ? d : __fdiv_rn(d, t)) : 0.0f;
+        wr[i] = wi;
+        total_all += pick_units(wi);
+    });
+    total_all = pick_block_sum(total_all, uscratch);
+    __syncthreads();
+    auto finite = [&](int, float v) { return v > -INFINITY; };
+
+    // Top-k: keys above kk, and the first tie_k ties at kk in id order.
+    unsigned kk = 0;
+    int tie_k = n;
+    const bool use_k = P.top_k > 0u && (u64_t)P.top_k < count;
+    if (use_k) {
+        const u64_t k = P.top_k;
+        unsigned ties;
+        kk = pick_select(xr, none, n, finite, [&](int, float, float) { return 1ull; },
+                         [&](u64_t a) { return a >= k; }, &above, &at, &ties, hist, sel);
+        const u64_t take = k - above;
+        if (take < ties) {
+            tie_k = pick_first_over(
+                xr, none, n, take - 1,
+                [&](int, float v, float) {
+                    return (u64_t)(v > -INFINITY && pick_key(v) == kk);
+                },
+                seg, &found);
+        }
+    }
+    auto in_k = [&](int i, float v) {
+        if (!(v > -INFINITY)) return false;
+        const unsigned key = pick_key(v);
+        return key > kk || (key == kk && i <= tie_k);
+    };
+
+    // Top-p: keys above kp, and the first tie_p ties at kp in id order.
+    unsigned kp = 0;
+    int tie_p = n;
+    u64_t total = total_all;  // the kept units (passes only where they are not known)
+    if (use_k) {
+        total = 0;
+        pick_for(xr, wr, n, [&](int i, float v, float wi) {
+            if (in_k(i, v)) total += pick_units(wi);
+        });
+        total = pick_block_sum(total, uscratch);
+    }
+    if (P.top_p < 1.0f) {
+        const float p = fmaxf(P.top_p, 0.0f);
+        const double target = __dmul_rn((double)p, (double)total);
+        unsigned ties;
+        kp = pick_select(xr, wr, n, in_k,
+                         [&](int, float, float wi) { return pick_units(wi); },
+                         [&](u64_t a) { return (double)a >= target; }, &above, &at, &ties,
+                         hist, sel);
+        // Every tie has the same weight: the fewest of them that reach the target.
+        const u64_t a0 = above, unit = at / ties;
+        const auto reach = [&](u64_t c) { return (double)(a0 + c * unit) >= target; };
+        u64_t c = 1;
+        if (!reach(1)) {
+            const double need = ceil((target - (double)a0) / (double)unit);
+            c = need < 1.0 ? 1ull : (need > (double)ties ? (u64_t)ties : (u64_t)need);
+            while (c > 1 && reach(c - 1)) --c;
+            while (c < ties && !reach(c)) ++c;
+        }
+        if (c < ties) {
+            tie_p = pick_first_over(
+                xr, none, n, c - 1,
+                [&](int i, float v, float) {
+                    return (u64_t)(in_k(i, v) && pick_key(v) == kp);
+                },
+                seg, &found);
+        }
+        total = a0 + c * unit;
+    }
+    const float min_p = P.min_p;
+    const bool use_min_p = min_p > 0.0f && min_p <= 1.0f;
+    auto kept_units = [&](int i, float v, float wi) -> u64_t {
+        if (!in_k(i, v)) return 0ull;
+        const unsigned key = pick_key(v);
+        if (!(key > kp || (key == kp && i <= tie_p))) return 0ull;
+        if (use_min_p && !(wi >= min_p || wi == 1.0f)) return 0ull;
+        return pick_units(wi);
+    };
+    if (use_min_p) {
+        total = 0;
+        pick_for(xr, wr, n, [&](int i, float v, float wi) { total += kept_units(i, v, wi); });
+        total = pick_block_sum(total, uscratch);
+    }
+
+    // The draw: the first id, in id order, whose running units exceed r.
+    if (total == 0) {  // not reached: the best token keeps its full weight
+        if (tid == 0) out[blockIdx.x] = PICK_DREW;
+        return;
+    }
+    u64_t r = (u64_t)__dmul_rn(P.u, (double)total);
+    if (r > total - 1) r = total - 1;
+    const int id = pick_first_over(xr, wr, n, r, kept_units, seg, &found);
+    if (tid == 0) out[blockIdx.x] = (unsigned)id | PICK_DREW;
+}
