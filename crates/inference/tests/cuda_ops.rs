@@ -442,7 +442,10 @@ fn fused_products_and_qkv_preparation_match_the_cpu() {
             (new(&dev), new(&dev)),
         );
         let scale = 1.0 / (hd as f32).sqrt();
-        for (step, lens) in [vec![37usize, 5], vec![1, 1], vec![1, 1]]
+        // A prompt long enough that the decode kernel's splits span more than 128 keys (the
+        // current key beyond the staged rows), then decode steps that read the rows earlier
+        // steps wrote.
+        for (step, lens) in [vec![1300usize, 5], vec![1, 1], vec![1, 1], vec![1, 1]]
             .iter()
             .enumerate()
         {

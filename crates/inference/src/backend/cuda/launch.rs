@@ -58,6 +58,15 @@ const ATTN_KEYS: usize = 32;
 /// Warps of a decode attention block (`DECODE_WARPS` in kernels.cu).
 const DECODE_WARPS: u32 = 4;
 
+/// Dynamic shared memory with which a decode attention block stages the first keys of each
+/// warp before it waits for the kernel before it (`DECODE_STAGE_ROWS` in kernels.cu): per warp,
+/// key and value rows of hd elements and 16 bytes, 32 rows (16 for heads over 128 dimensions).
+pub fn decode_stage_bytes(hd: usize, f16: bool) -> usize {
+    let rows = if hd > 128 { 16 } else { 32 };
+    let elt = if f16 { 2 } else { 4 };
+    DECODE_WARPS as usize * rows * (hd * elt + 16) * 2
+}
+
 /// Head dimensions of the attention kernel variants (`attn_paged_*_d{1,2,4,8}`).
 pub const ATTN_HEAD_DIMS: [usize; 4] = [32, 64, 128, 256];
 
@@ -797,10 +806,14 @@ impl CudaDevice {
             .arg(&sp)
             .arg(&pp)
             .arg(&pt);
+        // Launches of at most one (row, head) pair per SM stage their first keys ahead (one
+        // block per SM then fits; larger launches keep two or three resident instead).
+        let stage = decode_stage_bytes(hd, f16);
+        let staged = rows * n_heads <= self.sm_count() && stage <= self.decode_stage_limit();
         let cfg = LaunchConfig {
             grid_dim: (rows as u32, n_heads as u32, splits as u32),
             block_dim: (32 * DECODE_WARPS, 1, 1),
-            shared_mem_bytes: 0,
+            shared_mem_bytes: if staged { stage as u32 } else { 0 },
         };
         // SAFETY: the caller guarantees the pages; q, out and part are sized above (block
         // (r, h, z) writes part's (r, h, z) entry of hd + 2 values, and the last of (r, h)'s

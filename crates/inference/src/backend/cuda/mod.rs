@@ -181,6 +181,8 @@ pub struct CudaDevice {
     sms: usize,
     /// Shared memory one block may use (bytes, with the opt-in).
     smem_optin: usize,
+    /// See [`CudaDevice::decode_stage_limit`].
+    decode_stage_limit: usize,
     name: String,
     stream: Arc<CudaStream>,
     blas: CudaBlas,
@@ -431,7 +433,17 @@ impl CudaDevice {
                     .map(|(k, dk)| (k, gdn::chunk_smem_bytes(dk))),
             )
             .chain((kernels.gemv_blocks.iter()).map(|k| (k, launch::GEMV_SMEM_BYTES)));
-        for (k, bytes) in attn.chain([
+        // Decode attention's staging (launch::decode_stage_bytes), where the device has room
+        // for it beside the kernel's own ~6 KiB.
+        let stage_limit = smem_optin.saturating_sub(16 << 10);
+        let staging = (kernels.attn_decode_f32.iter().zip(launch::ATTN_HEAD_DIMS))
+            .map(|(k, hd)| (k, launch::decode_stage_bytes(hd, false)))
+            .chain(
+                (kernels.attn_decode_f16.iter().zip(launch::ATTN_HEAD_DIMS))
+                    .map(|(k, hd)| (k, launch::decode_stage_bytes(hd, true))),
+            )
+            .filter(|&(_, bytes)| bytes <= stage_limit);
+        for (k, bytes) in attn.chain(staging).chain([
             (&kernels.gemv_bf16, launch::GEMV_SMEM_BYTES),
             (&kernels.gemv_f32, launch::GEMV_SMEM_BYTES),
             (&kernels.gemv_q8, launch::GEMV_SMEM_BYTES),
@@ -462,8 +474,14 @@ impl CudaDevice {
         let decode_tickets = stream
             .alloc_zeros::<u32>(launch::DECODE_TICKETS)
             .map_err(|e| err("allocating attention tickets", e))?;
+        // `LATTICE_CUDA_ATTN_STAGE=0` turns decode attention's staging off (to measure it).
+        let decode_stage_limit = match std::env::var("LATTICE_CUDA_ATTN_STAGE") {
+            Ok(v) if v == "0" => 0,
+            _ => stage_limit,
+        };
         Ok(CudaDevice {
             decode_tickets,
+            decode_stage_limit,
             ordinal,
             sms,
             smem_optin,
@@ -505,6 +523,11 @@ impl CudaDevice {
     /// Shared memory one block may use, in bytes.
     pub fn max_smem(&self) -> usize {
         self.smem_optin
+    }
+
+    /// Dynamic shared memory a decode attention launch may stage keys in (0: no staging).
+    pub(crate) fn decode_stage_limit(&self) -> usize {
+        self.decode_stage_limit
     }
 
     /// The device number.
