@@ -10,7 +10,9 @@
 mod common;
 
 use common::gpu;
-use common::{f32s, fixture, greedy, read_json, rel_err, u32s};
+use common::{
+    check_drafts_leave_outputs_unchanged, f32s, fixture, greedy, read_json, rel_err, u32s,
+};
 use lattice_inference::backend::Device;
 use lattice_inference::engine::{BatchEngine, GenerateRequest, TextModel};
 use lattice_inference::model::batch::{ForwardBatch, RowOutputs};
@@ -227,6 +229,29 @@ fn engine_batches_like_the_cpu(dev: &Device, name: &str) {
         prompts.len() + 2,
         3 * prompts.len() + 2
     );
+}
+
+/// Speculative decoding on the GPU: drafts leave greedy (and seeded sampled) outputs
+/// unchanged for the attention-only fixtures (the verifying pass runs the prompt kernels, so
+/// its logits agree with decode's to f32 rounding, not bit for bit); the hybrid Qwen3.5, whose
+/// recurrent state there cannot be rolled back, refuses to draft.
+#[test]
+fn speculative_decoding_on_the_gpu_leaves_outputs_unchanged() {
+    let Some(dev) = gpu("speculative_decoding_on_the_gpu_leaves_outputs_unchanged") else {
+        return;
+    };
+    for name in ["tiny-qwen3", "tiny-llama"] {
+        let place = Placement::new(WeightMode::F32, dev.clone());
+        let m = TextModel::load_on(&fixture(name), &place).unwrap();
+        assert_eq!(m.draft_refusal(), None, "{name} on {dev}");
+        check_drafts_leave_outputs_unchanged(&m, name);
+    }
+    let place = Placement::new(WeightMode::F32, dev.clone());
+    let hybrid = TextModel::load_on(&fixture("tiny-qwen35"), &place).unwrap();
+    let why = hybrid
+        .draft_refusal()
+        .expect("a hybrid model on a GPU refuses to draft");
+    assert!(why.contains("recurrent"), "{why}");
 }
 
 /// The BERT encoders (tiny-bert, mean pooling; tiny-bert-cls) on the GPU against

@@ -9,101 +9,22 @@
 
 mod common;
 
-use common::{fixture, read_json, real_gguf, u32s};
-use lattice_inference::chat::{ChatMessage, RenderOptions};
-use lattice_inference::engine::{
-    generate, BatchEngine, Drafter, GenerateRequest, Generation, TextModel,
+use common::{
+    check_drafts_leave_outputs_unchanged, drafting_greedy as greedy, fixture,
+    generate_alone as alone, prompts_of, real_gguf,
 };
+use lattice_inference::chat::{ChatMessage, RenderOptions};
+use lattice_inference::engine::{BatchEngine, Drafter, GenerateRequest, TextModel};
 use lattice_inference::grammar::Spec;
 use lattice_inference::model::decoder::Outputs;
 use lattice_inference::model::source::WeightMode;
 use lattice_inference::sample::SamplingParams;
 
-fn greedy(prompt: Vec<u32>, max_tokens: usize, draft_tokens: usize) -> GenerateRequest {
-    let mut r = GenerateRequest::new(prompt, max_tokens, SamplingParams::greedy());
-    r.ignore_eos = true;
-    r.draft_tokens = draft_tokens;
-    r
-}
-
-fn alone(m: &TextModel, req: &GenerateRequest) -> Generation {
-    generate(m, req, &mut |_| true).unwrap()
-}
-
-fn prompts_of(name: &str) -> Vec<Vec<u32>> {
-    let r = read_json(&fixture(name).join("reference.json"));
-    r["prompts"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| u32s(&p["ids"]))
-        .collect()
-}
-
 #[test]
 fn drafts_leave_greedy_outputs_unchanged_on_the_fixtures() {
     for name in ["tiny-llama", "tiny-qwen2", "tiny-qwen3", "tiny-qwen35"] {
         let m = TextModel::load(&fixture(name), WeightMode::F32).unwrap();
-        let prompts = prompts_of(name);
-        for drafter in [Drafter::Ngram, Drafter::Suffix] {
-            let (mut drafted, mut accepted) = (0, 0);
-            for p in &prompts {
-                let want = alone(&m, &greedy(p.clone(), 96, 0));
-                let mut req = greedy(p.clone(), 96, 8);
-                req.drafter = drafter;
-                let got = alone(&m, &req);
-                assert_eq!(
-                    got.token_ids, want.token_ids,
-                    "{name}, {drafter:?}: drafts changed the output"
-                );
-                assert_eq!(got.finish_reason, want.finish_reason);
-                drafted += got.drafted_tokens;
-                accepted += got.accepted_tokens;
-            }
-            eprintln!("{name}, {drafter:?}: {accepted} of {drafted} drafted tokens accepted");
-            assert!(accepted > 0, "{name}: no draft was ever accepted");
-            assert!(
-                accepted < drafted,
-                "{name}: no draft was ever rejected (the rollback went untested)"
-            );
-        }
-        // In a batch: drafting requests beside sampled ones and ones still prefilling.
-        let mut engine = BatchEngine::new(&m, 8);
-        let mut want = Vec::new();
-        for (k, p) in prompts.iter().enumerate() {
-            let req = if k % 3 == 2 {
-                let mut s = GenerateRequest::new(
-                    p.clone(),
-                    40,
-                    SamplingParams {
-                        temperature: 0.8,
-                        seed: Some(k as u64),
-                        ..SamplingParams::default()
-                    },
-                );
-                s.ignore_eos = true;
-                s
-            } else {
-                let mut g = greedy(p.clone(), 96, 6);
-                g.drafter = if k % 2 == 0 {
-                    Drafter::Ngram
-                } else {
-                    Drafter::Suffix
-                };
-                g
-            };
-            let mut plain = req.clone();
-            plain.draft_tokens = 0;
-            want.push(alone(&m, &plain).token_ids);
-            engine.submit(req).unwrap();
-        }
-        let done = engine.run_all().unwrap();
-        for ((_, g), w) in done.iter().zip(&want) {
-            assert_eq!(
-                &g.token_ids, w,
-                "{name}: drafts in a batch changed an output"
-            );
-        }
+        check_drafts_leave_outputs_unchanged(&m, name);
     }
 }
 

@@ -31,7 +31,8 @@ pub enum Speculative {
 #[derive(clap::Args, Clone, Debug)]
 pub struct SpeculativeArgs {
     /// Speculative decoding: draft tokens and verify them in one pass per step (greedy output
-    /// is the same, sampled output has the same distribution; CPU only for now).
+    /// is the same, sampled output has the same distribution; on a GPU, models with
+    /// recurrent layers refuse it for now).
     #[arg(long, value_enum, default_value_t = Speculative::Off)]
     pub speculative: Speculative,
     /// Most tokens per draft (1-15; the length adapts to how many are accepted).

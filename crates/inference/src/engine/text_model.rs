@@ -183,12 +183,20 @@ impl TextModel {
         vocab.compile(spec)
     }
 
-    /// Why this model cannot draft for speculative decoding, if it cannot: verified logits
-    /// must equal decode's (the CPU runs short chunks row by row; a GPU's prefill kernels sum
-    /// in another order).
+    /// Why this model cannot draft for speculative decoding, if it cannot: a rejected draft
+    /// rolls the sequence back, and a recurrent state on a GPU is updated in place (hybrid
+    /// models draft on the CPU only). Verified logits equal decode's bit for bit on the CPU
+    /// (short chunks run row by row); on a GPU the verifying pass takes the prompt kernels,
+    /// which sum in another order, so they agree to f32 rounding (the GPU's batched decode
+    /// differs from its one-row decode the same way).
     pub fn draft_refusal(&self) -> Option<String> {
         let device = &self.decoder.info().device;
-        (!device.is_cpu()).then(|| format!("speculative decoding does not run on {device} yet"))
+        (!device.is_cpu() && self.memory_layout().is_recurrent()).then(|| {
+            format!(
+                "speculative decoding of a model with recurrent layers does not run on {device} \
+                 yet (its state there cannot be rolled back after a rejected draft)"
+            )
+        })
     }
 
     /// The per-sequence memory the decoder needs (layer kinds, row width, its context).

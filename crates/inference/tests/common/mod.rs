@@ -231,3 +231,105 @@ pub fn write_safetensors(
     out.extend_from_slice(&data);
     std::fs::write(path, out).unwrap();
 }
+
+/// A greedy request of `max_tokens` (EOS ignored) that drafts up to `draft_tokens` a step.
+pub fn drafting_greedy(
+    prompt: Vec<u32>,
+    max_tokens: usize,
+    draft_tokens: usize,
+) -> lattice_inference::engine::GenerateRequest {
+    use lattice_inference::engine::GenerateRequest;
+    use lattice_inference::sample::SamplingParams;
+    let mut r = GenerateRequest::new(prompt, max_tokens, SamplingParams::greedy());
+    r.ignore_eos = true;
+    r.draft_tokens = draft_tokens;
+    r
+}
+
+/// `req` run alone to the end.
+pub fn generate_alone(
+    m: &lattice_inference::engine::TextModel,
+    req: &lattice_inference::engine::GenerateRequest,
+) -> lattice_inference::engine::Generation {
+    lattice_inference::engine::generate(m, req, &mut |_| true).unwrap()
+}
+
+/// The reference prompts of decoder fixture `name`.
+pub fn prompts_of(name: &str) -> Vec<Vec<u32>> {
+    let r = read_json(&fixture(name).join("reference.json"));
+    r["prompts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| u32s(&p["ids"]))
+        .collect()
+}
+
+/// Speculative decoding leaves outputs unchanged on fixture `name` loaded as `m`: greedy
+/// outputs with prompt-lookup and suffix drafts equal those without, token for token, and some
+/// drafts are accepted and some rejected (the rollback runs); then in a batch that mixes
+/// drafting, sampled and prefilling requests, every output equals the request's alone.
+pub fn check_drafts_leave_outputs_unchanged(m: &lattice_inference::engine::TextModel, name: &str) {
+    use lattice_inference::engine::{BatchEngine, Drafter, GenerateRequest};
+    use lattice_inference::sample::SamplingParams;
+    let prompts = prompts_of(name);
+    for drafter in [Drafter::Ngram, Drafter::Suffix] {
+        let (mut drafted, mut accepted) = (0, 0);
+        for p in &prompts {
+            let want = generate_alone(m, &drafting_greedy(p.clone(), 96, 0));
+            let mut req = drafting_greedy(p.clone(), 96, 8);
+            req.drafter = drafter;
+            let got = generate_alone(m, &req);
+            assert_eq!(
+                got.token_ids, want.token_ids,
+                "{name}, {drafter:?}: drafts changed the output"
+            );
+            assert_eq!(got.finish_reason, want.finish_reason);
+            drafted += got.drafted_tokens;
+            accepted += got.accepted_tokens;
+        }
+        eprintln!("{name}, {drafter:?}: {accepted} of {drafted} drafted tokens accepted");
+        assert!(accepted > 0, "{name}: no draft was ever accepted");
+        assert!(
+            accepted < drafted,
+            "{name}: no draft was ever rejected (the rollback went untested)"
+        );
+    }
+    // In a batch: drafting requests beside sampled ones and ones still prefilling.
+    let mut engine = BatchEngine::new(m, 8);
+    let mut want = Vec::new();
+    for (k, p) in prompts.iter().enumerate() {
+        let req = if k % 3 == 2 {
+            let mut s = GenerateRequest::new(
+                p.clone(),
+                40,
+                SamplingParams {
+                    temperature: 0.8,
+                    seed: Some(k as u64),
+                    ..SamplingParams::default()
+                },
+            );
+            s.ignore_eos = true;
+            s
+        } else {
+            let mut g = drafting_greedy(p.clone(), 96, 6);
+            g.drafter = if k % 2 == 0 {
+                Drafter::Ngram
+            } else {
+                Drafter::Suffix
+            };
+            g
+        };
+        let mut plain = req.clone();
+        plain.draft_tokens = 0;
+        want.push(generate_alone(m, &plain).token_ids);
+        engine.submit(req).unwrap();
+    }
+    let done = engine.run_all().unwrap();
+    for ((_, g), w) in done.iter().zip(&want) {
+        assert_eq!(
+            &g.token_ids, w,
+            "{name}: drafts in a batch changed an output"
+        );
+    }
+}
