@@ -807,9 +807,11 @@ impl CudaDevice {
             .arg(&pp)
             .arg(&pt);
         // Launches of at most one (row, head) pair per SM stage their first keys ahead (one
-        // block per SM then fits; larger launches keep two or three resident instead).
+        // block per SM then fits; larger launches keep two or three resident instead). The
+        // kernel's shared memory was raised for its class's widest heads where they fit.
         let stage = decode_stage_bytes(hd, f16);
-        let staged = rows * n_heads <= self.sm_count() && stage <= self.decode_stage_limit();
+        let staged = rows * n_heads <= self.sm_count()
+            && decode_stage_bytes(ATTN_HEAD_DIMS[variant], f16) <= self.decode_stage_limit();
         let cfg = LaunchConfig {
             grid_dim: (rows as u32, n_heads as u32, splits as u32),
             block_dim: (32 * DECODE_WARPS, 1, 1),
