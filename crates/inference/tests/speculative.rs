@@ -10,8 +10,8 @@
 mod common;
 
 use common::{
-    check_drafts_leave_outputs_unchanged, drafting_greedy as greedy, fixture,
-    generate_alone as alone, prompts_of, real_gguf,
+    check_drafts_leave_outputs_unchanged, drafting_greedy, fixture, generate_alone, prompts_of,
+    real_gguf,
 };
 use lattice_inference::chat::{ChatMessage, RenderOptions};
 use lattice_inference::engine::{BatchEngine, Drafter, GenerateRequest, TextModel};
@@ -38,13 +38,13 @@ fn drafts_leave_constrained_outputs_unchanged() {
             .unwrap();
         let (mut drafted, mut accepted) = (0, 0);
         for p in prompts_of(name) {
-            let mut plain = greedy(p, 64, 0);
+            let mut plain = drafting_greedy(p, 64, 0);
             plain.ignore_eos = false;
             plain.constraint = Some(c.clone());
-            let want = alone(&m, &plain);
+            let want = generate_alone(&m, &plain);
             let mut req = plain.clone();
             req.draft_tokens = 8;
-            let got = alone(&m, &req);
+            let got = generate_alone(&m, &req);
             assert_eq!(got.token_ids, want.token_ids, "{name}: constrained drafts");
             assert_eq!(got.text, want.text);
             drafted += got.drafted_tokens;
@@ -110,7 +110,7 @@ fn sampled_drafts_keep_the_models_distribution() {
             req.ignore_eos = true;
             req.logit_bias = bias.clone();
             req.draft_tokens = 4;
-            let out = alone(&m, &req);
+            let out = generate_alone(&m, &req);
             drafted += out.drafted_tokens;
             accepted += out.accepted_tokens;
             *seen.entry(out.token_ids).or_default() += 1;
@@ -180,7 +180,7 @@ fn suffix_drafts_come_from_earlier_outputs() {
     let m = TextModel::load(&fixture("tiny-qwen3"), WeightMode::F32).unwrap();
     let prompts = prompts_of("tiny-qwen3");
     let mut engine = BatchEngine::new(&m, 4);
-    let mut first = greedy(prompts[0].clone(), 48, 8);
+    let mut first = drafting_greedy(prompts[0].clone(), 48, 8);
     first.drafter = Drafter::Suffix;
     engine.submit(first.clone()).unwrap();
     let done = engine.run_all().unwrap();
@@ -221,8 +221,8 @@ fn drafts_leave_a_real_models_code_rewrite_unchanged_and_pay() {
     let prompt = m
         .encode_chat(&[ChatMessage::new("user", &ask)], &opts)
         .unwrap();
-    let want = alone(&m, &greedy(prompt.clone(), 80, 0));
-    let got = alone(&m, &greedy(prompt, 80, 10));
+    let want = generate_alone(&m, &drafting_greedy(prompt.clone(), 80, 0));
+    let got = generate_alone(&m, &drafting_greedy(prompt, 80, 10));
     assert_eq!(got.token_ids, want.token_ids, "drafts changed the output");
     eprintln!(
         "Qwen2.5-Coder code rewrite: {} of {} drafted tokens accepted over {} tokens",

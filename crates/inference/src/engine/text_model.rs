@@ -34,6 +34,8 @@ pub struct TextModel {
     pub vision: Option<super::VisionModel>,
     /// The vocabulary as output constraints see it, built on first use.
     vocabulary: std::sync::OnceLock<std::result::Result<crate::grammar::Vocabulary, String>>,
+    /// The per-sequence memory layout, worked out on first use (it takes a throwaway state).
+    layout: std::sync::OnceLock<MemoryLayout>,
 }
 
 impl std::fmt::Debug for TextModel {
@@ -162,6 +164,7 @@ impl TextModel {
             lora: place.lora.clone(),
             vision,
             vocabulary: std::sync::OnceLock::new(),
+            layout: std::sync::OnceLock::new(),
         })
     }
 
@@ -201,9 +204,13 @@ impl TextModel {
 
     /// The per-sequence memory the decoder needs (layer kinds, row width, its context).
     pub fn memory_layout(&self) -> MemoryLayout {
-        let mut layout = self.decoder.new_cache(1).layout();
-        layout.max_positions = self.decoder.info().config.max_positions;
-        layout
+        self.layout
+            .get_or_init(|| {
+                let mut layout = self.decoder.new_cache(1).layout();
+                layout.max_positions = self.decoder.info().config.max_positions;
+                layout
+            })
+            .clone()
     }
 
     /// An empty state for a new sequence of at most `max_len` tokens, with [`Self::kv_dtype`].

@@ -807,10 +807,12 @@ impl CudaDevice {
             .arg(&pp)
             .arg(&pt);
         // Launches of at most one (row, head) pair per SM stage their first keys ahead (one
-        // block per SM then fits; larger launches keep two or three resident instead). The
-        // kernel's shared memory was raised for its class's widest heads where they fit.
+        // block per SM then fits; larger launches keep two or three resident instead), when
+        // rows copy in 16-byte pieces. The kernel's shared memory was raised for its class's
+        // widest heads where they fit.
         let stage = decode_stage_bytes(hd, f16);
         let staged = rows * n_heads <= self.sm_count()
+            && (hd * if f16 { 2 } else { 4 }).is_multiple_of(16)
             && decode_stage_bytes(ATTN_HEAD_DIMS[variant], f16) <= self.decode_stage_limit();
         let cfg = LaunchConfig {
             grid_dim: (rows as u32, n_heads as u32, splits as u32),
