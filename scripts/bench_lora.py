@@ -11,6 +11,7 @@ greedy completions of GEN tokens and reports aggregate generated tokens / wall s
   mixture   - every request a `lora` mixture of a0 (0.5) and a1 (0.5)
 
 usage: scripts/bench_lora.py MODEL ADAPTER_ROOT [--runs 2] [--streams 8] [--gen 64] [--threads 2]
+       [--bin PATH] [--serve-args "--device cuda --bf16"]
 """
 import argparse
 import json
@@ -38,8 +39,8 @@ def cpu_model():
     return platform.processor()
 
 
-def start(args, port):
-    p = subprocess.Popen([BIN, "serve", "--port", str(port)] + args,
+def start(bin_path, args, port):
+    p = subprocess.Popen([bin_path, "serve", "--port", str(port)] + args,
                          stderr=subprocess.PIPE, text=True)
     for line in p.stderr:
         sys.stderr.write("  | " + line)
@@ -80,12 +81,14 @@ def main():
     ap.add_argument("--streams", type=int, default=8)
     ap.add_argument("--gen", type=int, default=64)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--bin", default=BIN, help="the lattice binary")
+    ap.add_argument("--serve-args", default="", help="more `lattice serve` arguments")
     a = ap.parse_args()
     names = [f"a{i}" for i in range(8)]
     lora = []
     for i, n in enumerate(names):
         lora += ["--lora", f"{n}={os.path.join(a.adapters, f'adapter-{i}')}"]
-    common = ["--model", a.model, "--threads", str(a.threads), "--no-prefix-cache"]
+    common = ["--model", a.model, "--threads", str(a.threads), "--no-prefix-cache"] + a.serve_args.split()
     prompt = "Write a function that parses a date in Python."
 
     def body(model=None, mix=None, k=0):
@@ -110,7 +113,7 @@ def main():
     for run in range(a.runs):
         for with_lora in (False, True):
             port = 18230 + run * 2 + with_lora
-            p = start(common + (lora if with_lora else []), port)
+            p = start(a.bin, common + (lora if with_lora else []), port)
             try:
                 load(port, [body(k=k) for k in range(2)])  # warm-up
                 for k, (wl, bodies) in cases.items():
@@ -121,7 +124,8 @@ def main():
                 p.terminate()
                 p.wait()
     base = statistics.median(got["base"])
-    print(f"CPU: {cpu_model()}; {a.threads} threads; {s} streams x {a.gen} tokens; {a.runs} runs")
+    print(f"CPU: {cpu_model()}; {a.threads} threads; {a.serve_args or 'CPU'}; {s} streams x "
+          f"{a.gen} tokens; {a.runs} runs")
     print("| requests | aggregate tok/s (runs) | median | vs base |")
     print("|---|---|---|---|")
     for k, v in got.items():

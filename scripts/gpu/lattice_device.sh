@@ -7,7 +7,8 @@
 # qwen3-tokenizer/tokenizer.json.gz (scripts/gpu/prepare_carry.py) and, for the Qwen3.5 shape,
 # qwen35-tokenizer/tokenizer.json.gz (gzip of .cache/qwen35/tokenizer.json). Results under $OUT.
 #   STEPS="env tests models lattice hybrid torch" bash scripts/gpu/lattice_device.sh
-# `sampling` measures sampled decoding (picks on the device) beside greedy.
+# `sampling` measures sampled decoding (picks on the device) beside greedy; `lora` LoRA
+# adapters beside the weights (one for every request, and 8 picked per request over HTTP).
 # `hybrid` measures the Qwen3.5-0.8B shape (scripts/gen_random_qwen35.py, bf16) like `lattice`;
 # RUNS (5) and STREAMS (8 64) apply to both. `fullsize` checks the full-size random checkpoints
 # against transformers on the GPU (tests/cuda_parity.rs, LATTICE_TEST_TORCH_REF); `fullbert` a
@@ -82,6 +83,31 @@ for step in $steps; do
           done
         done
       done
+      ;;
+    lora)
+      # LoRA beside the weights on the GPU: 8 random rank-16 adapters on every attention and
+      # MLP projection (scripts/gen_lora_bench_adapters.py, Qwen3-0.6B shape); `bench
+      # generate` (bf16 weights) without an adapter, with one unmerged (decode steps replayed)
+      # and merged at load; then the server with the 8 adapters picked per request
+      # (scripts/bench_lora.py).
+      [ -f /tmp/lora-bench/adapter-7/adapter_config.json ] ||
+        python3 scripts/gen_lora_bench_adapters.py --shape qwen3-0.6b --out /tmp/lora-bench > /dev/null
+      for streams in ${STREAMS:-1 64}; do
+        for mode in none unmerged merged none unmerged merged; do
+          case $mode in
+            none) flags= ;;
+            unmerged) flags="--lora /tmp/lora-bench/adapter-0" ;;
+            merged) flags="--lora /tmp/lora-bench/adapter-0 --lora-merge" ;;
+          esac
+          # shellcheck disable=SC2086
+          .device/lattice bench generate --model "$models/qwen3-0.6b-bf16" --bf16 --device cuda \
+            --prompt-tokens 512 --gen-tokens 128 --runs "${RUNS:-3}" --streams "$streams" $flags \
+            --json 2>&1 | tee -a "$out/lora_${mode}_s$streams.json" | grep -v '^bench: run'
+        done
+      done
+      python3 scripts/bench_lora.py "$models/qwen3-0.6b-bf16" /tmp/lora-bench --bin .device/lattice \
+        --serve-args "--device cuda --bf16" --streams "${LORA_STREAMS:-64}" --gen 128 --runs 2 \
+        2>&1 | tee "$out/bench_lora.log" | grep -v '^  |'
       ;;
     lattice)
       # bf16 and f32 weights; decode steps of up to 8 sequences are replayed CUDA graphs, and

@@ -7,7 +7,7 @@
 //! This module owns the adapter files' meaning (scaling, rsLoRA, which options are refused), the
 //! mapping of adapters onto a model's projections ([`LoraPlan::prepare`], also while it serves)
 //! and which adapters each row of a forward pass runs with ([`Selection`]); the products are
-//! `ops::Linear`'s, the kernel the CPU backend's.
+//! `ops::Linear`'s, the kernels the backends' (a factor's device copy is made on first use).
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -17,6 +17,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use serde_json::Value;
 
 use crate::backend::cpu::{Delta, Values};
+use crate::backend::Mirror;
 use crate::io::store::WeightStore;
 use crate::{Error, Result};
 
@@ -239,6 +240,18 @@ impl Stored {
             Self::Bf16(v) => v.len() * 2,
         }
     }
+
+    /// The values as f32 (bf16 widened, exactly).
+    #[cfg(feature = "cuda")]
+    fn to_f32(&self) -> Vec<f32> {
+        match self {
+            Self::F32(v) => v.clone(),
+            Self::Bf16(v) => v
+                .iter()
+                .map(|&b| f32::from_bits(u32::from(b) << 16))
+                .collect(),
+        }
+    }
 }
 
 /// One adapter's factors for one stacked projection of a site.
@@ -250,6 +263,47 @@ struct Factor {
     a: Stored,
     /// Bᵀ [rank, outputs] (unscaled).
     bt: Stored,
+    /// Device copies of `a` and `bt` (f32), made when a GPU first runs them.
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    dev: (Mirror, Mirror),
+}
+
+/// One factor pair a row of a product adds, with its scale (the adapter's scaling times the
+/// selection's), for a backend's low-rank kernel.
+#[derive(Clone, Copy)]
+pub(crate) struct Term<'a> {
+    factor: &'a Factor,
+    scale: f32,
+}
+
+impl<'a> Term<'a> {
+    /// The CPU kernel's form.
+    pub(crate) fn delta(&self) -> Delta<'a> {
+        let f = self.factor;
+        Delta {
+            a: f.a.values(),
+            bt: f.bt.values(),
+            rank: f.rank,
+            col: f.col,
+            scale: self.scale,
+        }
+    }
+
+    /// The GPU kernel's form, uploading the factors to `dev` on first use.
+    #[cfg(feature = "cuda")]
+    pub(crate) fn cuda(
+        &self,
+        dev: &crate::backend::cuda::CudaDevice,
+    ) -> Result<crate::backend::cuda::LowRankTerm<'a>> {
+        let f = self.factor;
+        Ok(crate::backend::cuda::LowRankTerm {
+            a: f.dev.0.cuda_with(dev, || f.a.to_f32())?,
+            bt: f.dev.1.cuda_with(dev, || f.bt.to_f32())?,
+            rank: f.rank,
+            col: f.col,
+            scale: self.scale,
+        })
+    }
 }
 
 /// An adapter mapped onto one model's projections, ready to run ([`LoraPlan::prepare`]).
@@ -385,15 +439,15 @@ pub(crate) fn with_row_adapters<R>(
     Ok(out)
 }
 
-/// Runs `f` with the deltas every row of an `m`-row product at `site` of `plan` adds (from the
-/// pass's row table, or the plan's default) and returns true; false, without calling `f`, when
-/// no row adds any.
-pub(crate) fn with_deltas(
+/// Runs `f` with the terms every row of an `m`-row product at `site` of `plan` adds (from the
+/// pass's row table, or the plan's default) and returns what it returns; `None`, without
+/// calling `f`, when no row adds any.
+pub(crate) fn with_terms<R>(
     plan: &LoraPlan,
     site: usize,
     m: usize,
-    f: impl FnOnce(&[Vec<Delta<'_>>]),
-) -> bool {
+    f: impl FnOnce(&[Vec<Term<'_>>]) -> R,
+) -> Option<R> {
     // The selections are taken out of the table (cheap clones), so no borrow is held while
     // the kernel runs on the pool.
     let picked = ROWS.with(|r| {
@@ -414,51 +468,45 @@ pub(crate) fn with_deltas(
         }
         Some((t.misfit.is_none() && t.rows.len() == m).then(|| t.rows.clone()))
     });
-    let rows: Vec<Vec<Delta<'_>>>;
+    let rows: Vec<Vec<Term<'_>>>;
     let kept: Vec<Selection>;
     match picked {
         None => {
-            let Some(default) = plan.default.get().filter(|d| !d.is_empty()) else {
-                return false;
-            };
+            let default = plan.default.get().filter(|d| !d.is_empty())?;
             let mut row = Vec::new();
-            push_deltas(default, site, &mut row);
+            push_terms(default, site, &mut row);
             if row.is_empty() {
-                return false;
+                return None;
             }
             rows = vec![row; m];
         }
         // A misfit, or the output head over the sampled rows (adapters picked per request
         // never have factors there, see `LoraPlan::prepare`).
-        Some(None) => return false,
+        Some(None) => return None,
         Some(Some(selections)) => {
             kept = selections;
             rows = kept
                 .iter()
                 .map(|s| {
                     let mut row = Vec::new();
-                    push_deltas(s, site, &mut row);
+                    push_terms(s, site, &mut row);
                     row
                 })
                 .collect();
         }
     }
     if rows.iter().all(Vec::is_empty) {
-        return false;
+        return None;
     }
-    f(&rows);
-    true
+    Some(f(&rows))
 }
 
-/// The deltas `sel`'s adapters add at `site`, onto `out`.
-fn push_deltas<'a>(sel: &'a Selection, site: usize, out: &mut Vec<Delta<'a>>) {
+/// The terms `sel`'s adapters add at `site`, onto `out`.
+fn push_terms<'a>(sel: &'a Selection, site: usize, out: &mut Vec<Term<'a>>) {
     for (adapter, scale) in sel.adapters() {
-        for fac in adapter.factors.get(site).into_iter().flatten() {
-            out.push(Delta {
-                a: fac.a.values(),
-                bt: fac.bt.values(),
-                rank: fac.rank,
-                col: fac.col,
+        for factor in adapter.factors.get(site).into_iter().flatten() {
+            out.push(Term {
+                factor,
                 scale: *scale * adapter.scaling,
             });
         }
@@ -519,6 +567,12 @@ impl LoraPlan {
             false,
             true,
         )
+    }
+
+    /// Unique per plan (keys what a device keeps per product of this plan).
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    pub(crate) fn id(&self) -> u64 {
+        self.id
     }
 
     /// Whether requests pick the adapters ([`LoraPlan::selectable`]).
@@ -642,6 +696,7 @@ impl LoraPlan {
                     rank: r,
                     a,
                     bt,
+                    dev: Default::default(),
                 });
                 used.insert(a_name);
                 used.insert(b_name);

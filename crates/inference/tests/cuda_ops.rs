@@ -937,3 +937,89 @@ fn token_picks_match_the_cpu() {
         eprintln!("pick_rows: vocabulary {n}: {rows} rows equal to the CPU ({drew} drawn)");
     }
 }
+
+/// LoRA's low-rank updates (each row its own factor pairs): rows with none, one, and several
+/// pairs (a mixture, a negative scale), ranks across the kernel's chunk of 64, outputs across its
+/// column tiles of 1024 and a pair starting inside a tile, against the CPU kernel.
+#[test]
+fn low_rank_updates_match_the_cpu() {
+    use lattice_inference::backend::cpu::{add_low_rank, Delta, Values};
+    use lattice_inference::backend::cuda::LowRankTerm;
+    let Some(Device::Cuda(d)) = gpu("low_rank_updates_match_the_cpu") else {
+        return;
+    };
+    let mut rng = Rng(0x10_4a);
+    let (m, in_dim, out_dim) = (7, 72, 2100);
+    // (rank, first column, outputs)
+    let shapes = [(3, 0, 2100), (70, 1000, 900), (8, 5, 17)];
+    let host: Vec<(Vec<f32>, Vec<f32>)> = shapes
+        .iter()
+        .map(|&(r, _, n)| (rng.vec(r * in_dim, 0.2), rng.vec(r * n, 0.2)))
+        .collect();
+    let devs: Vec<_> = host
+        .iter()
+        .map(|(a, bt)| (d.upload(a).unwrap().into(), d.upload(bt).unwrap().into()))
+        .collect::<Vec<(lattice_inference::backend::cuda::Buf, _)>>();
+    let picks: [&[(usize, f32)]; 7] = [
+        &[],
+        &[(0, 1.0)],
+        &[(1, 0.5)],
+        &[(0, 0.7), (1, -0.4), (2, 2.0)],
+        &[(2, 1.0), (2, 1.0)],
+        &[],
+        &[(1, 1.0), (0, 1.0)],
+    ];
+    let x = rng.vec(m * in_dim, 1.0);
+    let y0 = rng.vec(m * out_dim, 1.0);
+    let cpu_rows: Vec<Vec<Delta>> = picks
+        .iter()
+        .map(|row| {
+            row.iter()
+                .map(|&(i, scale)| Delta {
+                    a: Values::F32(&host[i].0),
+                    bt: Values::F32(&host[i].1),
+                    rank: shapes[i].0,
+                    col: shapes[i].1,
+                    scale,
+                })
+                .collect()
+        })
+        .collect();
+    let mut want = y0.clone();
+    add_low_rank(&x, in_dim, &mut want, out_dim, &cpu_rows);
+    let gpu_rows: Vec<Vec<LowRankTerm>> = picks
+        .iter()
+        .map(|row| {
+            row.iter()
+                .map(|&(i, scale)| LowRankTerm {
+                    a: &devs[i].0,
+                    bt: &devs[i].1,
+                    rank: shapes[i].0,
+                    col: shapes[i].1,
+                    scale,
+                })
+                .collect()
+        })
+        .collect();
+    let xd: lattice_inference::backend::cuda::Buf = d.upload(&x).unwrap().into();
+    let mut yd: lattice_inference::backend::cuda::Buf = d.upload(&y0).unwrap().into();
+    // Twice with other picks in between: the step input of the same key takes new lists.
+    let none: Vec<Vec<LowRankTerm>> = vec![Vec::new(); m];
+    d.add_low_rank(&xd, in_dim, &mut yd, out_dim, &none, (u64::MAX, 0))
+        .unwrap();
+    d.add_low_rank(&xd, in_dim, &mut yd, out_dim, &gpu_rows, (u64::MAX, 0))
+        .unwrap();
+    let got = d.download(&yd, m * out_dim).unwrap();
+    let delta = |v: &[f32]| -> Vec<f32> { v.iter().zip(&y0).map(|(a, b)| a - b).collect() };
+    let e = nerr(&delta(&got), &delta(&want));
+    eprintln!("low-rank updates: normalized error of the update {e:.2e}");
+    assert!(e < 1e-5, "low-rank updates: normalized error {e:e}");
+    // A pair that does not fit the product is an error, not a launch.
+    let bad = vec![vec![LowRankTerm {
+        col: out_dim - 10,
+        ..gpu_rows[1][0]
+    }]];
+    assert!(d
+        .add_low_rank(&xd, in_dim, &mut yd, out_dim, &bad, (u64::MAX, 0))
+        .is_err());
+}

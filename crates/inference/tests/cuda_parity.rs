@@ -3,13 +3,14 @@
 //! error of the committed references and 64 greedy tokens equal (one token at a time over device
 //! KV pages); bf16 weights giving the f32 results; a batch through the engine (continuous
 //! batching, prefix cache) generating the CPU's tokens; Qwen3.5 (Gated DeltaNet) likewise;
-//! quantized GGUF files against the CPU.
+//! quantized GGUF files against the CPU; LoRA adapters against peft.
 //! Skipped, saying so, without a GPU.
 #![cfg(feature = "cuda")]
 
 mod common;
 
 use common::gpu;
+use common::lora::{check_adapters_match_peft, check_requests_pick_their_adapters};
 use common::{
     check_drafts_leave_outputs_unchanged, f32s, fixture, greedy, read_json, rel_err, u32s,
 };
@@ -257,6 +258,23 @@ fn speculative_decoding_on_the_gpu_leaves_outputs_unchanged() {
 /// The BERT encoders (tiny-bert, mean pooling; tiny-bert-cls) on the GPU against
 /// sentence-transformers' embeddings and the CPU's hidden states: every reference text packed
 /// into one batch (sequences of 1 to 48 tokens), 1 - cos < 1e-6 as on the CPU.
+/// LoRA adapters beside the weights on the GPU, through the CPU test's checks
+/// (common/lora.rs): peft's logits (1e-4) and greedy tokens, unmerged, merged and mixed, with
+/// the greedy steps recorded and replayed (the adapters' row lists are step inputs); requests
+/// picking their adapters within one batch generate what each does alone.
+#[test]
+fn lora_adapters_on_the_gpu_match_peft() {
+    let Some(dev) = gpu("lora_adapters_on_the_gpu_match_peft") else {
+        return;
+    };
+    check_adapters_match_peft(
+        &dev,
+        &["tiny-llama", "tiny-qwen3", "tiny-qwen35"],
+        greedy_on_device,
+    );
+    check_requests_pick_their_adapters(&dev, &["tiny-qwen3", "tiny-qwen35"]);
+}
+
 #[test]
 fn bert_encoders_on_the_gpu_match_sentence_transformers() {
     use lattice_inference::model::heads::{self, Pooling};

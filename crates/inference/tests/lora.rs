@@ -6,110 +6,33 @@
 
 mod common;
 
-use std::path::PathBuf;
 use std::sync::Arc;
 
+use common::lora::{
+    adapter_dir, check_adapters_match_peft, check_requests_pick_their_adapters, last_logits,
+    load_on,
+};
 use common::{fixture, greedy, read_json, rel_err, u32s};
 use lattice_inference::backend::Device;
 use lattice_inference::engine::TextModel;
 use lattice_inference::lora::{Adapter, LoraPlan};
-use lattice_inference::model::decoder::Outputs;
 use lattice_inference::model::source::{Placement, WeightMode};
-
-fn adapter_dir(base: &str, name: &str) -> PathBuf {
-    fixture("lora").join(base).join(name)
-}
-
-fn load(base: &str, adapters: &[(&str, f32)], merge: bool) -> lattice_inference::Result<TextModel> {
-    let list = adapters
-        .iter()
-        .map(|&(n, s)| Ok((Adapter::load(&adapter_dir(base, n))?, s)))
-        .collect::<lattice_inference::Result<Vec<_>>>()?;
-    let mut place = Placement::new(WeightMode::F32, Device::Cpu);
-    place.lora = Some(Arc::new(LoraPlan::new(list, merge)));
-    TextModel::load_on(&fixture(base), &place)
-}
-
-fn last_logits(m: &TextModel, ids: &[u32]) -> Vec<f32> {
-    let mut cache = m.decoder.new_cache(ids.len() + 1);
-    m.decoder
-        .forward(ids, &[ids.len()], &mut [&mut cache], Outputs::LastLogits)
-        .unwrap()
-}
 
 #[test]
 fn adapters_match_peft_unmerged_and_merged() {
-    for base in ["tiny-llama", "tiny-qwen3", "tiny-qwen35"] {
-        let r = read_json(&fixture("lora").join(base).join("reference.json"));
-        let ids = u32s(&r["prompt_ids"]);
-        let steps = r["steps"].as_u64().unwrap() as usize;
-        let plain = TextModel::load(&fixture(base), WeightMode::F32).unwrap();
-        let plain_logits = last_logits(&plain, &ids);
-        for name in ["attn", "mlp"] {
-            let want = &r["adapters"][name];
-            for merge in [false, true] {
-                let m = load(base, &[(name, 1.0)], merge).unwrap();
-                let (key, gkey) = if merge {
-                    ("merged_logits", "merged_greedy")
-                } else {
-                    ("logits", "greedy")
-                };
-                let want_logits: Vec<f32> = common::f32s(&want[key]);
-                let got = last_logits(&m, &ids);
-                let e = rel_err(&got, &want_logits);
-                let moved = rel_err(&plain_logits, &want_logits);
-                eprintln!("{base}/{name} merge={merge}: rel err {e:.2e} (the adapter moves the logits by {moved:.2e})");
-                assert!(
-                    e < 1e-4,
-                    "{base}/{name} merge={merge}: logits rel err {e:e}"
-                );
-                assert!(
-                    moved > 1e-2,
-                    "{base}/{name}: the adapter barely changes the logits"
-                );
-                let (_, tokens) = greedy(m.decoder.as_ref(), &ids, steps);
-                assert_eq!(
-                    tokens,
-                    u32s(&want[gkey]),
-                    "{base}/{name} merge={merge}: greedy"
-                );
-            }
-        }
-        // A mixture: the scaled deltas of both adapters add (peft's "cat" combination).
-        let mix: Vec<(String, f32)> = r["mixture"]["adapters"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|a| {
-                (
-                    a[0].as_str().unwrap().to_owned(),
-                    a[1].as_f64().unwrap() as f32,
-                )
-            })
-            .collect();
-        let mix_ref: Vec<(&str, f32)> = mix.iter().map(|(n, s)| (n.as_str(), *s)).collect();
-        for merge in [false, true] {
-            let m = load(base, &mix_ref, merge).unwrap();
-            let e = rel_err(
-                &last_logits(&m, &ids),
-                &common::f32s(&r["mixture"]["logits"]),
-            );
-            eprintln!("{base} mixture merge={merge}: rel err {e:.2e}");
-            assert!(e < 1e-4, "{base} mixture merge={merge}: rel err {e:e}");
-            let (_, tokens) = greedy(m.decoder.as_ref(), &ids, steps);
-            assert_eq!(
-                tokens,
-                u32s(&r["mixture"]["greedy"]),
-                "{base} mixture greedy"
-            );
-        }
-    }
+    check_adapters_match_peft(
+        &Device::Cpu,
+        &["tiny-llama", "tiny-qwen3", "tiny-qwen35"],
+        |m, ids, steps| greedy(m, ids, steps).1,
+    );
 }
 
 #[test]
 fn bad_adapters_are_refused_naming_what_is_wrong() {
     // An adapter for another model: its tensors have other shapes or name missing modules.
-    let e = load_err(|| load("tiny-qwen3", &[], false).map(|_| ()));
+    let mut place = Placement::new(WeightMode::F32, Device::Cpu);
+    place.lora = Some(Arc::new(LoraPlan::new(Vec::new(), false)));
+    let e = load_err(|| TextModel::load_on(&fixture("tiny-qwen3"), &place).map(|_| ()));
     assert!(e.is_empty(), "no adapter loads fine: {e}");
     let list = vec![(
         Adapter::load(&adapter_dir("tiny-qwen35", "attn")).unwrap(),
@@ -170,105 +93,7 @@ fn load_err(f: impl FnOnce() -> lattice_inference::Result<()>) -> String {
 /// refused, by the engine and by a raw forward pass.
 #[test]
 fn requests_pick_their_adapters_within_one_batch() {
-    use lattice_inference::engine::{generate, BatchEngine, GenerateRequest};
-    use lattice_inference::lora::Selection;
-    use lattice_inference::model::batch::{ForwardBatch, RowOutputs};
-    use lattice_inference::sample::SamplingParams;
-    for base in ["tiny-qwen3", "tiny-qwen35"] {
-        let mut place = Placement::new(WeightMode::F32, Device::Cpu);
-        let attn = Adapter::load(&adapter_dir(base, "attn")).unwrap();
-        place.lora = Some(Arc::new(LoraPlan::selectable(vec![attn])));
-        let multi = TextModel::load_on(&fixture(base), &place).unwrap();
-        let plan = multi.lora.clone().unwrap();
-        let attn = plan.loaded()[0].clone();
-        // Prepared while the model is loaded (what the server's load route does).
-        let mlp = plan
-            .prepare(&Adapter::load(&adapter_dir(base, "mlp")).unwrap())
-            .unwrap();
-        let one = |a: &Arc<lattice_inference::lora::LoadedAdapter>| {
-            Selection::new(vec![(a.clone(), 1.0)]).unwrap()
-        };
-        let mix = Selection::new(vec![(attn.clone(), 0.7), (mlp.clone(), -0.4)]).unwrap();
-        let r = read_json(&fixture(base).join("reference.json"));
-        let prompts: Vec<Vec<u32>> = r["prompts"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|p| u32s(&p["ids"]))
-            .collect();
-        let picks = [
-            Selection::default(),
-            one(&attn),
-            one(&mlp),
-            mix.clone(),
-            Selection::default(),
-            one(&attn),
-        ];
-        let alone: Vec<&[(&str, f32)]> = vec![
-            &[],
-            &[("attn", 1.0)],
-            &[("mlp", 1.0)],
-            &[("attn", 0.7), ("mlp", -0.4)],
-            &[],
-            &[("attn", 1.0)],
-        ];
-        let req = |k: usize, pick: &Selection| {
-            let mut q = GenerateRequest::new(
-                prompts[k % prompts.len()].clone(),
-                24,
-                SamplingParams::greedy(),
-            );
-            q.ignore_eos = true;
-            q.lora = pick.clone();
-            q
-        };
-        let mut engine = BatchEngine::new(&multi, 8);
-        for (k, pick) in picks.iter().enumerate() {
-            engine.submit(req(k, pick)).unwrap();
-        }
-        let done = engine.run_all().unwrap();
-        for ((k, list), (_, got)) in alone.iter().enumerate().zip(&done) {
-            let m = load(base, list, false).unwrap();
-            let want = generate(&m, &req(k, &Selection::default()), &mut |_| true).unwrap();
-            assert_eq!(
-                got.token_ids, want.token_ids,
-                "{base}: request {k} ({list:?})"
-            );
-        }
-        // Adapters prepared by another model's plan, or for a model loaded without adapters.
-        let other = load(base, &[("attn", 1.0)], false).unwrap();
-        let e = BatchEngine::new(&other, 2)
-            .submit(req(0, &one(&attn)))
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("every request"), "{e}");
-        let plain = TextModel::load(&fixture(base), WeightMode::F32).unwrap();
-        let e = BatchEngine::new(&plain, 2)
-            .submit(req(0, &one(&attn)))
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("without"), "{e}");
-        let ids = &prompts[0];
-        let mut batch = ForwardBatch::tokens(ids, &[ids.len()], RowOutputs::LastLogits);
-        batch.adapters = Some(vec![one(&attn)]);
-        let mut cache = plain.decoder.new_cache(ids.len() + 1);
-        let e = plain
-            .decoder
-            .forward_batch(&batch, &mut [&mut cache])
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("without LoRA"), "{e}");
-        let mut place = Placement::new(WeightMode::F32, Device::Cpu);
-        place.lora = Some(Arc::new(LoraPlan::selectable(Vec::new())));
-        let empty = TextModel::load_on(&fixture(base), &place).unwrap();
-        let mut cache = empty.decoder.new_cache(ids.len() + 1);
-        let e = empty
-            .decoder
-            .forward_batch(&batch, &mut [&mut cache])
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("another model"), "{e}");
-    }
+    check_requests_pick_their_adapters(&Device::Cpu, &["tiny-qwen3", "tiny-qwen35"]);
 }
 
 /// An adapter saved in bf16 keeps its factors in 16 bits (half the bytes) and gives exactly the
@@ -373,7 +198,7 @@ fn prefix_cache_keeps_adapters_apart() {
             q
         };
         let alone_a = generate(
-            &load(base, &[("attn", 1.0)], false).unwrap(),
+            &load_on(base, &[("attn", 1.0)], false, &Device::Cpu).unwrap(),
             &req(&Selection::default()),
             &mut |_| true,
         )

@@ -652,13 +652,6 @@ impl TensorSource {
         let Some(plan) = place.lora.as_ref().filter(|p| !p.merges()) else {
             return Ok(linear);
         };
-        if !dev.is_cpu() {
-            return Err(Error::Device(format!(
-                "{}: unmerged LoRA adapters run on the CPU only for now (merge them into the \
-                 weights with --lora-merge)",
-                prefixes[0]
-            )));
-        }
         let per_row = !prefixes.contains(&"lm_head");
         let site = plan.add_site(self.lora_parts(prefixes, out_dims), in_dim, per_row)?;
         Ok(linear.with_lora(std::sync::Arc::clone(plan), site))

@@ -422,8 +422,9 @@ impl Linear {
         }
     }
 
-    /// This layer with unmerged LoRA adapters attached at `site` of `plan` (CPU): after the
-    /// product each row adds `s · B (A x)` for the adapters it runs with.
+    /// This layer with unmerged LoRA adapters attached at `site` of `plan`: after the product
+    /// each row adds `s · B (A x)` for the adapters it runs with (on a GPU too; there the
+    /// layer's products take their inputs unfused, see [`Linear::apply_normed`]).
     pub fn with_lora(mut self, plan: Arc<LoraPlan>, site: usize) -> Self {
         self.lora = Some((plan, site));
         self
@@ -529,11 +530,15 @@ impl Linear {
         };
         // y = base + Σ s · B (A x) per row, then the activation.
         let m = self.rows(x);
-        let added = crate::lora::with_deltas(plan, *site, m, |rows| {
+        let added = crate::lora::with_terms(plan, *site, m, |rows| {
             self.run_base(x, y, accumulate, false);
-            cpu::add_low_rank(x, self.in_dim, y, self.out_dim, rows);
+            let deltas: Vec<Vec<cpu::Delta>> = rows
+                .iter()
+                .map(|r| r.iter().map(crate::lora::Term::delta).collect())
+                .collect();
+            cpu::add_low_rank(x, self.in_dim, y, self.out_dim, &deltas);
         });
-        if !added {
+        if added.is_none() {
             self.run_base(x, y, accumulate, gelu);
         } else if gelu {
             cpu::gelu_erf(y);
@@ -723,7 +728,7 @@ impl Linear {
 
     /// `norm(x) · Wᵀ + b`: the RMSNorm of the input rows fused into the product where the
     /// device can (a GPU's matrix-vector kernel or the bf16 split of cuBLAS's input), else the
-    /// two ops.
+    /// two ops (always for a layer with LoRA adapters, whose updates read the normed rows).
     pub fn apply_normed(&self, x: &Tensor, norm: &RmsNorm) -> Result<Tensor> {
         #[cfg(feature = "cuda")]
         if let Storage::Cuda(s) = x.storage() {
@@ -756,7 +761,8 @@ impl Linear {
 
     /// The product on a GPU with `input` applied to the rows of `x` (`cols` values each)
     /// inside its kernels (`CudaDevice::matmul_in`), adding to `residual` (taken) when given;
-    /// `None` when `x` or the weights are not on a GPU or the device does not fuse that shape.
+    /// `None` when `x` or the weights are not on a GPU, the layer has LoRA adapters or the
+    /// device does not fuse that shape.
     #[cfg(feature = "cuda")]
     fn fused_product(
         &self,
@@ -765,7 +771,9 @@ impl Linear {
         residual: &mut Option<Tensor>,
         input: crate::backend::cuda::GemvInput<'_>,
     ) -> Result<Option<Tensor>> {
-        let (Storage::Cuda(s), LinearWeight::Cuda(w)) = (x.storage(), &self.weight) else {
+        let (Storage::Cuda(s), LinearWeight::Cuda(w), None) =
+            (x.storage(), &self.weight, &self.lora)
+        else {
             return Ok(None);
         };
         let m = x.rows();
@@ -833,6 +841,18 @@ impl Linear {
                 if let Some(b) = self.bias.as_deref() {
                     let b = self.bias_dev.cuda(&s.dev, b)?;
                     s.dev.add_bias(&mut y, b, m, self.out_dim)?;
+                }
+                if let Some((plan, site)) = &self.lora {
+                    crate::lora::with_terms(plan, *site, m, |rows| {
+                        let rows = rows
+                            .iter()
+                            .map(|r| r.iter().map(|t| t.cuda(&s.dev)).collect())
+                            .collect::<Result<Vec<Vec<_>>>>()?;
+                        let key = (plan.id(), *site);
+                        s.dev
+                            .add_low_rank(&s.buf, self.in_dim, &mut y, self.out_dim, &rows, key)
+                    })
+                    .transpose()?;
                 }
                 if gelu {
                     s.dev.gelu(&mut y, m * self.out_dim)?;

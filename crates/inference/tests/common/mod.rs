@@ -3,6 +3,8 @@
 
 use std::path::PathBuf;
 
+pub mod lora;
+
 /// `crates/inference/tests/fixtures/<name>` (of the crate `CARGO_MANIFEST_DIR` names when the
 /// test binary runs, so a binary built here also runs in a copy of the repo elsewhere).
 pub fn fixture(name: &str) -> PathBuf {

@@ -153,6 +153,54 @@ extern "C" __global__ void add_bias(float* y, const float* bias, int width, long
     if (i < n) y[i] += bias[i % width];
 }
 
+// LoRA's low-rank updates (backend/cuda/lowrank.rs): y[r, col + o] += scale · (A x_r) · Bt[:, o]
+// for each term of row r. `work` holds each row's first term (rows + 1 ints, padded to an even
+// count), then the terms. Grid: (rows, column tiles of LOW_RANK_COLS); 256 threads. A x_r is
+// computed a chunk of rank components at a time into shared memory (a warp per component).
+struct LowRankTerm {
+    u64 a, bt;
+    int rank, n, col;
+    float scale;
+};
+#define LOW_RANK_COLS 1024
+#define LOW_RANK_CHUNK 64
+extern "C" __global__ void add_low_rank(const float* x, int in_dim, float* y, int out_dim,
+                                        const int* work, int rows) {
+    DEP_ENTER();
+    __shared__ float t[LOW_RANK_CHUNK];
+    const int r = blockIdx.x;
+    const int c0 = blockIdx.y * LOW_RANK_COLS, c1 = min(c0 + LOW_RANK_COLS, out_dim);
+    const LowRankTerm* terms = (const LowRankTerm*)(work + ((rows + 2) & ~1));
+    const float* xr = x + (size_t)r * in_dim;
+    float* yr = y + (size_t)r * out_dim;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
+    for (int e = work[r]; e < work[r + 1]; e++) {
+        const LowRankTerm d = terms[e];
+        const int lo = max(d.col, c0), hi = min(d.col + d.n, c1);
+        if (lo >= hi) continue;  // the same for every thread of the block
+        const float* A = (const float*)d.a;
+        const float* Bt = (const float*)d.bt;
+        for (int k0 = 0; k0 < d.rank; k0 += LOW_RANK_CHUNK) {
+            const int kn = min(LOW_RANK_CHUNK, d.rank - k0);
+            for (int k = warp; k < kn; k += n_warps) {
+                const float* ar = A + (size_t)(k0 + k) * in_dim;
+                float s = 0.0f;
+                for (int i = lane; i < in_dim; i += 32) s += ar[i] * xr[i];
+                s = warp_sum(s);
+                if (lane == 0) t[k] = d.scale * s;
+            }
+            __syncthreads();
+            for (int c = lo + threadIdx.x; c < hi; c += blockDim.x) {
+                const float* bc = Bt + (size_t)k0 * d.n + (c - d.col);
+                float acc = 0.0f;
+                for (int k = 0; k < kn; k++) acc += t[k] * bc[(size_t)k * d.n];
+                yr[c] += acc;
+            }
+            __syncthreads();
+        }
+    }
+}
+
 // The two-term bf16 split of a product's input rows for bf16 tensor cores, with the
 // matrix-vector kernel's input modes applied on the way: row r of v [rows, k] is x's row (or
 // SwiGLU of x's row of 2k values, gate then up), then its RMSNorm with norm_w [k] when given,

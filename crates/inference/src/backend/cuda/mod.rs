@@ -12,6 +12,7 @@
 mod gdn;
 mod graph;
 pub(crate) mod launch;
+mod lowrank;
 mod paged;
 mod quant;
 mod sample;
@@ -27,6 +28,7 @@ use crate::{Error, Result};
 
 pub use gdn::GdnLaunch;
 pub use launch::{AttnTiles, GemvInput, MatrixData};
+pub use lowrank::LowRankTerm;
 pub use paged::{attend_packed, attend_paged, attend_qkv_paged, QkvPrep};
 pub use quant::{q8_matrix, BlockRows};
 
@@ -133,6 +135,7 @@ pub(crate) struct Kernels {
     pub silu_mul: CudaFunction,
     pub gelu: CudaFunction,
     pub add_bias: CudaFunction,
+    pub add_low_rank: CudaFunction,
     pub split_bf16: CudaFunction,
     pub add_halves: CudaFunction,
     pub copy_cols: CudaFunction,
@@ -243,6 +246,9 @@ pub enum Input {
     PickRows,
     /// Token picks: the rows' (id, value) pairs (logit bias, penalties).
     PickPairs,
+    /// Low-rank (LoRA) updates: each row's factor pairs for one product, by the product's key
+    /// (its plan and site; see `add_low_rank`).
+    LowRank(u64, usize),
 }
 
 /// Compiles the kernel source for compute capability `cc` to PTX (also usable without a GPU,
@@ -340,6 +346,7 @@ impl CudaDevice {
             silu_mul: f("silu_mul")?,
             gelu: f("gelu")?,
             add_bias: f("add_bias")?,
+            add_low_rank: f("add_low_rank")?,
             split_bf16: f("split_bf16")?,
             add_halves: f("add_halves")?,
             copy_cols: f("copy_cols")?,
