@@ -389,6 +389,22 @@ impl Selection {
     }
 }
 
+/// `key` (a recorded decode step's) told apart by the adapters each row of the step picked
+/// (`seqs`, one row per sequence): steps with the same picks launch the same low-rank kernels
+/// with the same shapes, their factor addresses being step inputs.
+pub(crate) fn replay_key(key: u64, seqs: &[Selection]) -> u64 {
+    use std::hash::{Hash, Hasher};
+    if seqs.iter().all(Selection::is_empty) {
+        return key;
+    }
+    let mut h = std::hash::DefaultHasher::new();
+    key.hash(&mut h);
+    for s in seqs {
+        s.key().hash(&mut h);
+    }
+    h.finish()
+}
+
 /// The selections of the forward pass running on one thread (see [`with_row_adapters`]).
 struct RowTable {
     rows: Vec<Selection>,

@@ -939,27 +939,29 @@ fn token_picks_match_the_cpu() {
 }
 
 /// LoRA's low-rank updates (each row its own factor pairs): rows with none, one, and several
-/// pairs (a mixture, a negative scale), ranks across the kernel's chunk of 64, outputs across its
-/// column tiles of 1024 and a pair starting inside a tile, against the CPU kernel.
+/// pairs (a mixture, a negative scale), ranks across the kernel's chunk of 16, outputs across
+/// its column tiles and a pair starting inside a tile, inputs across two slices of 256, with
+/// each input mode of the fused products (as is, RMSNorm, SwiGLU), against the CPU kernel
+/// over the transformed rows.
 #[test]
 fn low_rank_updates_match_the_cpu() {
     use lattice_inference::backend::cpu::{add_low_rank, Delta, Values};
-    use lattice_inference::backend::cuda::LowRankTerm;
+    use lattice_inference::backend::cuda::{Buf, GemvInput, LowRankTerm};
     let Some(Device::Cuda(d)) = gpu("low_rank_updates_match_the_cpu") else {
         return;
     };
     let mut rng = Rng(0x10_4a);
-    let (m, in_dim, out_dim) = (7, 72, 2100);
+    let (m, in_dim, out_dim, eps) = (7, 300, 2100, 1e-6f32);
     // (rank, first column, outputs)
-    let shapes = [(3, 0, 2100), (70, 1000, 900), (8, 5, 17)];
+    let shapes = [(3, 0, 2100), (40, 1000, 900), (8, 5, 17)];
     let host: Vec<(Vec<f32>, Vec<f32>)> = shapes
         .iter()
         .map(|&(r, _, n)| (rng.vec(r * in_dim, 0.2), rng.vec(r * n, 0.2)))
         .collect();
-    let devs: Vec<_> = host
+    let devs: Vec<(Buf, Buf)> = host
         .iter()
         .map(|(a, bt)| (d.upload(a).unwrap().into(), d.upload(bt).unwrap().into()))
-        .collect::<Vec<(lattice_inference::backend::cuda::Buf, _)>>();
+        .collect();
     let picks: [&[(usize, f32)]; 7] = [
         &[],
         &[(0, 1.0)],
@@ -969,8 +971,6 @@ fn low_rank_updates_match_the_cpu() {
         &[],
         &[(1, 1.0), (0, 1.0)],
     ];
-    let x = rng.vec(m * in_dim, 1.0);
-    let y0 = rng.vec(m * out_dim, 1.0);
     let cpu_rows: Vec<Vec<Delta>> = picks
         .iter()
         .map(|row| {
@@ -985,8 +985,6 @@ fn low_rank_updates_match_the_cpu() {
                 .collect()
         })
         .collect();
-    let mut want = y0.clone();
-    add_low_rank(&x, in_dim, &mut want, out_dim, &cpu_rows);
     let gpu_rows: Vec<Vec<LowRankTerm>> = picks
         .iter()
         .map(|row| {
@@ -1001,25 +999,72 @@ fn low_rank_updates_match_the_cpu() {
                 .collect()
         })
         .collect();
-    let xd: lattice_inference::backend::cuda::Buf = d.upload(&x).unwrap().into();
-    let mut yd: lattice_inference::backend::cuda::Buf = d.upload(&y0).unwrap().into();
-    // Twice with other picks in between: the step input of the same key takes new lists.
-    let none: Vec<Vec<LowRankTerm>> = vec![Vec::new(); m];
-    d.add_low_rank(&xd, in_dim, &mut yd, out_dim, &none, (u64::MAX, 0))
-        .unwrap();
-    d.add_low_rank(&xd, in_dim, &mut yd, out_dim, &gpu_rows, (u64::MAX, 0))
-        .unwrap();
-    let got = d.download(&yd, m * out_dim).unwrap();
+    let y0 = rng.vec(m * out_dim, 1.0);
+    let norm_w = rng.vec(in_dim, 1.0);
+    let norm_dev: Buf = d.upload(&norm_w).unwrap().into();
     let delta = |v: &[f32]| -> Vec<f32> { v.iter().zip(&y0).map(|(a, b)| a - b).collect() };
-    let e = nerr(&delta(&got), &delta(&want));
-    eprintln!("low-rank updates: normalized error of the update {e:.2e}");
-    assert!(e < 1e-5, "low-rank updates: normalized error {e:e}");
-    // A pair that does not fit the product is an error, not a launch.
-    let bad = vec![vec![LowRankTerm {
-        col: out_dim - 10,
-        ..gpu_rows[1][0]
-    }]];
-    assert!(d
-        .add_low_rank(&xd, in_dim, &mut yd, out_dim, &bad, (u64::MAX, 0))
-        .is_err());
+    for mode in ["plain", "normed", "swiglu"] {
+        // The rows the kernel is given, and the product's input they stand for.
+        let (x, v, input) = match mode {
+            "swiglu" => {
+                let x = rng.vec(m * 2 * in_dim, 2.0);
+                let v: Vec<f32> = x
+                    .chunks_exact(2 * in_dim)
+                    .flat_map(|r| {
+                        let (g, u) = r.split_at(in_dim);
+                        g.iter()
+                            .zip(u)
+                            .map(|(&g, &u)| g / (1.0 + (-g).exp()) * u)
+                            .collect::<Vec<_>>()
+                    })
+                    .collect();
+                (x, v, GemvInput::Swiglu)
+            }
+            "normed" => {
+                let x = rng.vec(m * in_dim, 3.0);
+                let v: Vec<f32> = x
+                    .chunks_exact(in_dim)
+                    .flat_map(|r| {
+                        let ss: f32 = r.iter().map(|a| a * a).sum();
+                        let inv = 1.0 / (ss / in_dim as f32 + eps).sqrt();
+                        r.iter()
+                            .zip(&norm_w)
+                            .map(|(&a, &w)| w * (a * inv))
+                            .collect::<Vec<_>>()
+                    })
+                    .collect();
+                (x, v, GemvInput::Normed(&norm_dev, eps))
+            }
+            _ => {
+                let x = rng.vec(m * in_dim, 1.0);
+                (x.clone(), x, GemvInput::Plain)
+            }
+        };
+        let mut want = y0.clone();
+        add_low_rank(&v, in_dim, &mut want, out_dim, &cpu_rows);
+        let xd: Buf = d.upload(&x).unwrap().into();
+        let mut yd: Buf = d.upload(&y0).unwrap().into();
+        // Twice with other picks in between: the step input of the same key takes new lists.
+        let none: Vec<Vec<LowRankTerm>> = vec![Vec::new(); m];
+        let key = (u64::MAX, 0);
+        d.add_low_rank(&xd, in_dim, input, &mut yd, out_dim, &none, key)
+            .unwrap();
+        d.add_low_rank(&xd, in_dim, input, &mut yd, out_dim, &gpu_rows, key)
+            .unwrap();
+        let got = d.download(&yd, m * out_dim).unwrap();
+        let e = nerr(&delta(&got), &delta(&want));
+        eprintln!("low-rank updates ({mode} input): normalized error of the update {e:.2e}");
+        assert!(
+            e < 1e-5,
+            "low-rank updates ({mode}): normalized error {e:e}"
+        );
+        // A pair that does not fit the product is an error, not a launch.
+        let bad = vec![vec![LowRankTerm {
+            col: out_dim - 10,
+            ..gpu_rows[1][0]
+        }]];
+        assert!(d
+            .add_low_rank(&xd, in_dim, input, &mut yd, out_dim, &bad, key)
+            .is_err());
+    }
 }

@@ -590,24 +590,28 @@ pub trait Decoder: Send + Sync {
             && batch.seq_lens.len() <= REPLAYED_ROWS
             && batch.seq_lens.len() == states.len();
         let info = self.info();
+        let adapters = last.adapters.as_deref();
+        let run = |last: &ForwardBatch<'_>, states: &mut [&mut SeqState]| {
+            crate::lora::with_row_adapters(adapters, &last.seq_lens, || {
+                self.pick_on_pool(last, states, picks)
+            })
+        };
         crate::ops::pass(|| {
-            if !decode || last.adapters.is_some() {
-                return crate::lora::with_row_adapters(
-                    last.adapters.as_deref(),
-                    &last.seq_lens,
-                    || self.pick_on_pool(&last, states, picks),
-                );
+            if !decode {
+                return run(&last, states);
             }
             // Pages first, so a recorded step allocates none.
             for s in states.iter_mut() {
                 s.reserve(1)?;
             }
-            // Argmax steps and sampling steps launch different kernels: recorded apart.
+            // Argmax steps and sampling steps launch different kernels: recorded apart; so
+            // are steps whose rows picked other LoRA adapters (other factor pairs per row).
             let sampling = !picks.iter().all(Pick::is_argmax);
-            let key = (info.instance << 1) | u64::from(sampling);
-            crate::ops::replayed_step(&info.device, key, picks, || {
-                self.pick_on_pool(&last, states, picks)
-            })
+            let mut key = (info.instance << 1) | u64::from(sampling);
+            if let Some(sel) = adapters {
+                key = crate::lora::replay_key(key, sel);
+            }
+            crate::ops::replayed_step(&info.device, key, picks, || run(&last, states))
         })
     }
 

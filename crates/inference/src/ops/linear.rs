@@ -423,8 +423,7 @@ impl Linear {
     }
 
     /// This layer with unmerged LoRA adapters attached at `site` of `plan`: after the product
-    /// each row adds `s · B (A x)` for the adapters it runs with (on a GPU too; there the
-    /// layer's products take their inputs unfused, see [`Linear::apply_normed`]).
+    /// each row adds `s · B (A x)` for the adapters it runs with (on a GPU too).
     pub fn with_lora(mut self, plan: Arc<LoraPlan>, site: usize) -> Self {
         self.lora = Some((plan, site));
         self
@@ -728,7 +727,7 @@ impl Linear {
 
     /// `norm(x) · Wᵀ + b`: the RMSNorm of the input rows fused into the product where the
     /// device can (a GPU's matrix-vector kernel or the bf16 split of cuBLAS's input), else the
-    /// two ops (always for a layer with LoRA adapters, whose updates read the normed rows).
+    /// two ops.
     pub fn apply_normed(&self, x: &Tensor, norm: &RmsNorm) -> Result<Tensor> {
         #[cfg(feature = "cuda")]
         if let Storage::Cuda(s) = x.storage() {
@@ -761,8 +760,7 @@ impl Linear {
 
     /// The product on a GPU with `input` applied to the rows of `x` (`cols` values each)
     /// inside its kernels (`CudaDevice::matmul_in`), adding to `residual` (taken) when given;
-    /// `None` when `x` or the weights are not on a GPU, the layer has LoRA adapters or the
-    /// device does not fuse that shape.
+    /// `None` when `x` or the weights are not on a GPU or the device does not fuse that shape.
     #[cfg(feature = "cuda")]
     fn fused_product(
         &self,
@@ -771,9 +769,7 @@ impl Linear {
         residual: &mut Option<Tensor>,
         input: crate::backend::cuda::GemvInput<'_>,
     ) -> Result<Option<Tensor>> {
-        let (Storage::Cuda(s), LinearWeight::Cuda(w), None) =
-            (x.storage(), &self.weight, &self.lora)
-        else {
+        let (Storage::Cuda(s), LinearWeight::Cuda(w)) = (x.storage(), &self.weight) else {
             return Ok(None);
         };
         let m = x.rows();
@@ -801,7 +797,34 @@ impl Linear {
             let b = self.bias_dev.cuda(&s.dev, b)?;
             s.dev.add_bias(&mut y, b, m, self.out_dim)?;
         }
+        self.add_lora_cuda(&s.dev, &s.buf, input, m, &mut y)?;
         Ok(Some(Tensor::cuda(&s.dev, m, self.out_dim, y)))
+    }
+
+    /// The LoRA updates of the `m` rows of this layer's product `y` on a GPU (none without
+    /// adapters), reading the product's input `x` with `input` applied.
+    #[cfg(feature = "cuda")]
+    fn add_lora_cuda(
+        &self,
+        dev: &crate::backend::cuda::CudaDevice,
+        x: &crate::backend::cuda::Buf,
+        input: crate::backend::cuda::GemvInput<'_>,
+        m: usize,
+        y: &mut crate::backend::cuda::Buf,
+    ) -> Result<()> {
+        let Some((plan, site)) = &self.lora else {
+            return Ok(());
+        };
+        crate::lora::with_terms(plan, *site, m, |rows| {
+            let rows = rows
+                .iter()
+                .map(|r| r.iter().map(|t| t.cuda(dev)).collect())
+                .collect::<Result<Vec<Vec<_>>>>()?;
+            let key = (plan.id(), *site);
+            dev.add_low_rank(x, self.in_dim, input, y, self.out_dim, &rows, key)
+        })
+        .transpose()
+        .map(|_| ())
     }
 
     fn apply_with(&self, x: &Tensor, residual: Option<Tensor>, gelu: bool) -> Result<Tensor> {
@@ -842,18 +865,8 @@ impl Linear {
                     let b = self.bias_dev.cuda(&s.dev, b)?;
                     s.dev.add_bias(&mut y, b, m, self.out_dim)?;
                 }
-                if let Some((plan, site)) = &self.lora {
-                    crate::lora::with_terms(plan, *site, m, |rows| {
-                        let rows = rows
-                            .iter()
-                            .map(|r| r.iter().map(|t| t.cuda(&s.dev)).collect())
-                            .collect::<Result<Vec<Vec<_>>>>()?;
-                        let key = (plan.id(), *site);
-                        s.dev
-                            .add_low_rank(&s.buf, self.in_dim, &mut y, self.out_dim, &rows, key)
-                    })
-                    .transpose()?;
-                }
+                let plain = crate::backend::cuda::GemvInput::Plain;
+                self.add_lora_cuda(&s.dev, &s.buf, plain, m, &mut y)?;
                 if gelu {
                     s.dev.gelu(&mut y, m * self.out_dim)?;
                 }

@@ -25,6 +25,9 @@ const REPLAY: u8 = 2;
 /// Rows of the fixed output buffer (token ids of one step).
 const OUTPUT_ROWS: usize = 4096;
 
+/// Recorded steps kept at most (all are dropped when one more is recorded).
+const MAX_RECORDED: usize = 256;
+
 type Key = (u64, usize);
 
 /// A recorded step.
@@ -304,6 +307,12 @@ impl CudaDevice {
                 graph
                     .launch()
                     .map_err(|e| err("running a recorded decode step", e))?;
+                // Keys also tell the rows' LoRA picks apart: a long-serving process records
+                // new ones as batches change, so the table is bounded.
+                if r.graphs.len() >= MAX_RECORDED {
+                    r.graphs.clear();
+                    r.warmed.clear();
+                }
                 r.graphs.insert(k, Recording(graph));
                 drop(r);
                 self.read_output(rows)

@@ -153,48 +153,105 @@ extern "C" __global__ void add_bias(float* y, const float* bias, int width, long
     if (i < n) y[i] += bias[i % width];
 }
 
-// LoRA's low-rank updates (backend/cuda/lowrank.rs): y[r, col + o] += scale · (A x_r) · Bt[:, o]
-// for each term of row r. `work` holds each row's first term (rows + 1 ints, padded to an even
-// count), then the terms. Grid: (rows, column tiles of LOW_RANK_COLS); 256 threads. A x_r is
-// computed a chunk of rank components at a time into shared memory (a warp per component).
+// LoRA's low-rank updates (backend/cuda/lowrank.rs), y[r, col + o] += scale · (A v_r) · Bt[:, o]
+// for each term of row r, in two launches: `low_rank_shrink` sums A v_r over slices of 256
+// inputs (a block per term, slice and 16 rank components: one load of A per thread, issued
+// before the wait for the kernel before, whose output v_r is), `low_rank_expand` adds the
+// slices' sums and multiplies by Bt (a block per row and column tile). v_r is x's row r with
+// the matrix-vector kernel's input mode applied (as the separate ops compute it): as is, its
+// RMSNorm with norm_w [k], or SwiGLU of its 2k values (gate then up). `work` holds each row's
+// first term (rows + 1 ints, padded to an even count), then the terms; `part` [slices,
+// total_rank] the partial sums, a term's rank components from `toff`.
 struct LowRankTerm {
     u64 a, bt;
     int rank, n, col;
     float scale;
+    int row, toff;
 };
-#define LOW_RANK_COLS 1024
-#define LOW_RANK_CHUNK 64
-extern "C" __global__ void add_low_rank(const float* x, int in_dim, float* y, int out_dim,
-                                        const int* work, int rows) {
+#define LOW_RANK_CHUNK 16
+#define LOW_RANK_SLICE 256
+
+__device__ __forceinline__ const LowRankTerm* low_rank_terms(const int* work, int rows) {
+    return (const LowRankTerm*)(work + ((rows + 2) & ~1));
+}
+
+// Grid: (terms, slices, rank chunks); LOW_RANK_SLICE threads.
+extern "C" __global__ void __launch_bounds__(LOW_RANK_SLICE) low_rank_shrink(
+    const float* x, int in_dim, const int* work, int rows, float* part, int total_rank,
+    const float* norm_w, float eps, int swiglu) {
+    __shared__ float sums[LOW_RANK_SLICE / 32][LOW_RANK_CHUNK];
+    const LowRankTerm d = low_rank_terms(work, rows)[blockIdx.x];
+    const int k0 = blockIdx.z * LOW_RANK_CHUNK;
+    const int kn = min(LOW_RANK_CHUNK, d.rank - k0);
+    const int i = blockIdx.y * LOW_RANK_SLICE + threadIdx.x;
+    // The factors are never written by a kernel: loaded before the wait.
+    float a[LOW_RANK_CHUNK];
+    const float* ai = (const float*)d.a + (size_t)k0 * in_dim + i;
+#pragma unroll
+    for (int k = 0; k < LOW_RANK_CHUNK; k++)
+        a[k] = (k < kn && i < in_dim) ? ai[(size_t)k * in_dim] : 0.0f;
+    DEP_ENTER();
+    if (kn <= 0) return;  // the same for every thread of the block
+    const float* xr = x + (size_t)d.row * (swiglu ? 2 * in_dim : in_dim);
+    float inv_rms = 1.0f;
+    if (norm_w) {
+        float ss = 0.0f;
+        for (int j = threadIdx.x; j < in_dim; j += blockDim.x) ss += xr[j] * xr[j];
+        inv_rms = 1.0f / sqrtf(block_sum(ss) / (float)in_dim + eps);
+    }
+    float v = 0.0f;
+    if (i < in_dim) {
+        if (swiglu) {
+            const float g = xr[i], u = xr[in_dim + i];
+            v = g / (1.0f + expf(-g)) * u;
+        } else {
+            v = xr[i];
+            if (norm_w) v = norm_w[i] * (v * inv_rms);
+        }
+    }
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+    for (int k = 0; k < LOW_RANK_CHUNK; k++) {
+        const float s = warp_sum(a[k] * v);
+        if (lane == 0) sums[warp][k] = s;
+    }
+    __syncthreads();
+    if (threadIdx.x < kn) {
+        float s = 0.0f;
+        for (int w = 0; w < LOW_RANK_SLICE / 32; w++) s += sums[w][threadIdx.x];
+        part[(size_t)blockIdx.y * total_rank + d.toff + k0 + threadIdx.x] = s;
+    }
+}
+
+// Grid: (rows, column tiles of `cols` outputs); 256 threads.
+extern "C" __global__ void __launch_bounds__(256) low_rank_expand(
+    float* y, int out_dim, const int* work, int rows, const float* part, int slices,
+    int total_rank, int cols) {
     DEP_ENTER();
     __shared__ float t[LOW_RANK_CHUNK];
     const int r = blockIdx.x;
-    const int c0 = blockIdx.y * LOW_RANK_COLS, c1 = min(c0 + LOW_RANK_COLS, out_dim);
-    const LowRankTerm* terms = (const LowRankTerm*)(work + ((rows + 2) & ~1));
-    const float* xr = x + (size_t)r * in_dim;
+    const int c0 = blockIdx.y * cols, c1 = min(c0 + cols, out_dim);
+    const LowRankTerm* terms = low_rank_terms(work, rows);
     float* yr = y + (size_t)r * out_dim;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
     for (int e = work[r]; e < work[r + 1]; e++) {
         const LowRankTerm d = terms[e];
         const int lo = max(d.col, c0), hi = min(d.col + d.n, c1);
         if (lo >= hi) continue;  // the same for every thread of the block
-        const float* A = (const float*)d.a;
         const float* Bt = (const float*)d.bt;
         for (int k0 = 0; k0 < d.rank; k0 += LOW_RANK_CHUNK) {
             const int kn = min(LOW_RANK_CHUNK, d.rank - k0);
-            for (int k = warp; k < kn; k += n_warps) {
-                const float* ar = A + (size_t)(k0 + k) * in_dim;
+            if (threadIdx.x < kn) {
                 float s = 0.0f;
-                for (int i = lane; i < in_dim; i += 32) s += ar[i] * xr[i];
-                s = warp_sum(s);
-                if (lane == 0) t[k] = d.scale * s;
+                for (int sl = 0; sl < slices; sl++)
+                    s += part[(size_t)sl * total_rank + d.toff + k0 + threadIdx.x];
+                t[threadIdx.x] = d.scale * s;
             }
             __syncthreads();
             for (int c = lo + threadIdx.x; c < hi; c += blockDim.x) {
                 const float* bc = Bt + (size_t)k0 * d.n + (c - d.col);
-                float acc = 0.0f;
-                for (int k = 0; k < kn; k++) acc += t[k] * bc[(size_t)k * d.n];
-                yr[c] += acc;
+                float sum = 0.0f;
+                for (int k = 0; k < kn; k++) sum += t[k] * bc[(size_t)k * d.n];
+                yr[c] += sum;
             }
             __syncthreads();
         }
