@@ -269,26 +269,22 @@ struct Factor {
 }
 
 /// One factor pair a row of a product adds, with its scale (the adapter's scaling times the
-/// selection's), for a backend's low-rank kernel.
+/// selection's), for a backend's low-rank kernel: the CPU kernel's form, and the factor whose
+/// device copies a GPU runs.
 #[derive(Clone, Copy)]
 pub(crate) struct Term<'a> {
+    delta: Delta<'a>,
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
     factor: &'a Factor,
-    scale: f32,
+}
+
+impl<'a> AsRef<Delta<'a>> for Term<'a> {
+    fn as_ref(&self) -> &Delta<'a> {
+        &self.delta
+    }
 }
 
 impl<'a> Term<'a> {
-    /// The CPU kernel's form.
-    pub(crate) fn delta(&self) -> Delta<'a> {
-        let f = self.factor;
-        Delta {
-            a: f.a.values(),
-            bt: f.bt.values(),
-            rank: f.rank,
-            col: f.col,
-            scale: self.scale,
-        }
-    }
-
     /// The GPU kernel's form, uploading the factors to `dev` on first use.
     #[cfg(feature = "cuda")]
     pub(crate) fn cuda(
@@ -301,7 +297,7 @@ impl<'a> Term<'a> {
             bt: f.dev.1.cuda_with(dev, || f.bt.to_f32())?,
             rank: f.rank,
             col: f.col,
-            scale: self.scale,
+            scale: self.delta.scale,
         })
     }
 }
@@ -522,8 +518,14 @@ fn push_terms<'a>(sel: &'a Selection, site: usize, out: &mut Vec<Term<'a>>) {
     for (adapter, scale) in sel.adapters() {
         for factor in adapter.factors.get(site).into_iter().flatten() {
             out.push(Term {
+                delta: Delta {
+                    a: factor.a.values(),
+                    bt: factor.bt.values(),
+                    rank: factor.rank,
+                    col: factor.col,
+                    scale: *scale * adapter.scaling,
+                },
                 factor,
-                scale: *scale * adapter.scaling,
             });
         }
     }

@@ -531,11 +531,7 @@ impl Linear {
         let m = self.rows(x);
         let added = crate::lora::with_terms(plan, *site, m, |rows| {
             self.run_base(x, y, accumulate, false);
-            let deltas: Vec<Vec<cpu::Delta>> = rows
-                .iter()
-                .map(|r| r.iter().map(crate::lora::Term::delta).collect())
-                .collect();
-            cpu::add_low_rank(x, self.in_dim, y, self.out_dim, &deltas);
+            cpu::add_low_rank(x, self.in_dim, y, self.out_dim, rows);
         });
         if added.is_none() {
             self.run_base(x, y, accumulate, gelu);

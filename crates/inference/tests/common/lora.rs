@@ -200,22 +200,18 @@ pub fn check_requests_pick_their_adapters(dev: &Device, bases: &[&str]) {
         let ids = &prompts[0];
         let mut batch = ForwardBatch::tokens(ids, &[ids.len()], RowOutputs::LastLogits);
         batch.adapters = Some(vec![one(&attn)]);
-        let mut cache = plain.decoder.new_cache(ids.len() + 1);
-        let e = plain
-            .decoder
-            .forward_batch(&batch, &mut [&mut cache])
-            .unwrap_err()
-            .to_string();
+        let forward_err = |m: &TextModel| {
+            let mut cache = m.decoder.new_cache(ids.len() + 1);
+            m.decoder
+                .forward_batch(&batch, &mut [&mut cache])
+                .unwrap_err()
+                .to_string()
+        };
+        let e = forward_err(&plain);
         assert!(e.contains("without LoRA"), "{e}");
         let mut place = Placement::new(WeightMode::F32, dev.clone());
         place.lora = Some(Arc::new(LoraPlan::selectable(Vec::new())));
-        let empty = TextModel::load_on(&fixture(base), &place).unwrap();
-        let mut cache = empty.decoder.new_cache(ids.len() + 1);
-        let e = empty
-            .decoder
-            .forward_batch(&batch, &mut [&mut cache])
-            .unwrap_err()
-            .to_string();
+        let e = forward_err(&TextModel::load_on(&fixture(base), &place).unwrap());
         assert!(e.contains("another model"), "{e}");
     }
 }

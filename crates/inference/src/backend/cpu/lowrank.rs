@@ -62,6 +62,12 @@ pub struct Delta<'a> {
     pub scale: f32,
 }
 
+impl<'a> AsRef<Delta<'a>> for Delta<'a> {
+    fn as_ref(&self) -> &Delta<'a> {
+        self
+    }
+}
+
 impl Delta<'_> {
     fn outputs(&self) -> usize {
         self.bt.len() / self.rank.max(1)
@@ -71,7 +77,13 @@ impl Delta<'_> {
 /// `y[i] += Σ_d d.scale · (d.a x[i]) · d.bt` over the deltas `rows[i]` of every row `i` of
 /// `x` [m, in_dim] and `y` [m, out_dim]. Rows are spread over the worker threads; a batch of
 /// fewer rows than threads splits each row's outputs instead.
-pub fn add_low_rank(x: &[f32], in_dim: usize, y: &mut [f32], out_dim: usize, rows: &[Vec<Delta>]) {
+pub fn add_low_rank<'a, D: AsRef<Delta<'a>> + Sync>(
+    x: &[f32],
+    in_dim: usize,
+    y: &mut [f32],
+    out_dim: usize,
+    rows: &[Vec<D>],
+) {
     let m = rows.len();
     assert_eq!(
         x.len(),
@@ -83,7 +95,7 @@ pub fn add_low_rank(x: &[f32], in_dim: usize, y: &mut [f32], out_dim: usize, row
         m * out_dim,
         "add_low_rank: y is not [{m}, {out_dim}]"
     );
-    for d in rows.iter().flatten() {
+    for d in rows.iter().flatten().map(AsRef::as_ref) {
         assert!(
             d.a.len() == d.rank * in_dim
                 && d.bt.len() == d.rank * d.outputs()
@@ -91,7 +103,11 @@ pub fn add_low_rank(x: &[f32], in_dim: usize, y: &mut [f32], out_dim: usize, row
             "add_low_rank: a factor does not fit the product"
         );
     }
-    let work: usize = rows.iter().flatten().map(|d| d.a.len() + d.bt.len()).sum();
+    let work: usize = rows
+        .iter()
+        .flatten()
+        .map(|d| d.as_ref().a.len() + d.as_ref().bt.len())
+        .sum();
     if work == 0 || out_dim == 0 {
         return;
     }
@@ -114,7 +130,7 @@ pub fn add_low_rank(x: &[f32], in_dim: usize, y: &mut [f32], out_dim: usize, row
             let c1 = (c0 + end - pos).min(out_dim);
             let out = &mut chunk[pos - start..pos - start + (c1 - c0)];
             let xr = &x[i * in_dim..(i + 1) * in_dim];
-            for d in &rows[i] {
+            for d in rows[i].iter().map(AsRef::as_ref) {
                 let n = d.outputs();
                 let (lo, hi) = (d.col.max(c0), (d.col + n).min(c1));
                 if lo >= hi {
