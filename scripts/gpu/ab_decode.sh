@@ -10,12 +10,7 @@
 # LATTICE_CUDA_TRACE=1 in a variant, the graph's device time per step is printed too.
 set -u
 cd "$(dirname "$0")/../.."
-# Binaries packed here by scripts/gpu/pack_device.sh travel compressed: unpack them once.
-[ ! -f .device/bins.txz ] || [ -x .device/lattice ] || tar -C .device -xJf .device/bins.txz
-libdirs=$(find /usr/local/cuda* /usr/lib/x86_64-linux-gnu /opt /usr/local/lib -maxdepth 8 \
-  \( -name 'libcublas.so*' -o -name 'libnvrtc.so*' -o -name 'libcublasLt.so*' \) 2>/dev/null |
-  grep -v /stubs/ | xargs -r -n1 dirname | sort -u | tr '\n' ':')
-export LD_LIBRARY_PATH="$libdirs${LD_LIBRARY_PATH:-}"
+. scripts/gpu/device_env.sh
 M=${MODELS_DIR:-/tmp/gpu-models}
 model=${MODEL:-$M/qwen3-0.6b-bf16}
 flags=${FLAGS-"--bf16"}

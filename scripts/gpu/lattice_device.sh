@@ -19,18 +19,12 @@
 # the product kernels; LLAMA_CUDA=0 builds llama-quantize alone, without llama-bench).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-# Binaries packed here by scripts/gpu/pack_device.sh travel compressed: unpack them once.
-[ ! -f .device/bins.txz ] || [ -x .device/lattice ] || tar -C .device -xJf .device/bins.txz
+. scripts/gpu/device_env.sh
 out=${OUT:-/tmp/gpu-out}
 mkdir -p "$out"
 steps=${STEPS:-env tests models lattice torch}
 models=${MODELS_DIR:-/tmp/gpu-models}
 export PYTHONUNBUFFERED=1
-
-libdirs=$(find /usr/local/cuda* /usr/lib/x86_64-linux-gnu /opt /usr/local/lib -maxdepth 8 \
-  \( -name 'libcublas.so*' -o -name 'libnvrtc.so*' -o -name 'libcublasLt.so*' \) 2>/dev/null |
-  grep -v /stubs/ | xargs -r -n1 dirname | sort -u | tr '\n' ':')
-export LD_LIBRARY_PATH="${libdirs}${LD_LIBRARY_PATH:-}"
 export CARGO_MANIFEST_DIR="$PWD/crates/inference"
 
 for step in $steps; do

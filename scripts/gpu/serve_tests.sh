@@ -11,16 +11,12 @@ cd "$(dirname "$0")/../.."
 out=${OUT:-/tmp/gpu-out}
 models=${MODELS_DIR:-/tmp/gpu-models}
 mkdir -p "$out"
-[ -x .device/lattice ] || tar -C .device -xJf .device/bins.txz
+. scripts/gpu/device_env.sh
 [ -x .device/serve ] || tar -C .device -xJf .device/serve.txz
 # The test binaries have this checkout's paths built in.
 mkdir -p /work && [ -e /work/main ] || ln -sfn "$PWD" /work/main
 mkdir -p target/cuda/release && cp .device/lattice target/cuda/release/
 python3 -m pip install -q --no-index --find-links .device/wheels --target /tmp/pylib openai
-libdirs=$(find /usr/local/cuda* /usr/lib/x86_64-linux-gnu /opt /usr/local/lib -maxdepth 8 \
-  \( -name 'libcublas.so*' -o -name 'libnvrtc.so*' -o -name 'libcublasLt.so*' \) 2>/dev/null |
-  grep -v /stubs/ | xargs -r -n1 dirname | sort -u | tr '\n' ':')
-export LD_LIBRARY_PATH="${libdirs}${LD_LIBRARY_PATH:-}"
 export PYTHONPATH=/tmp/pylib LATTICE_TEST_DEVICE=cuda
 export LATTICE_TEST_SLOW_MODEL="$models/qwen3-0.6b-f32"
 export LATTICE_TEST_EMBED_MODEL="$PWD/crates/inference/tests/fixtures/tiny-bert"
