@@ -15,8 +15,9 @@
 # full-size random BERT against sentence-transformers (carry .device/minilm, see the step). `gguf` builds llama.cpp with CUDA from the carried
 # .device/llama-src.tar.gz (scripts/gpu/pack_llama_src.sh), converts the bf16 Qwen3-0.6B to a
 # BF16 GGUF, quantizes it to each of QUANTS (Q4_K_M Q4_0 Q8_0) and runs llama-bench and
-# `lattice bench generate` on the same files (QUANT_KERNELS="default gemv q8blocks": A/B of
-# the product kernels; LLAMA_CUDA=0 builds llama-quantize alone, without llama-bench).
+# `lattice bench generate` on the same files (QUANT_KERNELS="default gemv q8blocks old": A/B of
+# the product kernels; LLAMA_CUDA=0 builds llama-quantize alone, without llama-bench;
+# LLAMA_PACK=1 packs the build for later calls, which unpack .device/llama-bin-*).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 . scripts/gpu/device_env.sh
@@ -124,6 +125,11 @@ for step in $steps; do
       lc=/tmp/llama.cpp
       cuda=${LLAMA_CUDA:-1}
       bin="$lc/build-cuda$cuda/bin"
+      # A build packed by an earlier call (LLAMA_PACK=1, carried back as .device/llama-bin-*).
+      if [ ! -x "$bin/llama-quantize" ] && ls .device/llama-bin-"$cuda".txz.* > /dev/null 2>&1; then
+        mkdir -p "$bin" && cat .device/llama-bin-"$cuda".txz.* | tar -xJ -C "$bin" &&
+          echo "llama.cpp unpacked from .device/llama-bin-$cuda.txz.*"
+      fi
       if [ ! -x "$bin/llama-quantize" ]; then
         [ -d "$lc" ] || tar -xzf .device/llama-src.tar.gz -C /tmp
         targets=llama-quantize
@@ -137,6 +143,10 @@ for step in $steps; do
         cmake --build "$lc/build-cuda$cuda" -j "$(nproc)" --target $targets \
           > "$out/llama_build.log" 2>&1 || { tail -20 "$out/llama_build.log"; continue; }
         echo "llama.cpp built ($(date +%T))"
+        # LLAMA_PACK=1: the build's bin folder (programs and shared libraries, whose run paths
+        # name this folder) into $PACK_DIR (default $out) in parts of 15 MB, to carry next time.
+        [ -z "${LLAMA_PACK:-}" ] || tar -C "$bin" -c . | xz -T0 -6 |
+          split -b 15M - "${PACK_DIR:-$out}/llama-bin-$cuda.txz."
       fi
       base="$models/qwen3-0.6b-bf16.gguf"
       [ -f "$base" ] || PYTHONPATH="$lc/gguf-py" python3 "$lc/convert_hf_to_gguf.py" \
@@ -152,20 +162,23 @@ for step in $steps; do
         for streams in ${STREAMS:-8 64}; do
           for kern in ${QUANT_KERNELS:-default}; do
             # A/B switches: gemv (LATTICE_CUDA_QUANT=gemv: the matrix-vector kernel for every
-            # product), q8blocks (LATTICE_CUDA_Q8=blocks: Q8_0 decode in the block kernel).
+            # product), q8blocks (LATTICE_CUDA_Q8=blocks: Q8_0 decode in the block kernel), old
+            # (.device/lattice-old, an earlier build packed beside it).
+            exe=.device/lattice
             case $kern in
               gemv) env=LATTICE_CUDA_QUANT=gemv ;;
               q8blocks) env=LATTICE_CUDA_Q8=blocks ;;
+              old) env= exe=.device/lattice-old ;;
               *) env= ;;
             esac
-            env $env .device/lattice bench generate --model "$f" --device cuda \
+            env $env "$exe" bench generate --model "$f" --device cuda \
               --prompt-tokens 512 --gen-tokens 128 --runs "${RUNS:-5}" --streams "$streams" \
               --json 2>&1 | tee "$out/lattice_${q}_${kern}_s$streams.json" | grep -v '^bench: run'
           done
         done
       done
-      # The same files on the GPU against the CPU (logits, greedy).
-      LATTICE_TEST_GGUF=$(ls "$models"/qwen3-0.6b-Q*.gguf | tr '\n' ,) .device/cuda_parity \
+      # The same files on the GPU against the CPU (logits, greedy); GGUF_PARITY=0 skips it.
+      [ "${GGUF_PARITY:-1}" = 0 ] || LATTICE_TEST_GGUF=$(ls "$models"/qwen3-0.6b-Q*.gguf | tr '\n' ,) .device/cuda_parity \
         quantized_gguf --nocapture 2>&1 | tee "$out/gguf_parity.log" | grep -vE '^$'
       ;;
     fullsize)

@@ -1,116 +1,21 @@
-// GGUF Q8_0 products on the GPU (appended to kernels.cu by backend/cuda/mod.rs). A Q8_0 weight
-// matrix [n, k] is held as int8 codes [n, k] and f16 scales [n, k / 32] (the GGUF blocks split
-// in two arrays, so rows of codes are 16-byte aligned). Activations are quantized per block of
-// 32 exactly as the CPU backend does (quant/act.rs, ggml's x86 quantizer): d = amax / 127
-// rounded to f16, q = round_half_even(x * (127 / amax)); a block's dot product is the integer
-// sum of its 32 code products times dw * dx. The integer sums are exact, so the GPU differs
-// from the CPU only in the order the f32 block terms are added.
-
-// Chunks of 16 codes each lane loads before it multiplies any (bytes in flight per warp).
-#define Q8_PF 4
-
-// Rows one block of gemv_q8 takes (its grid's y dimension walks groups of them).
-#define Q8_GEMV_ROWS 8
-
-// y [m, n] (+)= x · Wᵀ for f32 rows x (input mode as split_bf16: RMSNorm with norm_w, or
-// SwiGLU of rows of 2k values) and Q8_0 weights (wq [n, k], wd [n, k / 32] f16): block (bx, g)
-// quantizes rows 8g .. 8g + 7 into shared memory (codes, then scales: 9k / 8 bytes a row) as
-// above, then each warp takes output columns as gemv does, streaming W once per row group (the
-// second and later groups from L2).
-extern "C" __global__ void gemv_q8(const float* x, const signed char* wq, const f16_t* wd,
-                                   float* y, int m, int n, int k, int accumulate,
-                                   const float* norm_w, float eps, int swiglu) {
-    extern __shared__ int4 xs_q8[];
-    const int kb = k / 32, k16 = k / 16;
-    const int row0 = blockIdx.y * Q8_GEMV_ROWS;
-    const int rows = min(Q8_GEMV_ROWS, m - row0);
-    int4* xs = xs_q8;
-    float* xds = (float*)(xs + rows * k16);
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, warps = blockDim.x >> 5;
-    DEP_ENTER();
-    float rs[Q8_GEMV_ROWS];
-#pragma unroll
-    for (int j = 0; j < Q8_GEMV_ROWS; j++) {
-        rs[j] = 1.0f;
-        if (norm_w != nullptr && j < rows)
-            rs[j] = row_rms_scale(x + (size_t)(row0 + j) * (swiglu ? 2 * k : k), k, swiglu, eps);
-    }
-    for (int t = warp; t < rows * kb; t += warps) {
-        const int j = t / kb, b = t - j * kb, i = b * 32 + lane;
-        const float* xr = x + (size_t)(row0 + j) * (swiglu ? 2 * k : k);
-        float v = split_input(xr, i, k, swiglu);
-        float r = 1.0f;
-#pragma unroll
-        for (int jj = 0; jj < Q8_GEMV_ROWS; jj++) {
-            if (jj == j) r = rs[jj];
-        }
-        if (norm_w != nullptr) v = norm_w[i] * (v * r);
-        const float amax = warp_max(fabsf(v));
-        const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
-        ((signed char*)xs)[(size_t)j * k + i] = (signed char)__float2int_rn(v * id);
-        if (lane == 0) xds[j * kb + b] = f16_to_f32(f32_to_f16(amax / 127.0f));
-    }
-    __syncthreads();
-    const int stride = gridDim.x * warps;
-    for (int col = blockIdx.x * warps + warp; col < n; col += stride) {
-        const int4* wr = (const int4*)(wq + (size_t)col * k);
-        const f16_t* wdr = wd + (size_t)col * kb;
-        float acc[Q8_GEMV_ROWS];
-#pragma unroll
-        for (int j = 0; j < Q8_GEMV_ROWS; j++) acc[j] = 0.0f;
-        for (int c0 = lane; c0 < k16; c0 += 32 * Q8_PF) {
-            int4 w4[Q8_PF];
-            float dw[Q8_PF];
-#pragma unroll
-            for (int u = 0; u < Q8_PF; u++) {
-                const int c = c0 + 32 * u;
-                if (c < k16) {
-                    w4[u] = wr[c];
-                    dw[u] = f16_to_f32(wdr[c >> 1]);
-                }
-            }
-#pragma unroll
-            for (int u = 0; u < Q8_PF; u++) {
-                const int c = c0 + 32 * u;
-                if (c >= k16) break;
-#pragma unroll
-                for (int j = 0; j < Q8_GEMV_ROWS; j++) {
-                    if (j >= rows) break;
-                    const int4 a = xs[j * k16 + c];
-                    int s = __dp4a(w4[u].x, a.x, 0);
-                    s = __dp4a(w4[u].y, a.y, s);
-                    s = __dp4a(w4[u].z, a.z, s);
-                    s = __dp4a(w4[u].w, a.w, s);
-                    // Half a block: its integer sum is exact in f32 (|s| < 2^24).
-                    acc[j] += (float)s * (dw[u] * xds[j * kb + (c >> 1)]);
-                }
-            }
-        }
-#pragma unroll
-        for (int j = 0; j < Q8_GEMV_ROWS; j++) {
-            if (j >= rows) break;
-            const float s = warp_sum(acc[j]);
-            if (lane == 0) {
-                float* o = y + (size_t)(row0 + j) * n + col;
-                *o = accumulate ? *o + s : s;
-            }
-        }
-    }
-}
-
-// ---------------------------------------------------------------------------------------------
-// The other GGUF block types (Q4_0, Q4_1, Q5_0, Q4_K, Q6_K; Q8_0 too where it shares a matrix
-// with them): products in one matrix-vector kernel per type (gemv_blocks<T>), for any number
-// of rows (groups of up to 8 rows along the
-// grid's y). A matrix keeps its file's bytes, with each block's f16 scale(s) moved into a
-// separate array so the rest (the body) is 4-byte aligned: BLK_BODY bytes and BLK_HALVES f16
-// per block (see quant.rs). The activations are quantized as the CPU backend does for each
-// weight type (quant/act.rs): Q8_0 per 32 (Q4_0, Q5_0, Q8_0), Q8_1 per 32 (Q4_1: plus
-// s = f16(d · Σq)), Q8_K per 256 (Q4_K, Q6_K: f32 scale, signed-max rule, sums). Each lane takes
-// units of 32 values: it unpacks them to signed codes (the type's offset removed), takes exact
-// integer dot products with dp4a, and adds the unit's float term as the CPU reference does per
-// block ((d_w · d_a) · Σ, minus (dmin · d_a) · Σ mins for Q4_K, plus m · s for Q4_1); only the
-// order of the f32 unit terms differs from the CPU.
+// GGUF block-type products on the GPU (appended to kernels.cu by backend/cuda/mod.rs).
+//
+// Q4_0, Q4_1, Q5_0, Q4_K, Q6_K (and Q8_0 where it shares a matrix with them): one
+// matrix-vector kernel per type (gemv_blocks<T>) for up to 8 rows a group (groups along the
+// grid's y), a tiled kernel (gemm_blocks<T>) beyond. A matrix keeps its file's bytes, with each
+// block's f16 scale(s) moved into a separate array so the rest (the body) is 4-byte aligned:
+// BLK_BODY bytes and BLK_HALVES f16 per block (see quant.rs). The activations are quantized as
+// the CPU backend does for each weight type (quant/act.rs, ggml's x86 quantizers; here
+// quantize_rows): Q8_0 per 32 (Q4_0, Q5_0, Q8_0), Q8_1 per 32 (Q4_1: plus s = f16(d · Σq)),
+// Q8_K per 256 (Q4_K, Q6_K: f32 scale, signed-max rule, sums). Each lane takes units of 32
+// values: it unpacks them to signed codes (the type's offset removed), takes exact integer dot
+// products with dp4a, and adds the unit's float term as the CPU reference does per block
+// ((d_w · d_a) · Σ, minus (dmin · d_a) · Σ mins for Q4_K, plus m · s for Q4_1); only the order
+// of the f32 unit terms differs from the CPU.
+//
+// Q8_0 matrices of their own are held as int8 codes [n, k] and f16 scales [n, k / 32] (the
+// blocks split in two arrays, so rows of codes are 16-byte aligned); their matrix-vector kernel
+// is gemv_q8, with d = f16(amax / 127) and q = round_half_even(x · 127 / amax) per block of 32.
 
 #define T_Q4_0 0
 #define T_Q4_1 1
@@ -191,6 +96,11 @@ __device__ __forceinline__ void load_unit(const unsigned char* blk, const f16_t*
             r.w[8 + i] = qh[i];
         }
         r.w[16] = b[(192 + 2 * j) / 4];
+    } else if constexpr (T == T_Q8_0) {
+        // 32 codes, 32-byte aligned (a Q8_0 body is the whole block but its scale).
+        const uint4 lo = ld_stream((const uint4*)blk), hi = ld_stream((const uint4*)blk + 1);
+        r.w[0] = lo.x, r.w[1] = lo.y, r.w[2] = lo.z, r.w[3] = lo.w;
+        r.w[4] = hi.x, r.w[5] = hi.y, r.w[6] = hi.z, r.w[7] = hi.w;
     } else {
 #pragma unroll
         for (int i = 0; i < raw_words(T); i++) r.w[i] = b[i];
@@ -276,87 +186,177 @@ __device__ __forceinline__ float unit_term(const UnitScales& w, int t0, int t1, 
     }
 }
 
-// Quantizes rows row0 .. row0 + rows - 1 of x (input mode as gemv_q8) for weights of type
-// T into shared memory: codes xs [rows, k], per unit of 32 the scale xd and the extra term xa
-// (Q4_1: s = f16(d · Σq); Q4_K: Σq of the unit; otherwise unused).
+// Tasks of 8 input values each thread of quantize_rows loads before it uses any (latency:
+// the rows are read from L2 right after the kernel before wrote them).
+#define QR_SB 2
+
+// Task t's 8 values (split_input's values, row t / k8, values 8 (t % k8) ..) into v, zeros
+// where t >= tasks; with norm_w, also the 8 norm weights into g. Loads first, math after.
+__device__ __forceinline__ void qr_load(const float* x, int row0, int k, int swiglu,
+                                        const float* norm_w, int base, int tasks,
+                                        float (&v)[QR_SB][8], float4 (&g)[QR_SB][2]) {
+    const int k8 = k / 8, ldx = swiglu ? 2 * k : k;
+    float4 a[QR_SB][2], b[QR_SB][2];
+#pragma unroll
+    for (int i = 0; i < QR_SB; i++) {
+        const int t = base + i * blockDim.x + threadIdx.x;
+        const float4 z = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        a[i][0] = a[i][1] = b[i][0] = b[i][1] = g[i][0] = g[i][1] = z;
+        if (t < tasks) {
+            const int j = t / k8, e8 = t - j * k8;
+            const float4* p = (const float4*)(x + (size_t)(row0 + j) * ldx) + 2 * e8;
+            a[i][0] = p[0];
+            a[i][1] = p[1];
+            if (swiglu) {
+                b[i][0] = p[k / 4];
+                b[i][1] = p[k / 4 + 1];
+            }
+            if (norm_w != nullptr) {
+                g[i][0] = ((const float4*)norm_w)[2 * e8];
+                g[i][1] = ((const float4*)norm_w)[2 * e8 + 1];
+            }
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < QR_SB; i++) {
+        const float r[8] = {a[i][0].x, a[i][0].y, a[i][0].z, a[i][0].w,
+                            a[i][1].x, a[i][1].y, a[i][1].z, a[i][1].w};
+        const float u[8] = {b[i][0].x, b[i][0].y, b[i][0].z, b[i][0].w,
+                            b[i][1].x, b[i][1].y, b[i][1].z, b[i][1].w};
+#pragma unroll
+        for (int e = 0; e < 8; e++) v[i][e] = swiglu ? r[e] / (1.0f + expf(-r[e])) * u[e] : r[e];
+    }
+}
+
+// Quantizes rows row0 .. row0 + rows - 1 of x (input mode as gemv_q8: SwiGLU of rows of 2k
+// values, then an RMSNorm with norm_w) for weights of type T: codes xs [rows, k], per unit of
+// 32 the scale xd and (when xa is not null) the extra term xa (Q4_1: s = f16(d · Σq); Q4_K:
+// Σq of the unit; otherwise unused). Each thread takes 8 consecutive values at a time, so a
+// unit of 32 is 4 neighbouring lanes and a super-block of 256 (Q8_K) one warp; the row's
+// RMSNorm factor is a block sum first (every thread of the block must call this). The codes and
+// scales are the CPU quantizer's (quant/act.rs); only the order of the sum of squares differs.
 template <int T>
 __device__ void quantize_rows(const float* x, int row0, int rows, int k, const float* norm_w,
                               float eps, int swiglu, signed char* xs, float* xd, float* xa) {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
-    const int units = k / 32;
-    float rs[8];
-#pragma unroll
-    for (int j = 0; j < 8; j++) {
-        rs[j] = 1.0f;
-        if (norm_w != nullptr && j < rows)
-            rs[j] = row_rms_scale(x + (size_t)(row0 + j) * (swiglu ? 2 * k : k), k, swiglu, eps);
-    }
     constexpr bool kquant = T == T_Q4_K || T == T_Q6_K;
-    const int per_row = kquant ? k / 256 : units;
-    for (int t = warp; t < rows * per_row; t += warps) {
-        const int j = t / per_row, b = t - j * per_row;
-        const float* xr = x + (size_t)(row0 + j) * (swiglu ? 2 * k : k);
-        float r = 1.0f;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int k8 = k / 8, units = k / 32, tasks = rows * k8, step = QR_SB * blockDim.x;
+    __shared__ float rs[8];
+    float v[QR_SB][8];
+    float4 g[QR_SB][2];
+    if (norm_w != nullptr) {
+        // The rows' sums of squares: per thread, then per warp, then the warps' in order.
+        __shared__ float part[32][8];
+        float ss[8];
 #pragma unroll
-        for (int jj = 0; jj < 8; jj++) {
-            if (jj == j) r = rs[jj];
+        for (int j = 0; j < 8; j++) ss[j] = 0.0f;
+        for (int base = 0; base < tasks; base += step) {
+            qr_load(x, row0, k, swiglu, nullptr, base, tasks, v, g);
+#pragma unroll
+            for (int i = 0; i < QR_SB; i++) {
+                const int t = base + i * blockDim.x + threadIdx.x;
+                float s2 = 0.0f;
+#pragma unroll
+                for (int e = 0; e < 8; e++) s2 += v[i][e] * v[i][e];
+#pragma unroll
+                for (int j = 0; j < 8; j++) {
+                    if (t < tasks && j == t / k8) ss[j] += s2;
+                }
+            }
         }
-        if constexpr (kquant) {
-            // Q8_K: iscale = -127 / (the value of largest magnitude, the first one on ties).
-            float v[8];
-            float amax = 0.0f, vmax = 0.0f;
-            int imax = 0x7fffffff;
 #pragma unroll
-            for (int i = 0; i < 8; i++) {
-                const int e = b * 256 + 32 * i + lane;
-                float a = split_input(xr, e, k, swiglu);
-                if (norm_w != nullptr) a = norm_w[e] * (a * r);
-                v[i] = a;
-                if (fabsf(a) > amax) {
-                    amax = fabsf(a);
-                    vmax = a;
-                    imax = 32 * i + lane;
-                }
+        for (int j = 0; j < 8; j++) {
+            if (j < rows) {
+                const float s = warp_sum(ss[j]);
+                if (lane == 0) part[warp][j] = s;
             }
+        }
+        __syncthreads();
+        if ((int)threadIdx.x < rows) {
+            float s = 0.0f;
+            for (int w = 0; w < (int)(blockDim.x >> 5); w++) s += part[w][threadIdx.x];
+            rs[threadIdx.x] = 1.0f / sqrtf(s / (float)k + eps);
+        }
+        __syncthreads();
+    }
+    for (int base = 0; base < tasks; base += step) {
+        qr_load(x, row0, k, swiglu, norm_w, base, tasks, v, g);
 #pragma unroll
-            for (int o = 16; o > 0; o >>= 1) {
-                const float am = __shfl_xor_sync(0xffffffffu, amax, o);
-                const float vm = __shfl_xor_sync(0xffffffffu, vmax, o);
-                const int im = __shfl_xor_sync(0xffffffffu, imax, o);
-                if (am > amax || (am == amax && im < imax)) {
-                    amax = am;
-                    vmax = vm;
-                    imax = im;
-                }
+        for (int i = 0; i < QR_SB; i++) {
+            const int t = base + i * blockDim.x + threadIdx.x;
+            const bool in = t < tasks;
+            const int j = in ? t / k8 : 0, e8 = t - j * k8;
+            if (norm_w != nullptr) {
+                const float r = rs[j];
+                const float w[8] = {g[i][0].x, g[i][0].y, g[i][0].z, g[i][0].w,
+                                    g[i][1].x, g[i][1].y, g[i][1].z, g[i][1].w};
+#pragma unroll
+                for (int e = 0; e < 8; e++) v[i][e] = w[e] * (v[i][e] * r);
             }
-            const float iscale = amax != 0.0f ? -127.0f / vmax : 0.0f;
+            int c[8];
+            float d;
+            if constexpr (kquant) {
+                // Q8_K over the warp's 256 values: iscale = -127 / (the value of largest
+                // magnitude, the first one on ties).
+                float amax = 0.0f, vmax = 0.0f;
+                int imax = 0x7fffffff;
 #pragma unroll
-            for (int i = 0; i < 8; i++) {
-                const int c = amax != 0.0f ? min(127, __float2int_rn(__fmul_rn(iscale, v[i]))) : 0;
-                xs[(size_t)j * k + b * 256 + 32 * i + lane] = (signed char)c;
-                int s = c;
-#pragma unroll
-                for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-                if (lane == 0) {
-                    xd[j * units + b * 8 + i] = amax != 0.0f ? 1.0f / iscale : 0.0f;
-                    xa[j * units + b * 8 + i] = (float)s;
+                for (int e = 0; e < 8; e++) {
+                    if (fabsf(v[i][e]) > amax) {
+                        amax = fabsf(v[i][e]);
+                        vmax = v[i][e];
+                        imax = 8 * lane + e;
+                    }
                 }
-            }
-        } else {
-            const int e = b * 32 + lane;
-            float a = split_input(xr, e, k, swiglu);
-            if (norm_w != nullptr) a = norm_w[e] * (a * r);
-            const float amax = warp_max(fabsf(a));
-            const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
-            const int c = __float2int_rn(__fmul_rn(a, id));
-            xs[(size_t)j * k + e] = (signed char)c;
-            int s = c;
 #pragma unroll
-            for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-            if (lane == 0) {
-                const float d = amax / 127.0f;
-                xd[j * units + b] = f16_to_f32(f32_to_f16(d));
-                xa[j * units + b] = f16_to_f32(f32_to_f16(d * (float)s));
+                for (int o = 16; o > 0; o >>= 1) {
+                    const float am = __shfl_xor_sync(0xffffffffu, amax, o);
+                    const float vm = __shfl_xor_sync(0xffffffffu, vmax, o);
+                    const int im = __shfl_xor_sync(0xffffffffu, imax, o);
+                    if (am > amax || (am == amax && im < imax)) {
+                        amax = am;
+                        vmax = vm;
+                        imax = im;
+                    }
+                }
+                const float iscale = amax != 0.0f ? -127.0f / vmax : 0.0f;
+#pragma unroll
+                for (int e = 0; e < 8; e++)
+                    c[e] = amax != 0.0f ? min(127, __float2int_rn(__fmul_rn(iscale, v[i][e]))) : 0;
+                d = amax != 0.0f ? 1.0f / iscale : 0.0f;
+            } else {
+                // Per unit of 32 (4 lanes): d = f16(amax / 127), q = round(x · 127 / amax).
+                float amax = 0.0f;
+#pragma unroll
+                for (int e = 0; e < 8; e++) amax = fmaxf(amax, fabsf(v[i][e]));
+                amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+                amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+                const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+#pragma unroll
+                for (int e = 0; e < 8; e++) c[e] = __float2int_rn(__fmul_rn(v[i][e], id));
+                d = amax / 127.0f;
+            }
+            int s = 0;
+#pragma unroll
+            for (int e = 0; e < 8; e++) s += c[e];
+            s += __shfl_xor_sync(0xffffffffu, s, 1);
+            s += __shfl_xor_sync(0xffffffffu, s, 2);
+            if (!in) continue;
+            uint2 packed;
+            packed.x = (c[0] & 0xff) | ((c[1] & 0xff) << 8) | ((c[2] & 0xff) << 16) |
+                       ((unsigned)c[3] << 24);
+            packed.y = (c[4] & 0xff) | ((c[5] & 0xff) << 8) | ((c[6] & 0xff) << 16) |
+                       ((unsigned)c[7] << 24);
+            *(uint2*)(xs + (size_t)j * k + 8 * e8) = packed;
+            if ((lane & 3) == 0) {
+                const int u = j * units + e8 / 4;
+                if constexpr (kquant) {
+                    xd[u] = d;
+                    if (xa != nullptr) xa[u] = (float)s;
+                } else {
+                    xd[u] = f16_to_f32(f32_to_f16(d));
+                    if (xa != nullptr) xa[u] = f16_to_f32(f32_to_f16(d * (float)s));
+                }
             }
         }
     }
@@ -465,6 +465,95 @@ GEMV_BLOCKS_ENTRY(gemv_q5_0, T_Q5_0)
 GEMV_BLOCKS_ENTRY(gemv_q4_k, T_Q4_K)
 GEMV_BLOCKS_ENTRY(gemv_q6_k, T_Q6_K)
 GEMV_BLOCKS_ENTRY(gemv_q8_0, T_Q8_0)
+
+// Chunks of 16 codes each lane loads per pass over a column.
+#define Q8_PF 4
+
+// Rows one block of gemv_q8 takes (its grid's y dimension walks groups of them).
+#define Q8_GEMV_ROWS 8
+
+// y [m, n] (+)= x · Wᵀ for f32 rows x (input mode as split_bf16: RMSNorm with norm_w, or
+// SwiGLU of rows of 2k values) and Q8_0 weights (wq [n, k], wd [n, k / 32] f16): block (bx, g)
+// quantizes rows 8g .. 8g + 7 into shared memory (quantize_rows: codes, then scales, 9k / 8
+// bytes a row), then each warp takes output columns as gemv does, streaming W once per row
+// group (the second and later groups from L2). Each lane's loads of a pass over a column are
+// issued before the pass before it multiplies (across columns too); the first ones before the
+// kernel waits for the one before it.
+extern "C" __global__ void gemv_q8(const float* x, const signed char* wq, const f16_t* wd,
+                                   float* y, int m, int n, int k, int accumulate,
+                                   const float* norm_w, float eps, int swiglu) {
+    extern __shared__ int4 xs_q8[];
+    const int kb = k / 32, k16 = k / 16;
+    const int row0 = blockIdx.y * Q8_GEMV_ROWS;
+    const int rows = min(Q8_GEMV_ROWS, m - row0);
+    const int4* xs = xs_q8;
+    float* xds = (float*)(xs_q8 + rows * k16);
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, warps = blockDim.x >> 5;
+    const int stride = gridDim.x * warps, per_pass = 32 * Q8_PF;
+    const int passes = (k16 + per_pass - 1) / per_pass;
+    uint4 next[Q8_PF];
+    f16_t next_d[Q8_PF];
+    // Loads chunks base + lane + 32 u (u < Q8_PF) of column col, and their scales.
+    auto fetch = [&](int col, int base) {
+#pragma unroll
+        for (int u = 0; u < Q8_PF; u++) {
+            const int c = base + lane + 32 * u;
+            next[u] = make_uint4(0u, 0u, 0u, 0u);
+            next_d[u] = 0;
+            if (col < n && c < k16) {
+                next[u] = ld_stream((const uint4*)(wq + (size_t)col * k) + c);
+                next_d[u] = wd[(size_t)col * kb + (c >> 1)];
+            }
+        }
+    };
+    int col = blockIdx.x * warps + warp;
+    fetch(col, 0);
+    DEP_ENTER();
+    quantize_rows<T_Q8_0>(x, row0, rows, k, norm_w, eps, swiglu, (signed char*)xs_q8, xds,
+                          nullptr);
+    __syncthreads();
+    for (; col < n; col += stride) {
+        float acc[Q8_GEMV_ROWS];
+#pragma unroll
+        for (int j = 0; j < Q8_GEMV_ROWS; j++) acc[j] = 0.0f;
+        for (int p = 0; p < passes; p++) {
+            uint4 w4[Q8_PF];
+            float dw[Q8_PF];
+#pragma unroll
+            for (int u = 0; u < Q8_PF; u++) {
+                w4[u] = next[u];
+                dw[u] = f16_to_f32(next_d[u]);
+            }
+            if (p + 1 < passes) fetch(col, (p + 1) * per_pass);
+            else fetch(col + stride, 0);
+#pragma unroll
+            for (int u = 0; u < Q8_PF; u++) {
+                const int c = p * per_pass + lane + 32 * u;
+                if (c >= k16) break;
+#pragma unroll
+                for (int j = 0; j < Q8_GEMV_ROWS; j++) {
+                    if (j >= rows) break;
+                    const int4 a = xs[j * k16 + c];
+                    int s = __dp4a((int)w4[u].x, a.x, 0);
+                    s = __dp4a((int)w4[u].y, a.y, s);
+                    s = __dp4a((int)w4[u].z, a.z, s);
+                    s = __dp4a((int)w4[u].w, a.w, s);
+                    // Half a block: its integer sum is exact in f32 (|s| < 2^24).
+                    acc[j] += (float)s * (dw[u] * xds[j * kb + (c >> 1)]);
+                }
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < Q8_GEMV_ROWS; j++) {
+            if (j >= rows) break;
+            const float s = warp_sum(acc[j]);
+            if (lane == 0) {
+                float* o = y + (size_t)(row0 + j) * n + col;
+                *o = accumulate ? *o + s : s;
+            }
+        }
+    }
+}
 
 // The activations of m rows quantized for the block types once (for gemm_blocks): codes xq
 // [m, k], per unit xd and xa, as quantize_rows; block r takes row r. Two forms:
