@@ -17,12 +17,25 @@ use super::packed::{self, PackedBf16, PackedWeights};
 use super::portable::Portable;
 use super::scalar;
 
-/// Microkernel: `(kc, a, astep, b, ldb, c, ldc, mr, nr, accumulate)`, see `microkernel::tile`.
-pub(super) type Ukr =
-    unsafe fn(usize, *const f32, usize, *const f32, usize, *mut f32, usize, usize, usize, bool);
+/// Microkernel over a B panel of `P` values: `(kc, a, astep, arow, b, ldb, c, ldc, mr, nr,
+/// accumulate)`, see `microkernel::tile`.
+pub(super) type UkrOf<P> = unsafe fn(
+    usize,
+    *const f32,
+    usize,
+    usize,
+    *const P,
+    usize,
+    *mut f32,
+    usize,
+    usize,
+    usize,
+    bool,
+);
+/// The f32 microkernel.
+pub(super) type Ukr = UkrOf<f32>;
 /// [`Ukr`] over a B panel of bf16 bits (widened as they load): `microkernel::tile` with `u16`.
-pub(super) type UkrBf16 =
-    unsafe fn(usize, *const f32, usize, *const u16, usize, *mut f32, usize, usize, usize, bool);
+pub(super) type UkrBf16 = UkrOf<u16>;
 /// Unpacked dot-product GEMM: `(m, n, k, a, lda, b, ldb, c, ldc, accumulate)`, see
 /// `microkernel::dot_gemm_bt`.
 pub(super) type DotGemm =
@@ -43,6 +56,10 @@ pub(super) struct GemmSpec {
     pub(super) mc: usize,
     /// Columns of B packed at once (the `kc×nc` block stays in L2); a multiple of `nr`.
     pub(super) nc: usize,
+    /// Whether the microkernel reads A's rows where they lie (row stride `lda`) instead of
+    /// from slivers packed per block: packing A costs a pass over it per column block and
+    /// depth slice, which the encoders' short depths do not repay on every CPU.
+    pub(super) a_in_place: bool,
     /// The register-blocked microkernel.
     pub(super) ukr: Ukr,
     /// The same over bf16 panels.
@@ -417,6 +434,7 @@ unsafe fn portable_ukr<B: microkernel::PanelValue>(
     kc: usize,
     a: *const f32,
     astep: usize,
+    arow: usize,
     b: *const B,
     ldb: usize,
     c: *mut f32,
@@ -426,14 +444,16 @@ unsafe fn portable_ukr<B: microkernel::PanelValue>(
     accumulate: bool,
 ) {
     let s = Portable;
+    let a = (a, astep, arow);
     // SAFETY: forwarded caller contract; `mr <= 4` selects a tile that reads at most MR rows.
     unsafe {
-        match mr {
-            1 => microkernel::tile::<_, B, 1, 2>(s, kc, a, astep, b, ldb, c, ldc, nr, accumulate),
-            2 => microkernel::tile::<_, B, 2, 2>(s, kc, a, astep, b, ldb, c, ldc, nr, accumulate),
-            3 => microkernel::tile::<_, B, 3, 2>(s, kc, a, astep, b, ldb, c, ldc, nr, accumulate),
-            _ => microkernel::tile::<_, B, 4, 2>(s, kc, a, astep, b, ldb, c, ldc, nr, accumulate),
-        }
+        let tile = match mr {
+            1 => microkernel::tile::<_, B, 1, 2>,
+            2 => microkernel::tile::<_, B, 2, 2>,
+            3 => microkernel::tile::<_, B, 3, 2>,
+            _ => microkernel::tile::<_, B, 4, 2>,
+        };
+        tile(s, kc, a, b, ldb, c, ldc, nr, accumulate)
     }
 }
 
@@ -483,6 +503,7 @@ static SCALAR: Kernels = Kernels {
         kc: 256,
         mc: 64,
         nc: 1024,
+        a_in_place: false,
         ukr: portable_ukr::<f32>,
         ukr_bf16: portable_ukr::<u16>,
         dot: portable_dot,

@@ -6,7 +6,8 @@
 //! `kc`-deep slice of the product, B's block is packed into `NR`-wide panels (for `A·B` the
 //! full panels are read in place, since their rows are already contiguous; weights packed at
 //! load time by `packed.rs` are used as they are); then for each `mc`-row block of A, A is
-//! packed into `MR`-high slivers, and for each sliver (kept in L1) the microkernel sweeps the
+//! packed into `MR`-high slivers (or, where the instruction set says `a_in_place`, its rows
+//! are read where they lie), and for each sliver (kept in L1) the microkernel sweeps the
 //! `MR×NR` tiles across the B block (kept in L2). The instruction set provides the
 //! microkernel, its tile, the packing kernel and the block sizes (`GemmSpec`); this file
 //! holds no intrinsics.
@@ -319,7 +320,11 @@ fn epilogue(p: &Problem<'_>, row: &mut [f32], j: usize) {
 /// Sizes of the packing buffers the blocked path needs for an `m×n×k` block.
 fn buf_lens(spec: &GemmSpec, layout: BLayout, m: usize, n: usize, k: usize) -> (usize, usize) {
     let kc = spec.kc.min(k);
-    let a_len = spec.mc.min(m.next_multiple_of(spec.mr)) * kc;
+    let a_len = if spec.a_in_place {
+        0
+    } else {
+        spec.mc.min(m.next_multiple_of(spec.mr)) * kc
+    };
     let b_cols = match layout {
         BLayout::Trans => spec.nc.min(n.next_multiple_of(spec.nr)),
         BLayout::NoTrans => spec.nr,
@@ -365,17 +370,20 @@ fn blocked(p: &Problem<'_>, i0: usize, m: usize, j0: usize, n: usize) {
                 };
                 for ic in (0..m).step_by(spec.mc) {
                     let mc = spec.mc.min(m - ic);
-                    // A's rows for the microkernel, `astep` floats per depth step: one row is
-                    // read where it lies; fewer rows than MR are packed `mc` wide (no zero
-                    // rows to stream through L1); otherwise slivers of MR rows.
-                    let astep = mr.min(mc);
-                    if mc > 1 {
+                    // A's rows for the microkernel, `(pointer, astep, arow)`: read where they
+                    // lie (`astep` 1, `arow` lda), or packed into slivers of MR rows (`astep`
+                    // MR, `arow` 1; fewer rows than MR are packed `mc` wide, no zero rows to
+                    // stream through L1).
+                    let direct = mc == 1 || spec.a_in_place;
+                    let astep = if direct { 1 } else { mr.min(mc) };
+                    let arow = if direct { p.lda } else { 1 };
+                    if !direct {
                         // SAFETY: as above.
                         unsafe { (spec.pack_rows)(abuf, p.a, p.lda, i0 + ic, mc, pc, kc, astep) };
                     }
                     let a_at = |ir: usize| {
-                        if mc == 1 {
-                            p.a.as_ptr().wrapping_add((i0 + ic) * p.lda + pc)
+                        if direct {
+                            p.a.as_ptr().wrapping_add((i0 + ic + ir) * p.lda + pc)
                         } else {
                             abuf.as_ptr().wrapping_add(ir * kc)
                         }
@@ -402,6 +410,7 @@ fn blocked(p: &Problem<'_>, i0: usize, m: usize, j0: usize, n: usize) {
                                         kc,
                                         a_at(ir),
                                         astep,
+                                        arow,
                                         p.b16.as_ptr().wrapping_add(pc * p.ldb + (col0 + jr) * kc),
                                         ldbp,
                                         p.c.at(ci, cj),
@@ -418,6 +427,7 @@ fn blocked(p: &Problem<'_>, i0: usize, m: usize, j0: usize, n: usize) {
                                         kc,
                                         a_at(ir),
                                         astep,
+                                        arow,
                                         bp,
                                         ldbp,
                                         p.c.at(ci, cj),

@@ -38,22 +38,22 @@ impl PanelValue for u16 {
 
 /// `C[m×nr] (+)= Â · B̂` for one register tile, `M` rows by `NV·LANES` columns.
 ///
-/// `a` holds A's `M` rows `astep` apart per step: row `i` of step `p` at `a[p*astep + i]` (a
-/// packed sliver of groups of `astep >= M` floats, or, for one row, the row itself with
-/// `astep = 1`). `b` is a B panel: `kc` rows of `NV·LANES` values (f32, or bf16 widened as
+/// `(a, astep, arow)` holds A's `M` rows: row `i` of step `p` at `a[p*astep + i*arow]` (a
+/// packed sliver of groups of `astep >= M` floats with `arow = 1`, or the rows where they lie
+/// in A, `astep = 1` and `arow` = A's row stride). `b` is a B panel: `kc` rows of `NV·LANES` values (f32, or bf16 widened as
 /// they load), `ldb` apart. Only the first `nr` columns of `C` are read or written (partial
 /// vectors go through masked loads and stores); with `accumulate` the product is added to `C`.
 ///
 /// # Safety
-/// `a[p*astep + i]` and `b[p*ldb .. p*ldb + NV*LANES]` for `p < kc`, `i < M` must be readable,
+/// `a[p*astep + i*arow]` and `b[p*ldb .. p*ldb + NV*LANES]` for `p < kc`, `i < M` must be
+/// readable,
 /// `c[i*ldc .. i*ldc + nr]` for `i < M` readable and writable, and `nr <= NV*LANES`.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn tile<S: Simd, B: PanelValue, const M: usize, const NV: usize>(
     s: S,
     kc: usize,
-    a: *const f32,
-    astep: usize,
+    (a, astep, arow): (*const f32, usize, usize),
     b: *const B,
     ldb: usize,
     c: *mut f32,
@@ -75,7 +75,7 @@ pub(crate) unsafe fn tile<S: Simd, B: PanelValue, const M: usize, const NV: usiz
         }
         for (i, row) in acc.iter_mut().enumerate() {
             // SAFETY: the step's M values of A are readable (caller contract).
-            let ai = s.splat(unsafe { *ap.add(i) });
+            let ai = s.splat(unsafe { *ap.add(i * arow) });
             for (r, bb) in row.iter_mut().zip(&bv) {
                 *r = s.mul_add(ai, *bb, *r);
             }

@@ -25,7 +25,8 @@ macro_rules! kernel_table {
         features: $feat:literal,
         tile: ($mr:literal, $nv:literal),
         rows: [$($m:literal)+],
-        blocks: (kc: $kc:expr, mc: $mc:expr, nc: $nc:expr) $(,)?
+        blocks: (kc: $kc:expr, mc: $mc:expr, nc: $nc:expr),
+        a_in_place: $a_in_place:expr $(,)?
     ) => {
         use $crate::backend::cpu::dispatch::{GemmSpec, Kernels};
         use $crate::backend::cpu::{microkernel, pack, vector};
@@ -47,6 +48,7 @@ macro_rules! kernel_table {
             kc: usize,
             a: *const f32,
             astep: usize,
+            arow: usize,
             b: *const B,
             ldb: usize,
             c: *mut f32,
@@ -61,7 +63,7 @@ macro_rules! kernel_table {
                 let s = token();
                 match mr {
                     $( $m => microkernel::tile::<$tok, B, $m, $nv>(
-                        s, kc, a, astep, b, ldb, c, ldc, nr, accumulate,
+                        s, kc, (a, astep, arow), b, ldb, c, ldc, nr, accumulate,
                     ), )+
                     _ => unreachable!("tile rows above MR"),
                 }
@@ -220,6 +222,7 @@ macro_rules! kernel_table {
                 kc: $kc,
                 mc: $mc,
                 nc: $nc,
+                a_in_place: $a_in_place,
                 ukr: gemm_ukr::<f32>,
                 ukr_bf16: gemm_ukr::<u16>,
                 dot: gemm_dot,
