@@ -250,7 +250,7 @@ impl Encoder for BertModel {
         &self.info
     }
 
-    fn forward(&self, batch: &PackedBatch) -> Result<Vec<f32>> {
+    fn forward_on_pool(&self, batch: &PackedBatch) -> Result<Vec<f32>> {
         batch.validate(self.info.max_positions)?;
         let x = self.embeddings.forward(batch)?;
         let width = self.info.hidden_size;

@@ -271,7 +271,7 @@ impl Encoder for LlamaModel {
         &self.encoder_info
     }
 
-    fn forward(&self, batch: &PackedBatch) -> Result<Vec<f32>> {
+    fn forward_on_pool(&self, batch: &PackedBatch) -> Result<Vec<f32>> {
         batch.validate(self.config().max_positions)?;
         let lens: Vec<usize> = batch.cu_seqlens.windows(2).map(|w| w[1] - w[0]).collect();
         let mut caches: Vec<SeqState> = lens.iter().map(|&l| self.new_cache(l)).collect();

@@ -288,8 +288,14 @@ impl EncoderInfo {
 pub trait Encoder: Send + Sync {
     /// Shape facts about the model.
     fn info(&self) -> &EncoderInfo;
-    /// Last hidden state of every token: f32 [batch.n_tokens(), hidden_size].
-    fn forward(&self, batch: &PackedBatch) -> Result<Vec<f32>>;
+    /// Last hidden state of every token: f32 [batch.n_tokens(), hidden_size]. The pass runs on
+    /// a worker of the thread pool ([`crate::ops::pass`]), so its parallel kernels split work
+    /// by stealing instead of sleeping until the workers finish.
+    fn forward(&self, batch: &PackedBatch) -> Result<Vec<f32>> {
+        crate::ops::pass(|| self.forward_on_pool(batch))
+    }
+    /// [`Encoder::forward`] on the calling thread; implementations provide this one.
+    fn forward_on_pool(&self, batch: &PackedBatch) -> Result<Vec<f32>>;
 }
 
 /// Reads and parses `dir/config.json`.

@@ -222,7 +222,7 @@ impl Encoder for MpnetModel {
         &self.info
     }
 
-    fn forward(&self, batch: &PackedBatch) -> Result<Vec<f32>> {
+    fn forward_on_pool(&self, batch: &PackedBatch) -> Result<Vec<f32>> {
         batch.validate(self.info.max_positions)?;
         let h = self.info.hidden_size;
         let mut x = vec![0.0f32; batch.n_tokens() * h];
