@@ -396,8 +396,9 @@ fn blocked(p: &Problem<'_>, i0: usize, m: usize, j0: usize, n: usize) {
                             let (bp, ldbp) = panel(jr);
                             let (ci, cj) = (i0 + ic + ir, col0 + jr);
                             // SAFETY: the microkernel comes from a table handed out only after
-                            // detection. A's rows (`a_at`: kc steps of `astep` floats, or the
-                            // row itself, inside A as checked by `gemm`) and the B panel
+                            // detection. A's mrr rows (`a_at`: kc steps of `astep` floats,
+                            // rows `arow` apart: the packed sliver, or rows i0 + ic + ir.. of A
+                            // in place, inside A as checked by `gemm`) and the B panel
                             // (kc rows of NR floats, ldbp apart: packed here, packed at load
                             // time, or in place inside B, all as checked by `gemm`) are
                             // readable; the mrr×nrr tile of C is in bounds and owned by this
