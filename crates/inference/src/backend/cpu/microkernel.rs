@@ -40,14 +40,16 @@ impl PanelValue for u16 {
 ///
 /// `(a, astep, arow)` holds A's `M` rows: row `i` of step `p` at `a[p*astep + i*arow]` (a
 /// packed sliver of groups of `astep >= M` floats with `arow = 1`, or the rows where they lie
-/// in A, `astep = 1` and `arow` = A's row stride). `b` is a B panel: `kc` rows of `NV·LANES` values (f32, or bf16 widened as
-/// they load), `ldb` apart. Only the first `nr` columns of `C` are read or written (partial
-/// vectors go through masked loads and stores); with `accumulate` the product is added to `C`.
+/// in A, `astep = 1` and `arow` = A's row stride; the packed form gets a loop of its own with
+/// constant offsets, so its tiles need no register per row). `b` is a B panel: `kc` rows of
+/// `NV·LANES` values (f32, or bf16 widened as they load), `ldb` apart. Only the first `nr`
+/// columns of `C` are read or written (partial vectors go through masked loads and stores);
+/// with `accumulate` the product is added to `C`.
 ///
 /// # Safety
 /// `a[p*astep + i*arow]` and `b[p*ldb .. p*ldb + NV*LANES]` for `p < kc`, `i < M` must be
-/// readable,
-/// `c[i*ldc .. i*ldc + nr]` for `i < M` readable and writable, and `nr <= NV*LANES`.
+/// readable, `c[i*ldc .. i*ldc + nr]` for `i < M` readable and writable, and
+/// `nr <= NV*LANES`.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn tile<S: Simd, B: PanelValue, const M: usize, const NV: usize>(
@@ -61,6 +63,33 @@ pub(crate) unsafe fn tile<S: Simd, B: PanelValue, const M: usize, const NV: usiz
     nr: usize,
     accumulate: bool,
 ) {
+    let a = (a, astep, arow);
+    // SAFETY: forwarded caller contract.
+    let acc = unsafe {
+        if arow == 1 {
+            products::<S, B, M, NV, true>(s, kc, a, b, ldb)
+        } else {
+            products::<S, B, M, NV, false>(s, kc, a, b, ldb)
+        }
+    };
+    // SAFETY: forwarded caller contract.
+    unsafe { store_tile::<S, M, NV>(s, &acc, c, ldc, nr, accumulate) }
+}
+
+/// The tile's accumulators: `Σ_p a[p*astep + i*arow] · b[p*ldb ..]` (`PACKED`: `arow` is 1,
+/// offsets known at compile time).
+///
+/// # Safety
+/// As [`tile`]'s A and B.
+#[inline(always)]
+unsafe fn products<S: Simd, B: PanelValue, const M: usize, const NV: usize, const PACKED: bool>(
+    s: S,
+    kc: usize,
+    (a, astep, arow): (*const f32, usize, usize),
+    b: *const B,
+    ldb: usize,
+) -> [[S::V; NV]; M] {
+    let arow = if PACKED { 1 } else { arow };
     let mut acc = [[s.zero(); NV]; M];
     let mut ap = a;
     let mut bp = b;
@@ -86,6 +115,22 @@ pub(crate) unsafe fn tile<S: Simd, B: PanelValue, const M: usize, const NV: usiz
             bp = bp.add(ldb);
         }
     }
+    acc
+}
+
+/// Stores (or adds) the tile's accumulators into the first `nr` columns of `M` rows of C.
+///
+/// # Safety
+/// As [`tile`]'s C.
+#[inline(always)]
+unsafe fn store_tile<S: Simd, const M: usize, const NV: usize>(
+    s: S,
+    acc: &[[S::V; NV]; M],
+    c: *mut f32,
+    ldc: usize,
+    nr: usize,
+    accumulate: bool,
+) {
     let full = nr == NV * S::LANES;
     for (i, row) in acc.iter().enumerate() {
         // SAFETY: row i < M of C is in bounds for nr columns (caller contract).
