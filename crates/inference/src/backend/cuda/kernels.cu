@@ -79,6 +79,34 @@ __device__ float block_sum(float v) {
     return part[0];
 }
 
+// SwiGLU of one value pair: silu(g) * u, as the CPU's silu_mul computes it.
+__device__ __forceinline__ float swiglu_value(float g, float u) {
+    return g / (1.0f + expf(-g)) * u;
+}
+
+// RMSNorm factors of up to R rows from each thread's partial sums of squares ss[j]: summed per
+// warp, then the warps' sums in order (a fixed order), rs[j] = 1 / sqrt(sum / k + eps) for
+// j < rows, in shared memory. Every thread of the block must call it; ends synchronized.
+template <int R>
+__device__ void block_rms_factors(const float (&ss)[R], int rows, int k, float eps, float* rs) {
+    __shared__ float part[32][R];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+    for (int j = 0; j < R; j++) {
+        if (j < rows) {
+            const float s = warp_sum(ss[j]);
+            if (lane == 0) part[warp][j] = s;
+        }
+    }
+    __syncthreads();
+    if ((int)threadIdx.x < rows) {
+        float s = 0.0f;
+        for (int w = 0; w < (int)(blockDim.x >> 5); w++) s += part[w][threadIdx.x];
+        rs[threadIdx.x] = 1.0f / sqrtf(s / (float)k + eps);
+    }
+    __syncthreads();
+}
+
 // y = w * (x / sqrt(mean(x^2) + eps)) per row of `dim` (x == y allowed). Grid: rows.
 extern "C" __global__ void rms_norm(const float* x, const float* w, float* y, int dim, float eps) {
     DEP_ENTER();
@@ -134,7 +162,7 @@ extern "C" __global__ void silu_mul(const float* gate_up, float* out, int width,
     if (i >= n) return;
     const long long r = i / width, j = i - r * width;
     const float g = gate_up[r * 2 * width + j], u = gate_up[r * 2 * width + width + j];
-    out[i] = g / (1.0f + expf(-g)) * u;
+    out[i] = swiglu_value(g, u);
 }
 
 // Exact (erf) GELU in place.
@@ -203,7 +231,7 @@ extern "C" __global__ void __launch_bounds__(LOW_RANK_SLICE) low_rank_shrink(
     if (i < in_dim) {
         if (swiglu) {
             const float g = xr[i], u = xr[in_dim + i];
-            v = g / (1.0f + expf(-g)) * u;
+            v = swiglu_value(g, u);
         } else {
             v = xr[i];
             if (norm_w) v = norm_w[i] * (v * inv_rms);
@@ -268,7 +296,7 @@ extern "C" __global__ void __launch_bounds__(256) low_rank_expand(
 __device__ __forceinline__ float split_input(const float* xr, int i, int k, int swiglu) {
     if (!swiglu) return xr[i];
     const float g = xr[i], u = xr[k + i];
-    return g / (1.0f + expf(-g)) * u;
+    return swiglu_value(g, u);
 }
 
 // The RMSNorm factor 1 / sqrt(mean(v²) + eps) of input row xr (split_input's values), summed
@@ -388,7 +416,6 @@ __device__ __forceinline__ int gemv_slot(int j, int e4, int k) {
 template <bool BF16>
 __device__ void gemv_stage(const float* x, float4* xs4, int m, int k, const float* norm_w,
                            float eps, int swiglu) {
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     // Pass 1: x (or SwiGLU of it) into the staged layout, with each thread's partial sums of
     // squares per row.
     const int q4 = m * k / 4, r4 = k / 4;
@@ -417,10 +444,10 @@ __device__ void gemv_stage(const float* x, float4* xs4, int m, int k, const floa
             const int j = t / r4, e4 = t - j * r4;
             float4 v = a[i];
             if (swiglu) {
-                v.x = v.x / (1.0f + expf(-v.x)) * b[i].x;
-                v.y = v.y / (1.0f + expf(-v.y)) * b[i].y;
-                v.z = v.z / (1.0f + expf(-v.z)) * b[i].z;
-                v.w = v.w / (1.0f + expf(-v.w)) * b[i].w;
+                v.x = swiglu_value(v.x, b[i].x);
+                v.y = swiglu_value(v.y, b[i].y);
+                v.z = swiglu_value(v.z, b[i].z);
+                v.w = swiglu_value(v.w, b[i].w);
             }
             if (norm_w != nullptr) {
                 const float s2 = v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
@@ -433,24 +460,10 @@ __device__ void gemv_stage(const float* x, float4* xs4, int m, int k, const floa
         }
     }
     if (norm_w != nullptr) {
-        // Per-row sums over the block in a fixed order (warps, then their partials), then
-        // pass 2 scales the staged rows in place: w * (x * r).
-        __shared__ float part[8][GEMV_ROWS];
+        // Per-row factors over the block in a fixed order, then pass 2 scales the staged rows
+        // in place: w * (x * r).
         __shared__ float rs[GEMV_ROWS];
-#pragma unroll
-        for (int j = 0; j < GEMV_ROWS; j++) {
-            if (j < m) {
-                const float s = warp_sum(ss[j]);
-                if (lane == 0) part[warp][j] = s;
-            }
-        }
-        __syncthreads();
-        if (threadIdx.x < m) {
-            float s = 0.0f;
-            for (int w8 = 0; w8 < (int)(blockDim.x >> 5); w8++) s += part[w8][threadIdx.x];
-            rs[threadIdx.x] = 1.0f / sqrtf(s / (float)k + eps);
-        }
-        __syncthreads();
+        block_rms_factors(ss, m, k, eps, rs);
         for (int t0 = threadIdx.x; t0 < q4; t0 += GEMV_SB * blockDim.x) {
             float4 g[GEMV_SB];
 #pragma unroll

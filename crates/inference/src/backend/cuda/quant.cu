@@ -224,7 +224,7 @@ __device__ __forceinline__ void qr_load(const float* x, int row0, int k, int swi
         const float u[8] = {b[i][0].x, b[i][0].y, b[i][0].z, b[i][0].w,
                             b[i][1].x, b[i][1].y, b[i][1].z, b[i][1].w};
 #pragma unroll
-        for (int e = 0; e < 8; e++) v[i][e] = swiglu ? r[e] / (1.0f + expf(-r[e])) * u[e] : r[e];
+        for (int e = 0; e < 8; e++) v[i][e] = swiglu ? swiglu_value(r[e], u[e]) : r[e];
     }
 }
 
@@ -239,14 +239,13 @@ template <int T>
 __device__ void quantize_rows(const float* x, int row0, int rows, int k, const float* norm_w,
                               float eps, int swiglu, signed char* xs, float* xd, float* xa) {
     constexpr bool kquant = T == T_Q4_K || T == T_Q6_K;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int lane = threadIdx.x & 31;
     const int k8 = k / 8, units = k / 32, tasks = rows * k8, step = QR_SB * blockDim.x;
     __shared__ float rs[8];
     float v[QR_SB][8];
     float4 g[QR_SB][2];
     if (norm_w != nullptr) {
-        // The rows' sums of squares: per thread, then per warp, then the warps' in order.
-        __shared__ float part[32][8];
+        // The rows' sums of squares: per thread here, then block_rms_factors.
         float ss[8];
 #pragma unroll
         for (int j = 0; j < 8; j++) ss[j] = 0.0f;
@@ -264,20 +263,7 @@ __device__ void quantize_rows(const float* x, int row0, int rows, int k, const f
                 }
             }
         }
-#pragma unroll
-        for (int j = 0; j < 8; j++) {
-            if (j < rows) {
-                const float s = warp_sum(ss[j]);
-                if (lane == 0) part[warp][j] = s;
-            }
-        }
-        __syncthreads();
-        if ((int)threadIdx.x < rows) {
-            float s = 0.0f;
-            for (int w = 0; w < (int)(blockDim.x >> 5); w++) s += part[w][threadIdx.x];
-            rs[threadIdx.x] = 1.0f / sqrtf(s / (float)k + eps);
-        }
-        __syncthreads();
+        block_rms_factors(ss, rows, k, eps, rs);
     }
     for (int base = 0; base < tasks; base += step) {
         qr_load(x, row0, k, swiglu, norm_w, base, tasks, v, g);
