@@ -60,7 +60,16 @@ if [ ! -f "$src/CMakeLists.txt" ]; then
 fi
 
 # 4. Native build of the tools (and the shared libraries the Python bindings load).
+# NO_AMX=1: llama-bench only, into build-noamx/, compiled without AMX (-mno-amx-*): on Xeons
+# with AMX, the native build's AMX-INT8 path dies with SIGILL on quantized models in these VMs.
+native_flags=()
 targets=(llama-bench llama-completion llama-simple llama-tokenize llama-perplexity llama-quantize)
+if [ "${NO_AMX:-0}" = 1 ]; then
+  build="$cache/llama.cpp/build-noamx"
+  targets=(llama-bench)
+  native_flags=(-DCMAKE_C_FLAGS="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+    -DCMAKE_CXX_FLAGS="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16")
+fi
 if [ "${WITH_CLI:-0}" = 1 ]; then targets+=(llama-cli); fi
 # WITH_MTMD=1: the multimodal CLI (vision towers from an mmproj GGUF), the image peer.
 if [ "${WITH_MTMD:-0}" = 1 ]; then targets+=(llama-mtmd-cli); fi
@@ -71,7 +80,7 @@ if [ "$missing" = 1 ]; then
   # (Re)configure: cheap when the cache exists, and needed when WITH_CLI changes.
   cmake -S "$src" -B "$build" -G Ninja \
     -DCMAKE_BUILD_TYPE=Release \
-    -DGGML_NATIVE=ON \
+    -DGGML_NATIVE=ON "${native_flags[@]}" \
     -DLLAMA_CURL=OFF \
     -DLLAMA_OPENSSL=OFF \
     -DBUILD_SHARED_LIBS=ON \

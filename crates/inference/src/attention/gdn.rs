@@ -7,7 +7,7 @@
 //! ```
 //!
 //! with `S` the [dk, dv] recurrent state, `q_t`, `k_t` L2-normalized (q also scaled by
-//! 1/√dk by the caller). [`delta_rule_sequential`] runs it token by token (decode);
+//! 1/√dk: [`delta_rule_heads`] does both, as transformers' `use_qk_l2norm_in_kernel`). [`delta_rule_sequential`] runs it token by token (decode);
 //! [`delta_rule_chunked`] runs chunks of 64 tokens in the WY (UT-transform) form as matrix
 //! products, equal to the sequential form up to rounding, as transformers'
 //! `torch_chunk_gated_delta_rule` does. [`delta_rule_heads`] runs a whole layer's heads over
@@ -17,7 +17,7 @@
 use std::ops::Range;
 
 use crate::backend::cpu;
-use crate::ops::{put_columns, softplus, take_columns};
+use crate::ops::{l2_normalize_rows, put_columns, scale, softplus, take_columns};
 
 /// Tokens per chunk of the parallel form.
 pub const CHUNK: usize = 64;
@@ -70,16 +70,12 @@ impl GdnHeads {
 }
 
 /// One sequence's inputs to a Gated DeltaNet layer over its `n` new tokens, heads packed per
-/// token: `q`, `k` f32 [n, key_dim], `v` f32 [n, value_dim], `g` (log decay) and `beta` f32
-/// [n, n_v_heads].
+/// token: `qkv` f32 [n, 2·key_dim + value_dim] (queries, keys and values side by side, as the
+/// convolution gives them: not yet normalized), `g` (log decay) and `beta` f32 [n, n_v_heads].
 #[derive(Debug, Clone, Copy)]
 pub struct GdnInputs<'a> {
-    /// Queries (normalized and scaled).
-    pub q: &'a [f32],
-    /// Keys (normalized).
-    pub k: &'a [f32],
-    /// Values.
-    pub v: &'a [f32],
+    /// Queries, keys and values per token.
+    pub qkv: &'a [f32],
     /// Log decay per token and value head.
     pub g: &'a [f32],
     /// Write strength per token and value head.
@@ -105,8 +101,12 @@ pub fn log_decay(a: &[f32], a_log_exp: &[f32], dt_bias: &[f32]) -> Vec<f32> {
     g
 }
 
+/// The epsilon of the queries' and keys' L2 normalization.
+const QK_EPS: f32 = 1e-6;
+
 /// The gated delta rule of every value head of a layer over one sequence's new tokens, heads in
-/// parallel (chunked from [`MIN_CHUNKED`] tokens, else token by token). `state` is the
+/// parallel (chunked from [`MIN_CHUNKED`] tokens, else token by token), after each head's
+/// queries and keys are L2-normalized and its queries scaled by 1/√dk. `state` is the
 /// layer's recurrent state f32 [n_v_heads, k_dim, v_dim] before the tokens. Returns the outputs
 /// f32 [n, value_dim] (heads packed per token) and the state after them.
 pub fn delta_rule_heads(
@@ -121,11 +121,10 @@ pub fn delta_rule_heads(
         ..
     } = *heads;
     let (kd, vd) = (heads.key_dim(), heads.value_dim());
+    let width = 2 * kd + vd;
     let n = x.g.len() / nv.max(1);
     assert!(
-        x.q.len() == n * kd
-            && x.k.len() == n * kd
-            && x.v.len() == n * vd
+        x.qkv.len() == n * width
             && x.g.len() == n * nv
             && x.beta.len() == n * nv
             && state.len() == heads.state_len(),
@@ -141,11 +140,16 @@ pub fn delta_rule_heads(
         let h = *h;
         s.copy_from_slice(&state[head_cols(h, dk * dv)]);
         let kh = heads.key_head(h);
-        let (q, k, v) = (
-            take_columns(x.q, kd, head_cols(kh, dk)),
-            take_columns(x.k, kd, head_cols(kh, dk)),
-            take_columns(x.v, vd, head_cols(h, dv)),
+        let cols =
+            |c0: usize, r: Range<usize>| take_columns(x.qkv, width, c0 + r.start..c0 + r.end);
+        let (mut q, mut k, v) = (
+            cols(0, head_cols(kh, dk)),
+            cols(kd, head_cols(kh, dk)),
+            cols(2 * kd, head_cols(h, dv)),
         );
+        l2_normalize_rows(&mut q, dk, QK_EPS);
+        l2_normalize_rows(&mut k, dk, QK_EPS);
+        scale(&mut q, 1.0 / (dk as f32).sqrt());
         let (g, beta) = (
             take_columns(x.g, nv, h..h + 1),
             take_columns(x.beta, nv, h..h + 1),
@@ -166,7 +170,7 @@ pub fn delta_rule_heads(
         }
     });
     drop(heads_state);
-    let mut out = vec![0.0f32; n * vd];
+    let mut out = crate::tensor::host_scratch(n * vd);
     for (h, o) in outputs.iter().enumerate() {
         put_columns(&mut out, vd, head_cols(h, dv), o);
     }
@@ -398,18 +402,22 @@ mod tests {
             };
             for n in [1, 3, MIN_CHUNKED, 70] {
                 let (kd, vd, nv) = (heads.key_dim(), heads.value_dim(), heads.n_v_heads);
-                let mut q = data(n * kd, 1, 2.0);
-                let mut k = data(n * kd, 2, 2.0);
-                normalize_rows(&mut q, heads.k_dim);
-                normalize_rows(&mut k, heads.k_dim);
-                let v = data(n * vd, 3, 2.0);
+                let (q, k, v) = (
+                    data(n * kd, 1, 2.0),
+                    data(n * kd, 2, 2.0),
+                    data(n * vd, 3, 2.0),
+                );
+                let qkv: Vec<f32> = (0..n)
+                    .flat_map(|t| {
+                        let (qr, kr) = (&q[t * kd..(t + 1) * kd], &k[t * kd..(t + 1) * kd]);
+                        [qr, kr, &v[t * vd..(t + 1) * vd]].concat()
+                    })
+                    .collect();
                 let g: Vec<f32> = data(n * nv, 4, 1.0).iter().map(|x| -x.abs()).collect();
                 let beta: Vec<f32> = data(n * nv, 5, 1.0).iter().map(|x| x.abs()).collect();
                 let state = data(heads.state_len(), 6, 0.5);
                 let x = GdnInputs {
-                    q: &q,
-                    k: &k,
-                    v: &v,
+                    qkv: &qkv,
                     g: &g,
                     beta: &beta,
                 };
@@ -422,11 +430,14 @@ mod tests {
                             .flat_map(|r| r[c * d..(c + 1) * d].to_vec())
                             .collect()
                     };
-                    let (qh, kh, vh) = (
+                    let (mut qh, mut kh, vh) = (
                         col(&q, kd, key, dk),
                         col(&k, kd, key, dk),
                         col(&v, vd, h, dv),
                     );
+                    l2_normalize_rows(&mut qh, dk, QK_EPS);
+                    l2_normalize_rows(&mut kh, dk, QK_EPS);
+                    scale(&mut qh, 1.0 / (dk as f32).sqrt());
                     let (gh, bh) = (col(&g, nv, h, 1), col(&beta, nv, h, 1));
                     let one = HeadInputs {
                         q: &qh,

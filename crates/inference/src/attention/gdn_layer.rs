@@ -9,9 +9,7 @@
 
 use super::gdn::{delta_rule_heads, log_decay, GdnHeads, GdnInputs};
 use crate::backend::Mirror;
-use crate::ops::{
-    causal_conv1d, l2_normalize_rows, scale, sigmoid, silu, silu_gate, take_columns, RmsNorm,
-};
+use crate::ops::{causal_conv1d, sigmoid, silu, silu_gate, take_columns, RmsNorm};
 use crate::state::SeqState;
 use crate::tensor::{Storage, Tensor};
 use crate::{Error, Result};
@@ -172,53 +170,43 @@ impl GdnLayer {
         states: &mut [&mut SeqState],
     ) -> Result<Vec<f32>> {
         let heads = &self.heads;
-        let (conv_dim, kd, vd, nv) = (
-            self.conv_dim(),
-            heads.key_dim(),
-            heads.value_dim(),
-            heads.n_v_heads,
-        );
+        let (conv_dim, vd, nv) = (self.conv_dim(), heads.value_dim(), heads.n_v_heads);
         let width = self.proj_dim();
-        let rows = proj.len() / width;
         let col = |c0: usize, w: usize| take_columns(proj, width, c0..c0 + w);
-        let (qkv, mut beta, a) = (
-            col(0, conv_dim),
-            col(conv_dim + vd, nv),
-            col(conv_dim + vd + nv, nv),
-        );
+        let (mut beta, a) = (col(conv_dim + vd, nv), col(conv_dim + vd + nv, nv));
         sigmoid(&mut beta);
         let decay = log_decay(&a, &self.a_log_exp, &self.dt_bias);
-        let q_scale = 1.0 / (heads.k_dim as f32).sqrt();
 
-        let mut core = Vec::with_capacity(rows * vd);
+        let mut core = Vec::new();
         let mut row0 = 0;
         for (&n, state) in lens.iter().zip(states.iter_mut()) {
             let rows = row0..row0 + n;
             row0 += n;
             let (conv_state, rec_state) = state.recurrent(layer);
-            // Causal depthwise convolution over [window; new inputs], then SiLU.
+            // Causal depthwise convolution over [window; new inputs (the projection's first
+            // conv_dim columns)], then SiLU.
             let mut inputs = Vec::with_capacity(conv_state.len() + n * conv_dim);
             inputs.extend_from_slice(conv_state);
-            inputs.extend_from_slice(&qkv[rows.start * conv_dim..rows.end * conv_dim]);
+            for row in proj[rows.start * width..rows.end * width].chunks_exact(width) {
+                inputs.extend_from_slice(&row[..conv_dim]);
+            }
             let mut mixed = causal_conv1d(&inputs, &self.conv, conv_dim, self.kernel);
             silu(&mut mixed);
             let new_conv = inputs[n * conv_dim..].to_vec();
 
-            let [mut q, mut k, v] = crate::ops::split_columns(&mixed, [kd, kd, vd]);
-            l2_normalize_rows(&mut q, heads.k_dim, 1e-6);
-            l2_normalize_rows(&mut k, heads.k_dim, 1e-6);
-            scale(&mut q, q_scale);
             let per_head = rows.start * nv..rows.end * nv;
             let x = GdnInputs {
-                q: &q,
-                k: &k,
-                v: &v,
+                qkv: &mixed,
                 g: &decay[per_head.clone()],
                 beta: &beta[per_head],
             };
             let (o, new_state) = delta_rule_heads(&x, heads, rec_state);
             state.set_recurrent(layer, new_conv, new_state);
-            core.extend(o);
+            if lens.len() == 1 {
+                core = o;
+            } else {
+                core.extend(o);
+            }
         }
         Ok(core)
     }

@@ -10,7 +10,8 @@ pub fn causal_conv1d(x: &[f32], weight: &[f32], channels: usize, kernel: usize) 
     debug_assert_eq!(weight.len(), channels * kernel);
     let rows = x.len() / channels.max(1);
     let n = rows.saturating_sub(kernel - 1);
-    let mut out = vec![0.0f32; n * channels];
+    // Every value is written below (the first tap's product is added to 0.0, as before).
+    let mut out = crate::tensor::host_scratch(n * channels);
     if n <= 1 {
         for (t, row) in out.chunks_exact_mut(channels).enumerate() {
             for (ch, o) in row.iter_mut().enumerate() {
@@ -51,8 +52,11 @@ fn conv_row(row: &mut [f32], taps: &[f32], x: &[f32], t: usize, channels: usize,
         for j in 0..kernel {
             let tap = &taps[j * channels + c0..j * channels + c1];
             let xr = &x[(t + j) * channels + c0..(t + j) * channels + c1];
-            for ((o, &w), &v) in row[c0..c1].iter_mut().zip(tap).zip(xr) {
-                *o += w * v;
+            let out = row[c0..c1].iter_mut().zip(tap).zip(xr);
+            if j == 0 {
+                out.for_each(|((o, &w), &v)| *o = 0.0 + w * v);
+            } else {
+                out.for_each(|((o, &w), &v)| *o += w * v);
             }
         }
     }

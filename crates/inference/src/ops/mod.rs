@@ -46,21 +46,52 @@ pub fn gelu_tanh(x: &mut [f32]) {
 
 /// Exact SiLU in place: `x / (1 + exp(-x))`.
 pub fn silu(x: &mut [f32]) {
-    let mut e: Vec<f32> = x.iter().map(|v| -v).collect();
-    cpu::exp(&mut e);
-    for (v, t) in x.iter_mut().zip(&e) {
-        *v /= 1.0 + t;
-    }
+    let parallel = x.len() >= PAR_ELEMENTWISE;
+    cpu::par_chunks_mut(x, PAR_ELEMENTWISE / 4, parallel, |_, part| {
+        for_pieces(part, |c, e| {
+            for (v, &t) in c.iter_mut().zip(e.iter()) {
+                *v /= 1.0 + t;
+            }
+        });
+    });
 }
 
 /// `x ⊙= silu(gate)` elementwise, with the exact SiLU of [`silu`] (the output gate of a
 /// Gated DeltaNet layer's norm).
 pub fn silu_gate(x: &mut [f32], gate: &[f32]) {
     assert_eq!(x.len(), gate.len(), "silu_gate: length mismatch");
-    let mut g = gate.to_vec();
-    silu(&mut g);
-    for (v, s) in x.iter_mut().zip(&g) {
-        *v *= s;
+    let parallel = x.len() >= PAR_ELEMENTWISE;
+    let chunk = PAR_ELEMENTWISE / 4;
+    cpu::par_chunks_mut(x, chunk, parallel, |i, part| {
+        let mut g = [0.0f32; PIECE];
+        for (j, c) in part.chunks_mut(PIECE).enumerate() {
+            let g = &mut g[..c.len()];
+            g.copy_from_slice(&gate[i * chunk + j * PIECE..][..c.len()]);
+            for_pieces(g, |g, e| {
+                for ((v, g), &t) in c.iter_mut().zip(g.iter()).zip(e.iter()) {
+                    *v *= g / (1.0 + t);
+                }
+            });
+        }
+    });
+}
+
+/// Values per piece of the elementwise activations: `exp(-x)` of a piece is computed into a
+/// stack buffer and used at once, so each value passes through memory once.
+const PIECE: usize = 512;
+/// Values from which the elementwise activations are spread over the workers.
+const PAR_ELEMENTWISE: usize = 1 << 16;
+
+/// Calls `f(piece, exp(-piece))` for each piece of at most [`PIECE`] values of `x`.
+fn for_pieces(x: &mut [f32], mut f: impl FnMut(&mut [f32], &[f32])) {
+    let mut e = [0.0f32; PIECE];
+    for c in x.chunks_mut(PIECE) {
+        let e = &mut e[..c.len()];
+        for (t, &v) in e.iter_mut().zip(c.iter()) {
+            *t = -v;
+        }
+        cpu::exp(e);
+        f(c, e);
     }
 }
 
@@ -167,21 +198,35 @@ pub fn l2_normalize_rows(x: &mut [f32], dim: usize, eps: f32) {
 pub fn silu_mul(gate_up: &[f32], width: usize) -> Vec<f32> {
     debug_assert_eq!(gate_up.len() % (2 * width), 0);
     let n = gate_up.len() / (2 * width);
-    let mut out = vec![0.0f32; n * width];
-    let mut e = vec![0.0f32; width];
-    for (row, o) in gate_up
-        .chunks_exact(2 * width)
-        .zip(out.chunks_exact_mut(width))
-    {
-        let (gate, up) = row.split_at(width);
-        for (t, &g) in e.iter_mut().zip(gate) {
-            *t = -g;
-        }
-        cpu::exp(&mut e);
-        for ((o, (&g, &u)), &t) in o.iter_mut().zip(gate.iter().zip(up)).zip(&e) {
-            *o = g / (1.0 + t) * u;
-        }
-    }
+    let mut out = crate::tensor::host_scratch(n * width);
+    let rows_per_task = (PAR_ELEMENTWISE / 4 / width.max(1)).max(1);
+    let parallel = n * width >= PAR_ELEMENTWISE;
+    cpu::par_chunks_mut(
+        &mut out,
+        rows_per_task * width.max(1),
+        parallel,
+        |i, part| {
+            let rows = gate_up[i * rows_per_task * 2 * width..].chunks_exact(2 * width);
+            for (row, o) in rows.zip(part.chunks_exact_mut(width)) {
+                let (gate, up) = row.split_at(width);
+                let mut e = [0.0f32; PIECE];
+                for ((o, g), u) in o
+                    .chunks_mut(PIECE)
+                    .zip(gate.chunks(PIECE))
+                    .zip(up.chunks(PIECE))
+                {
+                    let e = &mut e[..g.len()];
+                    for (t, &g) in e.iter_mut().zip(g) {
+                        *t = -g;
+                    }
+                    cpu::exp(e);
+                    for ((o, (&g, &u)), &t) in o.iter_mut().zip(g.iter().zip(u)).zip(e.iter()) {
+                        *o = g / (1.0 + t) * u;
+                    }
+                }
+            }
+        },
+    );
     out
 }
 

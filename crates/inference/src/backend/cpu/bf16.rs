@@ -59,23 +59,35 @@ use crate::error::{Error, Result};
 pub(crate) const NR: usize = 32;
 /// Rows of the register tile (24 accumulators + 2 panel vectors + 1 broadcast of 32 zmm).
 pub(crate) const MR: usize = 12;
-/// Depth pairs per packed block: an A sliver of `MR × KCP` pairs (12 KiB) stays in L1.
+/// Depth pairs per call of the vector microkernels: an A sliver of `MR × KCP` pairs (12 KiB)
+/// stays in L1.
 pub(crate) const KCP: usize = 256;
-/// Columns swept per A sliver: the `KCP × NC` block of panels (256 KiB) stays in L2.
+/// Columns swept per A sliver: the `KCP × NC` part of their panels (256 KiB) stays in L2.
 const NC: usize = 256;
 
-/// Microkernel: `(kcp, a, lda, b, c, ldc, mr, nr, load_c)`.
+/// Microkernel: `(kcp, a, lda, b, next_b, c, ldc, mr, nr, load_c)`.
 ///
 /// `y[i][j] = chain(load_c ? y[i][j] : 0, a row i, panel column j)` for `i < mr`, `j < nr`
 /// (see the module doc); `a` row `i` is `kcp` pairs at `a + i·lda`, `b` a panel of `kcp`
-/// groups of [`NR`] pairs.
+/// groups of [`NR`] pairs. `next_b` is where the driver's next call reads its panel (a
+/// prefetch hint, never dereferenced; null when there is none).
 ///
 /// # Safety
 /// `a[i·lda .. i·lda + kcp]` for `i < mr` and `b[.. kcp·NR]` readable, `c[i·ldc .. i·ldc + nr]`
 /// for `i < mr` readable and writable, `mr <= MR`, `nr <= NR`, and the CPU must support the
 /// kernel's instruction set.
-pub(crate) type Ukr =
-    unsafe fn(usize, *const u32, usize, *const u32, *mut f32, usize, usize, usize, bool);
+pub(crate) type Ukr = unsafe fn(
+    usize,
+    *const u32,
+    usize,
+    *const u32,
+    *const u32,
+    *mut f32,
+    usize,
+    usize,
+    usize,
+    bool,
+);
 
 /// Activation conversion: `(src, ld, rows, k, kp0, kcp, dst)` writes, for each of `rows` rows of
 /// `src` (`ld` apart), the pairs `kp0 .. kp0 + kcp` of the row rounded to bf16 into
@@ -155,16 +167,14 @@ pub fn native_supported() -> bool {
 /// [`gemm_bt_bf16`]; half the memory of the f32 original.
 ///
 /// Layout (one `u32` = one bf16 pair, depth `2p` in the low half, `2p+1` in the high half, as
-/// `vdpbf16ps` reads them): the `k.div_ceil(2)` depth pairs are cut into blocks of up to
-/// [`KCP`] pairs; block `b` (starting at pair `p0`, `kcp` pairs) starts at `u32` `p0 · n_pad`
-/// and holds `n_pad / 32` panels of `kcp × 32` pairs (group `p` of panel `t` holds pair
-/// `p0 + p` of rows `32t .. 32t + 32`). Rows past `n` and the depth past an odd `k` are zero.
+/// `vdpbf16ps` reads them, and as AMX-BF16 reads a B tile): `n.div_ceil(32)` panels, panel `t`
+/// at `u32` `t · kp · 32` holding `kp = k.div_ceil(2)` groups of 32 pairs (group `p` holds
+/// pair `p` of rows `32t .. 32t + 32`), so any depth range of a panel is contiguous. Rows past
+/// `n` and the depth past an odd `k` are zero.
 #[derive(Clone)]
 pub struct Bf16Weights {
     n: usize,
     k: usize,
-    /// `n` rounded up to [`NR`].
-    n_pad: usize,
     /// Offset of the first pair in `buf`, chosen for 64-byte alignment.
     offset: usize,
     buf: Vec<u32>,
@@ -208,9 +218,7 @@ impl Bf16Weights {
     pub fn get(&self, j: usize, q: usize) -> u16 {
         assert!(j < self.n && q < self.k, "Bf16Weights::get out of range");
         let (p, hi) = (q / 2, q % 2 == 1);
-        let p0 = p - p % KCP;
-        let kcp = KCP.min(self.k.div_ceil(2) - p0);
-        let idx = p0 * self.n_pad + (j / NR) * kcp * NR + (p - p0) * NR + j % NR;
+        let idx = (j / NR) * self.k.div_ceil(2) * NR + p * NR + j % NR;
         let v = self.data()[idx];
         if hi {
             (v >> 16) as u16
@@ -219,7 +227,7 @@ impl Bf16Weights {
         }
     }
 
-    /// The packed pairs (`n_pad · k.div_ceil(2)` of them).
+    /// The packed pairs (`n` rounded up to [`NR`], times `k.div_ceil(2)`).
     fn data(&self) -> &[u32] {
         &self.buf[self.offset..]
     }
@@ -233,25 +241,15 @@ impl Bf16Weights {
         let misalign = (buf.as_ptr() as usize / std::mem::size_of::<u32>()) % 16;
         let offset = (16 - misalign) % 16;
         let data = &mut buf[offset..offset + len];
-        for p0 in (0..kp).step_by(KCP) {
-            let kcp = KCP.min(kp - p0);
-            let block = &mut data[p0 * n_pad..(p0 + kcp) * n_pad];
-            for j in 0..n {
-                let panel = &mut block[(j / NR) * kcp * NR..];
-                for p in 0..kcp {
-                    let q = 2 * (p0 + p);
-                    let hi = if q + 1 < k { at(j, q + 1) } else { 0 };
-                    panel[p * NR + j % NR] = pair(at(j, q), hi);
-                }
+        for j in 0..n {
+            let panel = &mut data[(j / NR) * kp * NR..];
+            for p in 0..kp {
+                let q = 2 * p;
+                let hi = if q + 1 < k { at(j, q + 1) } else { 0 };
+                panel[p * NR + j % NR] = pair(at(j, q), hi);
             }
         }
-        Bf16Weights {
-            n,
-            k,
-            n_pad,
-            offset,
-            buf,
-        }
+        Bf16Weights { n, k, offset, buf }
     }
 }
 
@@ -437,6 +435,11 @@ pub(crate) struct Kernel {
     pub(crate) cvt: CvtRows,
     /// Rows of one microkernel call (the tile height; [`MR`] for the vector kernels).
     pub(crate) mr: usize,
+    /// Whether one microkernel call takes the whole depth (the AMX kernel: its outputs leave
+    /// the tile registers once, where a round trip per [`KCP`] pairs, through rows `ldy`
+    /// apart that share cache sets, bounded it) rather than [`KCP`] pairs (the vector
+    /// kernels, except for products of one row tile).
+    pub(crate) whole_depth: bool,
     /// What `lattice bench` reports (`"amx-bf16"`, `"avx512bf16"`, `"portable"`).
     pub(crate) name: &'static str,
 }
@@ -446,6 +449,7 @@ pub(crate) const PORTABLE: Kernel = Kernel {
     ukr: portable_ukr,
     cvt: portable_cvt,
     mr: MR,
+    whole_depth: false,
     name: "portable",
 };
 
@@ -589,6 +593,7 @@ fn block(
     }
     let run = |abuf: &mut Vec<u32>| {
         let wdata = w.data();
+        let panel_at = |jr: usize, p0: usize| ((j0 + jr) / NR) * kp * NR + p0 * NR;
         for p0 in (0..kp).step_by(KCP) {
             let kcp = KCP.min(kp - p0);
             // (Grown, never cleared: the conversion writes every pair of the rows it is given.)
@@ -599,7 +604,6 @@ fn block(
             // SAFETY: the kernel was selected after detecting its instruction set; slices are
             // bounds-checked inside.
             unsafe { (kern.cvt)(xs, k, mm, k, p0, kcp, &mut abuf[..mm * kcp]) };
-            let wblock = &wdata[p0 * w.n_pad..(p0 + kcp) * w.n_pad];
             let load_c = accumulate || p0 > 0;
             for jc in (0..nn).step_by(NC) {
                 let ncc = NC.min(nn - jc);
@@ -607,7 +611,7 @@ fn block(
                     let mr = kern.mr.min(mm - ir);
                     for jr in (jc..jc + ncc).step_by(NR) {
                         let nr = NR.min(nn - jr);
-                        let panel = &wblock[((j0 + jr) / NR) * kcp * NR..][..kcp * NR];
+                        let panel = &wdata[panel_at(jr, p0)..][..kcp * NR];
                         // SAFETY: the A rows ir..ir+mr of `abuf` hold kcp pairs each, the panel
                         // kcp·NR pairs (both slices above); rows i0+ir.. (mr of them) and
                         // columns j0+jr.. (nr of them) of y are in bounds (checked by
@@ -618,6 +622,7 @@ fn block(
                                 abuf.as_ptr().add(ir * kcp),
                                 kcp,
                                 panel.as_ptr(),
+                                std::ptr::null(),
                                 y.ptr.add((i0 + ir) * y.ld + j0 + jr),
                                 y.ld,
                                 mr,
@@ -628,22 +633,82 @@ fn block(
                     }
                 }
                 if p0 + kcp == kp && !finish.is_noop() {
-                    for i in i0..i0 + mm {
-                        // SAFETY: as for the kernel above: row i, columns j0 + jc.. (ncc of
-                        // them) are in bounds and owned by this thread; no kernel call is live.
-                        let row = unsafe {
-                            std::slice::from_raw_parts_mut(y.ptr.add(i * y.ld + j0 + jc), ncc)
-                        };
-                        finish.apply(row, j0 + jc);
-                    }
+                    finish_rows(y, finish, i0..i0 + mm, j0 + jc, ncc);
                 }
             }
         }
     };
-    ABUF.with(|cell| match cell.try_borrow_mut() {
-        Ok(mut buf) => run(&mut buf),
-        Err(_) => run(&mut Vec::new()),
+    let run_whole_depth = |abuf: &mut Vec<u32>| {
+        let wdata = w.data();
+        let panel_at = |jr: usize| ((j0 + jr) / NR) * kp * NR;
+        // Rows of converted activations `lda` pairs apart: an odd number of cache lines, so
+        // that the 16 rows of an A tile fall into 16 different L1 sets.
+        let lda = (kp.div_ceil(16) | 1) * 16;
+        if abuf.len() < mm * lda {
+            abuf.resize(mm * lda, 0);
+        }
+        for r in 0..mm {
+            let row = &x[(i0 + r) * k..(i0 + r + 1) * k];
+            // SAFETY: as in `run`.
+            unsafe { (kern.cvt)(row, k, 1, k, 0, kp, &mut abuf[r * lda..r * lda + kp]) };
+        }
+        // Columns per block: their panels (kp·nc pairs) stay in L2 (1 MiB) while every row
+        // tile passes over them.
+        let nc = ((256 * 1024) / kp).clamp(NR, 16 * NR) / NR * NR;
+        for jc in (0..nn).step_by(nc) {
+            let ncc = nc.min(nn - jc);
+            for ir in (0..mm).step_by(kern.mr) {
+                let mr = kern.mr.min(mm - ir);
+                for jr in (jc..jc + ncc).step_by(NR) {
+                    let nr = NR.min(nn - jr);
+                    let panel = &wdata[panel_at(jr)..][..kp * NR];
+                    // The next call's panel: the next column tile's, else the block's first.
+                    let next = if jr + NR < jc + ncc { jr + NR } else { jc };
+                    let next_b = wdata.as_ptr().wrapping_add(panel_at(next));
+                    // SAFETY: rows ir..ir+mr of `abuf` hold kp pairs each (`lda` apart), the
+                    // panel kp·NR pairs (slices above); rows i0+ir.. (mr of them) and columns
+                    // j0+jr.. (nr of them) of y are in bounds (checked by `gemm_with`) and
+                    // owned by this thread; the kernel matches the CPU; `next_b` is a hint.
+                    unsafe {
+                        (kern.ukr)(
+                            kp,
+                            abuf.as_ptr().add(ir * lda),
+                            lda,
+                            panel.as_ptr(),
+                            next_b,
+                            y.ptr.add((i0 + ir) * y.ld + j0 + jr),
+                            y.ld,
+                            mr,
+                            nr,
+                            accumulate,
+                        )
+                    };
+                }
+                if !finish.is_noop() {
+                    finish_rows(y, finish, i0 + ir..i0 + ir + mr, j0 + jc, ncc);
+                }
+            }
+        }
+    };
+    // One row tile (decode steps) also takes the whole depth per call: its panels then stream
+    // in order, and the sums stay in registers.
+    let whole_depth = kern.whole_depth || mm <= kern.mr;
+    ABUF.with(|cell| match (cell.try_borrow_mut(), whole_depth) {
+        (Ok(mut buf), false) => run(&mut buf),
+        (Ok(mut buf), true) => run_whole_depth(&mut buf),
+        (Err(_), false) => run(&mut Vec::new()),
+        (Err(_), true) => run_whole_depth(&mut Vec::new()),
     });
+}
+
+/// Applies `finish` to columns `j0 .. j0 + nc` of output rows `rows`.
+fn finish_rows(y: YMat, finish: Finish<'_>, rows: std::ops::Range<usize>, j0: usize, nc: usize) {
+    for i in rows {
+        // SAFETY: the caller's block owns rows `rows` and columns j0..j0 + nc of y (in bounds,
+        // checked by `gemm_with`), and no kernel call is live.
+        let row = unsafe { std::slice::from_raw_parts_mut(y.ptr.add(i * y.ld + j0), nc) };
+        finish.apply(row, j0);
+    }
 }
 
 /// Portable activation conversion (see [`CvtRows`]).
@@ -697,6 +762,7 @@ unsafe fn portable_ukr(
     a: *const u32,
     lda: usize,
     b: *const u32,
+    _next_b: *const u32,
     c: *mut f32,
     ldc: usize,
     mr: usize,

@@ -17,7 +17,7 @@
 //! before its first product (and again only when the tile shapes change).
 
 use core::arch::asm;
-use core::arch::x86_64::__cpuid_count;
+use core::arch::x86_64::{__cpuid_count, _mm_prefetch, _MM_HINT_T0};
 use std::cell::Cell;
 use std::sync::OnceLock;
 
@@ -31,6 +31,7 @@ pub(in crate::backend::cpu) const KERNEL: Kernel = Kernel {
     ukr,
     cvt: super::gemm_bf16::KERNEL.cvt,
     mr: MR,
+    whole_depth: true,
     name: "amx-bf16",
 };
 
@@ -174,6 +175,32 @@ macro_rules! tile_dp {
     };
 }
 
+/// Panel rows (depth pairs, 128 bytes each) that [`ukr`] prefetches into L1 ahead of the
+/// ones it loads, running on into the driver's next panel; A's rows are prefetched
+/// [`PREFETCH_A_PAIRS`] ahead. The operands stream from L2 and the tile loads would wait on
+/// them (measured in `probe` below).
+const PREFETCH_PAIRS: usize = 64;
+/// Depth pairs ahead that [`ukr`] prefetches each A row.
+const PREFETCH_A_PAIRS: usize = 32;
+
+/// Prefetches into L1 the 16 panel rows from row `t` of the panel at `b` (`kcp` rows), or, past
+/// its end, of the panel at `next_b` (none if null).
+#[inline(always)]
+fn prefetch_panel(b: *const u32, next_b: *const u32, kcp: usize, t: usize) {
+    let row = if t < kcp {
+        b.wrapping_add(t * NR)
+    } else if !next_b.is_null() && t - kcp < kcp {
+        next_b.wrapping_add((t - kcp) * NR)
+    } else {
+        return;
+    };
+    let row = row.cast::<i8>();
+    for line in 0..16 * NR * 4 / 64 {
+        // SAFETY: a prefetch is a hint: it never faults and changes no architectural state.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(row.wrapping_add(64 * line)) };
+    }
+}
+
 /// The microkernel (`bf16::Ukr`) for up to [`MR`] × [`NR`] outputs.
 ///
 /// # Safety
@@ -184,6 +211,7 @@ unsafe fn ukr(
     a: *const u32,
     lda: usize,
     b: *const u32,
+    next_b: *const u32,
     c: *mut f32,
     ldc: usize,
     mr: usize,
@@ -244,6 +272,13 @@ unsafe fn ukr(
         };
         let full = kcp - kcp % 16;
         for p in (0..full).step_by(16) {
+            prefetch_panel(b, next_b, kcp, p + PREFETCH_PAIRS);
+            if p + PREFETCH_A_PAIRS < kcp {
+                for i in 0..mr {
+                    let line = a.wrapping_add(i * lda + p + PREFETCH_A_PAIRS).cast::<i8>();
+                    _mm_prefetch::<_MM_HINT_T0>(line);
+                }
+            }
             step(a.add(p), sa, b.add(p * NR));
         }
         let tail = kcp - full;
@@ -535,6 +570,87 @@ unsafe fn q8_scale<const MR: usize>(
             );
             let dd = _mm512_mul_ps(dw, _mm512_set1_ps(*ad.add(row)));
             *ar = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), dd, *ar);
+        }
+    }
+}
+
+#[cfg(test)]
+mod probe {
+    use super::*;
+    use std::time::Instant;
+
+    /// What the bf16 tile unit does on one core, printed (ignored; `cargo test --release --lib
+    /// amx_probe -- --ignored --nocapture`): `tdpbf16ps` from registers, then [`ukr`] over
+    /// the whole depth with panels and A rows from L2 and outputs 1,024 floats apart, A rows
+    /// as many bytes apart as their pairs (a power of two) or an odd number of cache lines.
+    #[test]
+    #[ignore]
+    fn amx_probe() {
+        if !available() {
+            eprintln!("amx_probe: no AMX-BF16 on this CPU: SKIPPED");
+            return;
+        }
+        let n = 2_000_000u64;
+        let seconds;
+        // SAFETY: AMX is available; the tiles are configured for 32 × 32 and loaded from a
+        // buffer of 32 rows of 128 bytes.
+        unsafe {
+            configure(32, 32);
+            let a = vec![0x3f80_3f80u32; 32 * 32];
+            asm!(
+                "tilezero tmm0",
+                "tilezero tmm1",
+                "tilezero tmm2",
+                "tilezero tmm3"
+            );
+            tile_load!("tmm4", a.as_ptr(), 64usize);
+            tile_load!("tmm5", a.as_ptr(), 64usize);
+            tile_load!("tmm6", a.as_ptr(), 128usize);
+            tile_load!("tmm7", a.as_ptr(), 128usize);
+            let t = Instant::now();
+            for _ in 0..n {
+                tile_dp!("tmm0", "tmm4", "tmm6");
+                tile_dp!("tmm1", "tmm4", "tmm7");
+                tile_dp!("tmm2", "tmm5", "tmm6");
+                tile_dp!("tmm3", "tmm5", "tmm7");
+            }
+            seconds = t.elapsed().as_secs_f64();
+        }
+        let flops = (n * 4 * 16 * 16 * 32 * 2) as f64;
+        eprintln!(
+            "tdpbf16ps from registers: {:.0} GFLOP/s",
+            flops / seconds / 1e9
+        );
+        const PANELS: usize = 8;
+        for kp in [512usize, 1792] {
+            for lda in [kp, (kp.div_ceil(16) | 1) * 16] {
+                let a = vec![0x3f80_3f80u32; 32 * lda];
+                let b = vec![0x3f80_3f80u32; kp * NR * PANELS];
+                let mut c = vec![0f32; 32 * 1024];
+                let reps = 40_000_000 / kp;
+                let t = Instant::now();
+                for r in 0..reps {
+                    let (j, next) = (r % PANELS, (r + 1) % PANELS);
+                    // SAFETY: the ukr contract: 32 A rows of kp pairs lda apart, a panel of
+                    // kp·NR pairs, 32 output rows of 32 (at column 32j < 1024) 1,024 apart.
+                    unsafe {
+                        ukr(
+                            kp,
+                            a.as_ptr(),
+                            lda,
+                            b.as_ptr().add(j * kp * NR),
+                            b.as_ptr().add(next * kp * NR),
+                            c.as_mut_ptr().add(j * 32),
+                            1024,
+                            32,
+                            32,
+                            false,
+                        )
+                    };
+                }
+                let gflops = (reps * 32 * 32 * kp * 4) as f64 / t.elapsed().as_secs_f64() / 1e9;
+                eprintln!("ukr, {kp} pairs deep, A rows {lda} pairs apart: {gflops:.0} GFLOP/s");
+            }
         }
     }
 }

@@ -17,6 +17,7 @@ pub(in crate::backend::cpu) const KERNEL: Kernel = Kernel {
     ukr,
     cvt,
     mr: MR,
+    whole_depth: false,
     name: "avx512bf16",
 };
 
@@ -37,6 +38,7 @@ unsafe fn ukr(
     a: *const u32,
     lda: usize,
     b: *const u32,
+    _next_b: *const u32,
     c: *mut f32,
     ldc: usize,
     mr: usize,
