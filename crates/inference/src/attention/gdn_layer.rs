@@ -184,15 +184,19 @@ impl GdnLayer {
             row0 += n;
             let (conv_state, rec_state) = state.recurrent(layer);
             // Causal depthwise convolution over [window; new inputs (the projection's first
-            // conv_dim columns)], then SiLU.
-            let mut inputs = Vec::with_capacity(conv_state.len() + n * conv_dim);
-            inputs.extend_from_slice(conv_state);
-            for row in proj[rows.start * width..rows.end * width].chunks_exact(width) {
-                inputs.extend_from_slice(&row[..conv_dim]);
-            }
-            let mut mixed = causal_conv1d(&inputs, &self.conv, conv_dim, self.kernel);
+            // conv_dim columns, read in place)], then SiLU.
+            let x = &proj[rows.start * width..rows.end * width];
+            let mut mixed = causal_conv1d(conv_state, x, width, &self.conv, conv_dim, self.kernel);
             silu(&mut mixed);
-            let new_conv = inputs[n * conv_dim..].to_vec();
+            // The next window: the last kernel − 1 rows of [window; new inputs].
+            let kept = conv_state.len() / conv_dim.max(1);
+            let mut new_conv = Vec::with_capacity(conv_state.len());
+            if n < kept {
+                new_conv.extend_from_slice(&conv_state[n * conv_dim..]);
+            }
+            for row in x.chunks_exact(width).skip(n.saturating_sub(kept)) {
+                new_conv.extend_from_slice(&row[..conv_dim]);
+            }
 
             let per_head = rows.start * nv..rows.end * nv;
             let x = GdnInputs {
