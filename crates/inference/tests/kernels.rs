@@ -289,6 +289,17 @@ fn elementwise_kernels_match_reference() {
             scalar::add_assign(&mut w, &y);
             close(&format!("{isa} add_assign n={n}"), &g, &w, 0.0, 0.0);
 
+            // Product rounded, then added: bit-equal to the scalar loop.
+            let (mut g, mut w) = (x.clone(), x.clone());
+            let z: Vec<f32> = y.iter().map(|v| v * 1.37 - 0.2).collect();
+            t.add_product(&mut g, &y, &z);
+            scalar::add_product(&mut w, &y, &z);
+            assert_eq!(
+                g.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                w.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                "{isa} add_product n={n}"
+            );
+
             // Fused or separate multiply-add: one rounding apart.
             let (mut g, mut w) = (x.clone(), x.clone());
             t.axpy(&mut g, -0.37, &y);

@@ -30,7 +30,7 @@ pub fn causal_conv1d(
             &x[(r - kept) * ld..][..channels]
         }
     };
-    // Every value is written below (the first tap's product is added to 0.0).
+    // Every value is written below (the taps' products are added to 0.0, in tap order).
     let mut out = crate::tensor::host_scratch(n * channels);
     if n <= 1 {
         for (t, o_row) in out.chunks_exact_mut(channels).enumerate() {
@@ -62,17 +62,10 @@ pub fn causal_conv1d(
             let c1 = (c0 + BLOCK).min(channels);
             for (r, o_row) in rows.chunks_exact_mut(channels).enumerate() {
                 let o_row = &mut o_row[c0..c1];
+                o_row.fill(0.0);
                 for j in 0..kernel {
                     let tap = &taps[j * channels + c0..j * channels + c1];
-                    let o = o_row
-                        .iter_mut()
-                        .zip(tap)
-                        .zip(&row(i * ROWS + r + j)[c0..c1]);
-                    if j == 0 {
-                        o.for_each(|((o, &w), &v)| *o = 0.0 + w * v);
-                    } else {
-                        o.for_each(|((o, &w), &v)| *o += w * v);
-                    }
+                    cpu::add_product(o_row, tap, &row(i * ROWS + r + j)[c0..c1]);
                 }
             }
         }

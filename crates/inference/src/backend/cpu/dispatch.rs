@@ -86,6 +86,7 @@ pub struct Kernels {
     pub(super) softmax: unsafe fn(&mut [f32]),
     pub(super) add_bias: unsafe fn(&mut [f32], &[f32]),
     pub(super) add_assign: unsafe fn(&mut [f32], &[f32]),
+    pub(super) add_product: unsafe fn(&mut [f32], &[f32], &[f32]),
     pub(super) axpy: unsafe fn(&mut [f32], f32, &[f32]),
     pub(super) axpy_bf16: unsafe fn(&mut [f32], f32, &[u16]),
     pub(super) dot_bf16: unsafe fn(&[u16], &[f32]) -> f32,
@@ -371,6 +372,16 @@ impl Kernels {
         unsafe { (self.add_assign)(x, y) }
     }
 
+    /// See [`super::add_product`].
+    pub fn add_product(&self, x: &mut [f32], a: &[f32], b: &[f32]) {
+        assert!(
+            a.len() == x.len() && b.len() == x.len(),
+            "add_product: length mismatch"
+        );
+        // SAFETY: see the note on this impl (detected ISA; slices stay bounds-checked).
+        unsafe { (self.add_product)(x, a, b) }
+    }
+
     /// See [`super::scale`].
     pub fn scale(&self, x: &mut [f32], s: f32) {
         // SAFETY: see the note on this impl (detected ISA; slices stay bounds-checked).
@@ -520,6 +531,7 @@ static SCALAR: Kernels = Kernels {
     softmax: scalar::softmax,
     add_bias: scalar::add_bias,
     add_assign: scalar::add_assign,
+    add_product: scalar::add_product,
     axpy: scalar::axpy,
     axpy_bf16: scalar::axpy_bf16,
     dot_bf16: scalar::dot_bf16,

@@ -303,6 +303,12 @@ pub fn add_assign(x: &mut [f32], y: &[f32]) {
     kernels().add_assign(x, y)
 }
 
+/// `x[i] += a[i] · b[i]` (equal lengths), the product rounded before the sum: the same values
+/// as the plain Rust expression, for code that must match a scalar loop bit for bit.
+pub fn add_product(x: &mut [f32], a: &[f32], b: &[f32]) {
+    kernels().add_product(x, a, b)
+}
+
 /// `x += c · y` elementwise (equal lengths).
 pub fn axpy(x: &mut [f32], c: f32, y: &[f32]) {
     kernels().axpy(x, c, y)

@@ -141,6 +141,13 @@ pub fn add_bias(x: &mut [f32], bias: &[f32]) {
     }
 }
 
+/// See [`super::add_product`].
+pub fn add_product(x: &mut [f32], a: &[f32], b: &[f32]) {
+    for ((x, &a), &b) in x.iter_mut().zip(a).zip(b) {
+        *x += a * b;
+    }
+}
+
 /// See [`super::add_assign`].
 pub fn add_assign(x: &mut [f32], y: &[f32]) {
     for (a, b) in x.iter_mut().zip(y) {

@@ -94,6 +94,27 @@ pub(crate) fn add_assign<S: Simd>(s: S, x: &mut [f32], y: &[f32]) {
     zip_in_place(s, x, y, Add);
 }
 
+/// `x[i] += a[i] · b[i]`, the product rounded before the sum (no fused multiply-add).
+#[inline(always)]
+pub(crate) fn add_product<S: Simd>(s: S, x: &mut [f32], a: &[f32], b: &[f32]) {
+    let (a, b) = (&a[..x.len()], &b[..x.len()]);
+    let mut xc = x.chunks_exact_mut(S::LANES);
+    let (mut ac, mut bc) = (a.chunks_exact(S::LANES), b.chunks_exact(S::LANES));
+    for ((x, a), b) in (&mut xc).zip(&mut ac).zip(&mut bc) {
+        let v = s.add(s.load(x), s.mul(s.load(a), s.load(b)));
+        s.store(x, v);
+    }
+    let xt = xc.into_remainder();
+    if !xt.is_empty() {
+        let p = s.mul(
+            s.load_part(ac.remainder(), 0.0),
+            s.load_part(bc.remainder(), 0.0),
+        );
+        let v = s.add(s.load_part(xt, 0.0), p);
+        s.store_part(xt, v);
+    }
+}
+
 /// `x[i] += c · y[i]`.
 #[inline(always)]
 pub(crate) fn axpy<S: Simd>(s: S, x: &mut [f32], c: f32, y: &[f32]) {

@@ -172,6 +172,12 @@ macro_rules! kernel_table {
         }
 
         #[target_feature(enable = $feat)]
+        unsafe fn add_product(x: &mut [f32], a: &[f32], b: &[f32]) {
+            // SAFETY: reached only through `KERNELS` (see `token`).
+            vector::add_product(unsafe { token() }, x, a, b)
+        }
+
+        #[target_feature(enable = $feat)]
         unsafe fn axpy(x: &mut [f32], c: f32, y: &[f32]) {
             // SAFETY: reached only through `KERNELS` (see `token`).
             vector::axpy(unsafe { token() }, x, c, y)
@@ -238,6 +244,7 @@ macro_rules! kernel_table {
             softmax,
             add_bias,
             add_assign,
+            add_product,
             axpy,
             axpy_bf16,
             dot_bf16,
