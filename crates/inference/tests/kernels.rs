@@ -289,6 +289,16 @@ fn elementwise_kernels_match_reference() {
             scalar::add_assign(&mut w, &y);
             close(&format!("{isa} add_assign n={n}"), &g, &w, 0.0, 0.0);
 
+            // SiLU and SwiGLU: the vector exp against the f64 one, then the same arithmetic.
+            let (mut g, mut w) = (x.clone(), x.clone());
+            t.silu(&mut g);
+            scalar::silu(&mut w);
+            close(&format!("{isa} silu n={n}"), &g, &w, 1e-6, 1e-30);
+            let (mut g, mut w) = (x.clone(), x.clone());
+            t.silu_mul(&mut g, &y);
+            scalar::silu_mul(&mut w, &y);
+            close(&format!("{isa} silu_mul n={n}"), &g, &w, 1e-6, 1e-30);
+
             // Product rounded, then added: bit-equal to the scalar loop.
             let (mut g, mut w) = (x.clone(), x.clone());
             let z: Vec<f32> = y.iter().map(|v| v * 1.37 - 0.2).collect();

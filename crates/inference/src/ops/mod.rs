@@ -47,13 +47,7 @@ pub fn gelu_tanh(x: &mut [f32]) {
 /// Exact SiLU in place: `x / (1 + exp(-x))`.
 pub fn silu(x: &mut [f32]) {
     let parallel = x.len() >= PAR_ELEMENTWISE;
-    cpu::par_chunks_mut(x, PAR_ELEMENTWISE / 4, parallel, |_, part| {
-        for_pieces(part, |c, e| {
-            for (v, &t) in c.iter_mut().zip(e.iter()) {
-                *v /= 1.0 + t;
-            }
-        });
-    });
+    cpu::par_chunks_mut(x, PAR_ELEMENTWISE / 4, parallel, |_, part| cpu::silu(part));
 }
 
 /// `x ⊙= silu(gate)` elementwise, with the exact SiLU of [`silu`] (the output gate of a
@@ -63,37 +57,23 @@ pub fn silu_gate(x: &mut [f32], gate: &[f32]) {
     let parallel = x.len() >= PAR_ELEMENTWISE;
     let chunk = PAR_ELEMENTWISE / 4;
     cpu::par_chunks_mut(x, chunk, parallel, |i, part| {
+        // silu(gate) a piece at a time in a stack buffer, so each value passes once.
         let mut g = [0.0f32; PIECE];
         for (j, c) in part.chunks_mut(PIECE).enumerate() {
             let g = &mut g[..c.len()];
             g.copy_from_slice(&gate[i * chunk + j * PIECE..][..c.len()]);
-            for_pieces(g, |g, e| {
-                for ((v, g), &t) in c.iter_mut().zip(g.iter()).zip(e.iter()) {
-                    *v *= g / (1.0 + t);
-                }
-            });
+            cpu::silu(g);
+            for (v, &g) in c.iter_mut().zip(g.iter()) {
+                *v *= g;
+            }
         }
     });
 }
 
-/// Values per piece of the elementwise activations: `exp(-x)` of a piece is computed into a
-/// stack buffer and used at once, so each value passes through memory once.
+/// Values per piece of [`silu_gate`]'s stack buffer.
 const PIECE: usize = 512;
 /// Values from which the elementwise activations are spread over the workers.
 const PAR_ELEMENTWISE: usize = 1 << 16;
-
-/// Calls `f(piece, exp(-piece))` for each piece of at most [`PIECE`] values of `x`.
-fn for_pieces(x: &mut [f32], mut f: impl FnMut(&mut [f32], &[f32])) {
-    let mut e = [0.0f32; PIECE];
-    for c in x.chunks_mut(PIECE) {
-        let e = &mut e[..c.len()];
-        for (t, &v) in e.iter_mut().zip(c.iter()) {
-            *t = -v;
-        }
-        cpu::exp(e);
-        f(c, e);
-    }
-}
 
 /// The logistic sigmoid in place: `1 / (1 + exp(-x))`.
 pub fn sigmoid(x: &mut [f32]) {
@@ -209,21 +189,8 @@ pub fn silu_mul(gate_up: &[f32], width: usize) -> Vec<f32> {
             let rows = gate_up[i * rows_per_task * 2 * width..].chunks_exact(2 * width);
             for (row, o) in rows.zip(part.chunks_exact_mut(width)) {
                 let (gate, up) = row.split_at(width);
-                let mut e = [0.0f32; PIECE];
-                for ((o, g), u) in o
-                    .chunks_mut(PIECE)
-                    .zip(gate.chunks(PIECE))
-                    .zip(up.chunks(PIECE))
-                {
-                    let e = &mut e[..g.len()];
-                    for (t, &g) in e.iter_mut().zip(g) {
-                        *t = -g;
-                    }
-                    cpu::exp(e);
-                    for ((o, (&g, &u)), &t) in o.iter_mut().zip(g.iter().zip(u)).zip(e.iter()) {
-                        *o = g / (1.0 + t) * u;
-                    }
-                }
+                o.copy_from_slice(gate);
+                cpu::silu_mul(o, up);
             }
         },
     );

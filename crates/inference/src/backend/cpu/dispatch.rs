@@ -87,6 +87,8 @@ pub struct Kernels {
     pub(super) add_bias: unsafe fn(&mut [f32], &[f32]),
     pub(super) add_assign: unsafe fn(&mut [f32], &[f32]),
     pub(super) add_product: unsafe fn(&mut [f32], &[f32], &[f32]),
+    pub(super) silu: unsafe fn(&mut [f32]),
+    pub(super) silu_mul: unsafe fn(&mut [f32], &[f32]),
     pub(super) axpy: unsafe fn(&mut [f32], f32, &[f32]),
     pub(super) axpy_bf16: unsafe fn(&mut [f32], f32, &[u16]),
     pub(super) dot_bf16: unsafe fn(&[u16], &[f32]) -> f32,
@@ -382,6 +384,19 @@ impl Kernels {
         unsafe { (self.add_product)(x, a, b) }
     }
 
+    /// See [`super::silu`].
+    pub fn silu(&self, x: &mut [f32]) {
+        // SAFETY: see the note on this impl (detected ISA; slices stay bounds-checked).
+        unsafe { (self.silu)(x) }
+    }
+
+    /// See [`super::silu_mul`].
+    pub fn silu_mul(&self, g: &mut [f32], u: &[f32]) {
+        assert_eq!(g.len(), u.len(), "silu_mul: length mismatch");
+        // SAFETY: see the note on this impl (detected ISA; slices stay bounds-checked).
+        unsafe { (self.silu_mul)(g, u) }
+    }
+
     /// See [`super::scale`].
     pub fn scale(&self, x: &mut [f32], s: f32) {
         // SAFETY: see the note on this impl (detected ISA; slices stay bounds-checked).
@@ -532,6 +547,8 @@ static SCALAR: Kernels = Kernels {
     add_bias: scalar::add_bias,
     add_assign: scalar::add_assign,
     add_product: scalar::add_product,
+    silu: scalar::silu,
+    silu_mul: scalar::silu_mul,
     axpy: scalar::axpy,
     axpy_bf16: scalar::axpy_bf16,
     dot_bf16: scalar::dot_bf16,

@@ -309,6 +309,16 @@ pub fn add_product(x: &mut [f32], a: &[f32], b: &[f32]) {
     kernels().add_product(x, a, b)
 }
 
+/// SiLU in place, `x / (1 + exp(−x))`, with the vectorized `exp` of [`exp`].
+pub fn silu(x: &mut [f32]) {
+    kernels().silu(x)
+}
+
+/// SwiGLU in place: `g[i] = silu(g[i]) · u[i]` (equal lengths), as [`silu`] then one product.
+pub fn silu_mul(g: &mut [f32], u: &[f32]) {
+    kernels().silu_mul(g, u)
+}
+
 /// `x += c · y` elementwise (equal lengths).
 pub fn axpy(x: &mut [f32], c: f32, y: &[f32]) {
     kernels().axpy(x, c, y)

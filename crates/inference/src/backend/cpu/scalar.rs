@@ -200,6 +200,20 @@ pub fn exp(x: &mut [f32]) {
     }
 }
 
+/// See [`super::silu`].
+pub fn silu(x: &mut [f32]) {
+    for v in x {
+        *v /= 1.0 + (-*v as f64).exp() as f32;
+    }
+}
+
+/// See [`super::silu_mul`].
+pub fn silu_mul(g: &mut [f32], u: &[f32]) {
+    for (g, &u) in g.iter_mut().zip(u) {
+        *g = *g / (1.0 + (-*g as f64).exp() as f32) * u;
+    }
+}
+
 /// See [`super::tanh`].
 pub fn tanh(x: &mut [f32]) {
     for v in x {

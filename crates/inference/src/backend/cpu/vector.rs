@@ -57,6 +57,32 @@ vmath_op!(Erf, vmath::erf);
 vmath_op!(Exp, vmath::exp);
 vmath_op!(Tanh, vmath::tanh);
 
+/// SiLU, `v / (1 + exp(−v))`: [`vmath::exp`], the sum and the division each rounded once.
+#[derive(Clone, Copy)]
+struct Silu;
+impl<S: Simd> Unary<S> for Silu {
+    #[inline(always)]
+    fn apply(self, s: S, v: S::V) -> S::V {
+        s.div(v, silu_denominator(s, v))
+    }
+}
+
+/// SwiGLU's `silu(g) · u`, the product rounded after the SiLU.
+#[derive(Clone, Copy)]
+struct SiluMul;
+impl<S: Simd> Binary<S> for SiluMul {
+    #[inline(always)]
+    fn apply(self, s: S, g: S::V, u: S::V) -> S::V {
+        s.mul(s.div(g, silu_denominator(s, g)), u)
+    }
+}
+
+/// `1 + exp(−v)`.
+#[inline(always)]
+fn silu_denominator<S: Simd>(s: S, v: S::V) -> S::V {
+    s.add(s.splat(1.0), vmath::exp(s, s.sub(s.zero(), v)))
+}
+
 /// `acc + a·b`.
 #[derive(Clone, Copy)]
 struct MulAcc;
@@ -240,6 +266,18 @@ pub(crate) fn erf<S: Simd>(s: S, x: &mut [f32]) {
 #[inline(always)]
 pub(crate) fn exp<S: Simd>(s: S, x: &mut [f32]) {
     map_in_place(s, x, Exp);
+}
+
+/// In-place SiLU.
+#[inline(always)]
+pub(crate) fn silu<S: Simd>(s: S, x: &mut [f32]) {
+    map_in_place(s, x, Silu);
+}
+
+/// `g[i] = silu(g[i]) · u[i]` (SwiGLU, the gate replaced by the output).
+#[inline(always)]
+pub(crate) fn silu_mul<S: Simd>(s: S, g: &mut [f32], u: &[f32]) {
+    zip_in_place(s, g, u, SiluMul);
 }
 
 /// In-place `tanh`.

@@ -172,6 +172,18 @@ macro_rules! kernel_table {
         }
 
         #[target_feature(enable = $feat)]
+        unsafe fn silu(x: &mut [f32]) {
+            // SAFETY: reached only through `KERNELS` (see `token`).
+            vector::silu(unsafe { token() }, x)
+        }
+
+        #[target_feature(enable = $feat)]
+        unsafe fn silu_mul(g: &mut [f32], u: &[f32]) {
+            // SAFETY: reached only through `KERNELS` (see `token`).
+            vector::silu_mul(unsafe { token() }, g, u)
+        }
+
+        #[target_feature(enable = $feat)]
         unsafe fn add_product(x: &mut [f32], a: &[f32], b: &[f32]) {
             // SAFETY: reached only through `KERNELS` (see `token`).
             vector::add_product(unsafe { token() }, x, a, b)
@@ -245,6 +257,8 @@ macro_rules! kernel_table {
             add_bias,
             add_assign,
             add_product,
+            silu,
+            silu_mul,
             axpy,
             axpy_bf16,
             dot_bf16,
