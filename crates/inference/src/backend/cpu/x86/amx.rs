@@ -224,7 +224,8 @@ unsafe fn ukr(
     // SAFETY (whole body): AMX is available (contract) and the configuration matches (mr,
     // nr), so every tile access stays inside its configured rows and columns: C rows < mr
     // and columns < nr (contract: readable and writable), A rows < mr of kcp pairs (lda apart),
-    // B rows < kcp of the panel (NR pairs each), and the scratch arrays below.
+    // B rows < kcp of the panel (NR pairs each), and the scratch arrays below; the prefetches
+    // of A rows and panels ahead are hints that never fault.
     unsafe {
         configure(mr, nr);
         let c1 = c.wrapping_add(16);
