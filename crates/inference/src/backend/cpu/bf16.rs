@@ -47,7 +47,7 @@
 //! intermediate sum that the chain flushes, so its internal accumulation is its own. Its
 //! results are checked against the exact (f64) dot product of the same bf16 inputs instead,
 //! within the f32 rounding bound `(k + 2) · ε · Σ|products|`; like the vector kernels they do
-//! not depend on the blocking or the threads, but a `--bf16` product of 16 rows or more on an
+//! not depend on the blocking or the threads, but a `--bf16` product of two rows or more on an
 //! AMX machine can differ in its last bits from the same row computed alone.
 
 use std::cell::RefCell;
@@ -365,9 +365,12 @@ impl Finish<'_> {
     }
 }
 
-/// Fewest rows a product needs to run on AMX tiles: below a tile's 16 rows `vdpbf16ps` is
-/// faster (decode steps, measured: 7 vs 9-11 tokens/s on the Qwen3.5-0.8B shape).
-pub(crate) const AMX_MIN_ROWS: usize = 16;
+/// Fewest rows a product needs to run on AMX tiles. A one-row product (a decode step) streams
+/// its weights slightly faster through `vdpbf16ps` (Qwen3.5-0.8B shape on a Xeon: 15.0-15.2
+/// against 14.0-14.6 tokens/s on AMX); from two rows the tiles win although they compute
+/// padded rows (two streams 19.0 -> 25.2-25.8 tokens/s, four 29.8 -> 41.2-41.9; one
+/// all-MiniLM-L6-v2 sentence 2.7 -> 1.4 ms).
+pub(crate) const AMX_MIN_ROWS: usize = 2;
 
 /// The kernel for a product of `m` rows: [`kernel`], except that AMX is used from
 /// [`AMX_MIN_ROWS`] rows on.
