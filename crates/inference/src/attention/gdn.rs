@@ -131,6 +131,17 @@ pub fn delta_rule_heads(
         "delta_rule_heads: inputs do not match {heads:?} over {n} tokens"
     );
     let head_cols = |h: usize, d: usize| -> Range<usize> { h * d..(h + 1) * d };
+    let cols = |c0: usize, r: Range<usize>| take_columns(x.qkv, width, c0 + r.start..c0 + r.end);
+    // Each key head's queries and keys, normalized once (value heads share key heads when
+    // there are more of them), the key heads in parallel for prompts.
+    let nk = heads.n_k_heads;
+    let keys = cpu::par_map(nk, if n >= MIN_CHUNKED { 1 } else { nk }, |kh| {
+        let (mut q, mut k) = (cols(0, head_cols(kh, dk)), cols(kd, head_cols(kh, dk)));
+        l2_normalize_rows(&mut q, dk, QK_EPS);
+        l2_normalize_rows(&mut k, dk, QK_EPS);
+        scale(&mut q, 1.0 / (dk as f32).sqrt());
+        (q, k)
+    });
     // Each head copies its old state into its share of the new one and advances it there:
     // one pass of copying, spread over the workers.
     let mut new_state = crate::tensor::host_scratch(state.len());
@@ -139,24 +150,15 @@ pub fn delta_rule_heads(
     let outputs = cpu::par_map_mut(&mut heads_state, n * dk * dv >= 1 << 14, |(h, s)| {
         let h = *h;
         s.copy_from_slice(&state[head_cols(h, dk * dv)]);
-        let kh = heads.key_head(h);
-        let cols =
-            |c0: usize, r: Range<usize>| take_columns(x.qkv, width, c0 + r.start..c0 + r.end);
-        let (mut q, mut k, v) = (
-            cols(0, head_cols(kh, dk)),
-            cols(kd, head_cols(kh, dk)),
-            cols(2 * kd, head_cols(h, dv)),
-        );
-        l2_normalize_rows(&mut q, dk, QK_EPS);
-        l2_normalize_rows(&mut k, dk, QK_EPS);
-        scale(&mut q, 1.0 / (dk as f32).sqrt());
+        let (q, k) = &keys[heads.key_head(h)];
+        let v = cols(2 * kd, head_cols(h, dv));
         let (g, beta) = (
             take_columns(x.g, nv, h..h + 1),
             take_columns(x.beta, nv, h..h + 1),
         );
         let inputs = HeadInputs {
-            q: &q,
-            k: &k,
+            q,
+            k,
             v: &v,
             g: &g,
             beta: &beta,
