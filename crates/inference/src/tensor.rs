@@ -297,10 +297,9 @@ impl Tensor {
         }
         match &self.storage {
             Storage::Cpu(v) => {
-                let mut out = Vec::with_capacity(self.rows * width);
-                for row in v.chunks_exact(self.cols.max(1)).take(self.rows) {
-                    out.extend_from_slice(&row[col0..col0 + width]);
-                }
+                let mut out = host_scratch(self.rows * width);
+                let src = v.get(col0..).unwrap_or_default();
+                crate::backend::cpu::copy_rows(src, self.cols, &mut out, width, self.rows, width);
                 Ok(Tensor::cpu(self.rows, width, out))
             }
             #[cfg(feature = "cuda")]
@@ -367,18 +366,20 @@ fn recycle(v: Vec<f32>) {
 }
 
 /// A host vector of `len` values whose contents are unspecified (stale values of a dropped
-/// tensor, or zeros): for an op that writes every value before anything reads it. Takes the
-/// best-fitting kept buffer with at least `len` and at most twice `len` room, else allocates.
+/// tensor, or zeros): for an op that writes every value before anything reads it. Takes a kept
+/// buffer with at least `len` and at most twice `len` room (one already `len` long first, then
+/// the best fit), else allocates.
 pub(crate) fn host_scratch(len: usize) -> Vec<f32> {
     let kept = if len >= RECYCLE_MIN {
         RECYCLED
             .try_with(|pool| {
                 let mut pool = pool.try_borrow_mut().ok()?;
+                // Best: a buffer already `len` long (nothing to fill), then the best fit.
                 let best = pool
                     .iter()
                     .enumerate()
                     .filter(|(_, v)| (len..=2 * len).contains(&v.capacity()))
-                    .min_by_key(|(_, v)| v.capacity())
+                    .min_by_key(|(_, v)| (v.len() < len, v.capacity()))
                     .map(|(i, _)| i)?;
                 Some(pool.swap_remove(best))
             })

@@ -9,7 +9,7 @@
 
 use super::gdn::{delta_rule_heads, log_decay, GdnHeads, GdnInputs};
 use crate::backend::Mirror;
-use crate::ops::{causal_conv1d, sigmoid, silu, silu_gate, take_columns, RmsNorm};
+use crate::ops::{causal_conv1d, rms_norm_silu_gate, sigmoid, silu, take_columns, RmsNorm};
 use crate::state::SeqState;
 use crate::tensor::{Storage, Tensor};
 use crate::{Error, Result};
@@ -136,10 +136,8 @@ impl GdnLayer {
         }
         let z_col = self.conv_dim();
         match (core.storage_mut(), proj.storage()) {
-            (Storage::Cpu(c), Storage::Cpu(_)) => {
-                let z = proj.columns(z_col, vd)?.into_host()?;
-                norm.forward_inplace(c);
-                silu_gate(c, &z);
+            (Storage::Cpu(c), Storage::Cpu(p)) => {
+                rms_norm_silu_gate(c, vd, norm, &p[z_col..], self.proj_dim());
                 Ok(())
             }
             #[cfg(feature = "cuda")]

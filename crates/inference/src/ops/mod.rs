@@ -50,27 +50,42 @@ pub fn silu(x: &mut [f32]) {
     cpu::par_chunks_mut(x, PAR_ELEMENTWISE / 4, parallel, |_, part| cpu::silu(part));
 }
 
-/// `x ⊙= silu(gate)` elementwise, with the exact SiLU of [`silu`] (the output gate of a
-/// Gated DeltaNet layer's norm).
-pub fn silu_gate(x: &mut [f32], gate: &[f32]) {
-    assert_eq!(x.len(), gate.len(), "silu_gate: length mismatch");
+/// A Gated DeltaNet layer's output norm and gate: each `norm.dim()`-wide segment (a head) of
+/// the rows of `x` (`width` values each) RMS-normalized, then the row times `silu(z)`, with row
+/// `i` of `z` read in place at `z[i * z_ld..][..width]` (e.g. columns of a projection). Blocks
+/// of rows on the workers; SiLU as in [`silu`].
+pub fn rms_norm_silu_gate(x: &mut [f32], width: usize, norm: &RmsNorm, z: &[f32], z_ld: usize) {
+    let rows = x.len() / width.max(1);
+    assert!(
+        x.len() == rows * width
+            && width.is_multiple_of(norm.dim())
+            && (rows == 0 || z.len() >= (rows - 1) * z_ld + width),
+        "rms_norm_silu_gate: rows of {width} (heads of {}), gate of {} values {z_ld} apart",
+        norm.dim(),
+        z.len()
+    );
+    let per_task = (PAR_ELEMENTWISE / 4 / width.max(1)).max(1);
     let parallel = x.len() >= PAR_ELEMENTWISE;
-    let chunk = PAR_ELEMENTWISE / 4;
-    cpu::par_chunks_mut(x, chunk, parallel, |i, part| {
-        // silu(gate) a piece at a time in a stack buffer, so each value passes once.
+    cpu::par_chunks_mut(x, per_task * width.max(1), parallel, |t, part| {
         let mut g = [0.0f32; PIECE];
-        for (j, c) in part.chunks_mut(PIECE).enumerate() {
-            let g = &mut g[..c.len()];
-            g.copy_from_slice(&gate[i * chunk + j * PIECE..][..c.len()]);
-            cpu::silu(g);
-            for (v, &g) in c.iter_mut().zip(g.iter()) {
-                *v *= g;
+        for (r, row) in part.chunks_exact_mut(width).enumerate() {
+            for head in row.chunks_exact_mut(norm.dim()) {
+                norm.norm_row(head);
+            }
+            let zr = &z[(t * per_task + r) * z_ld..][..width];
+            for (c, zc) in row.chunks_mut(PIECE).zip(zr.chunks(PIECE)) {
+                let g = &mut g[..c.len()];
+                g.copy_from_slice(zc);
+                cpu::silu(g);
+                for (v, &g) in c.iter_mut().zip(g.iter()) {
+                    *v *= g;
+                }
             }
         }
     });
 }
 
-/// Values per piece of [`silu_gate`]'s stack buffer.
+/// Values per piece of the gates' stack buffers.
 const PIECE: usize = 512;
 /// Values from which the elementwise activations are spread over the workers.
 const PAR_ELEMENTWISE: usize = 1 << 16;
@@ -101,9 +116,22 @@ pub fn sigmoid_gate(x: &mut Tensor, gate: &Tensor) -> Result<()> {
     let n = x.len();
     match (x.storage_mut(), gate.storage()) {
         (Storage::Cpu(x), Storage::Cpu(gate)) => {
-            for (v, &g) in x.iter_mut().zip(gate) {
-                *v *= 1.0 / (1.0 + (-g).exp());
-            }
+            let parallel = x.len() >= PAR_ELEMENTWISE;
+            let chunk = PAR_ELEMENTWISE / 4;
+            cpu::par_chunks_mut(x, chunk, parallel, |i, part| {
+                // exp(−gate) a piece at a time in a stack buffer (the vector `exp`).
+                let mut e = [0.0f32; PIECE];
+                for (j, c) in part.chunks_mut(PIECE).enumerate() {
+                    let e = &mut e[..c.len()];
+                    for (e, &g) in e.iter_mut().zip(&gate[i * chunk + j * PIECE..]) {
+                        *e = -g;
+                    }
+                    cpu::exp(e);
+                    for (v, &e) in c.iter_mut().zip(e.iter()) {
+                        *v *= 1.0 / (1.0 + e);
+                    }
+                }
+            });
             Ok(())
         }
         #[cfg(feature = "cuda")]

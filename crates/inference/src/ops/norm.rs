@@ -79,6 +79,9 @@ impl LayerNorm {
     }
 }
 
+/// Values per task of a parallel norm (from four such tasks on).
+const PAR_ROWS: usize = 1 << 14;
+
 /// RMS norm (`LlamaRMSNorm` / `Qwen3RMSNorm`): `y = w ⊙ (x / sqrt(mean(x²) + eps))`, computed in
 /// f32 in that order, as transformers does.
 #[derive(Debug, Clone)]
@@ -143,8 +146,10 @@ impl RmsNorm {
         check_width("RmsNorm", x, self.dim())?;
         match x.storage() {
             Storage::Cpu(v) => {
-                let mut y = v.clone();
-                self.forward_inplace(&mut y);
+                let mut y = crate::tensor::host_scratch(v.len());
+                self.rows(&mut y, |i, out| {
+                    out.copy_from_slice(&v[i * out.len()..][..out.len()])
+                });
                 Ok(Tensor::cpu(x.rows(), x.cols(), y))
             }
             #[cfg(feature = "cuda")]
@@ -166,14 +171,29 @@ impl RmsNorm {
 
     /// Normalizes each row of `x` f32 [n, dim] in place.
     pub fn forward_inplace(&self, x: &mut [f32]) {
+        self.rows(x, |_, _| ());
+    }
+
+    /// Normalizes one row in place.
+    pub fn norm_row(&self, row: &mut [f32]) {
         let w = self.weight.as_slice();
-        let dim = w.len();
-        debug_assert_eq!(x.len() % dim, 0);
-        for row in x.chunks_exact_mut(dim) {
-            let r = 1.0 / (cpu::sum_squares(row) / dim as f32 + self.eps).sqrt();
-            for (v, &g) in row.iter_mut().zip(w) {
-                *v = g * (*v * r);
-            }
+        let r = 1.0 / (cpu::sum_squares(row) / w.len() as f32 + self.eps).sqrt();
+        for (v, &g) in row.iter_mut().zip(w) {
+            *v = g * (*v * r);
         }
+    }
+
+    /// For every row `i` of `x` f32 [n, dim]: `fill(i, row)`, then the row normalized in place;
+    /// blocks of rows on the workers for large inputs.
+    fn rows(&self, x: &mut [f32], fill: impl Fn(usize, &mut [f32]) + Sync + Send) {
+        let dim = self.dim();
+        debug_assert_eq!(x.len() % dim, 0);
+        let per_task = (PAR_ROWS / dim.max(1)).max(1);
+        cpu::par_chunks_mut(x, per_task * dim, x.len() >= 4 * PAR_ROWS, |t, part| {
+            for (r, row) in part.chunks_exact_mut(dim).enumerate() {
+                fill(t * per_task + r, row);
+                self.norm_row(row);
+            }
+        });
     }
 }

@@ -4,7 +4,8 @@
 
 use std::ops::Range;
 
-use crate::tensor::{Storage, Tensor};
+use crate::backend::cpu;
+use crate::tensor::{host_scratch, Storage, Tensor};
 use crate::{Error, Result};
 
 /// A gated query projection's output `x` [rows, n_heads * 2 head_dim + rest] (per head a query
@@ -21,15 +22,32 @@ pub fn split_query_gate(x: &Tensor, n_heads: usize, head_dim: usize) -> Result<(
     }
     match x.storage() {
         Storage::Cpu(v) => {
-            let mut qkv = Vec::with_capacity(rows * (width - q_dim));
-            let mut gate = Vec::with_capacity(rows * q_dim);
-            for row in v.chunks_exact(width) {
-                for h in 0..n_heads {
-                    let at = h * 2 * head_dim;
-                    qkv.extend_from_slice(&row[at..at + head_dim]);
-                    gate.extend_from_slice(&row[at + head_dim..at + 2 * head_dim]);
-                }
-                qkv.extend_from_slice(&row[2 * q_dim..]);
+            let rest = width - 2 * q_dim;
+            let mut qkv = host_scratch(rows * (width - q_dim));
+            let mut gate = host_scratch(rows * q_dim);
+            for h in (0..n_heads).filter(|_| rows > 0) {
+                let at = h * 2 * head_dim;
+                let q_ld = width - q_dim;
+                cpu::copy_rows(
+                    &v[at..],
+                    width,
+                    &mut qkv[h * head_dim..],
+                    q_ld,
+                    rows,
+                    head_dim,
+                );
+                let g = &v[at + head_dim..];
+                cpu::copy_rows(g, width, &mut gate[h * head_dim..], q_dim, rows, head_dim);
+            }
+            if rest > 0 && rows > 0 {
+                cpu::copy_rows(
+                    &v[2 * q_dim..],
+                    width,
+                    &mut qkv[q_dim..],
+                    width - q_dim,
+                    rows,
+                    rest,
+                );
             }
             Ok((
                 Tensor::cpu(rows, width - q_dim, qkv),
@@ -60,16 +78,12 @@ pub fn split_columns<const N: usize>(x: &[f32], widths: [usize; N]) -> [Vec<f32>
         "split_columns: {} values are not rows of {width}",
         x.len()
     );
-    let n = x.len() / width;
-    let mut parts = widths.map(|w| Vec::with_capacity(n * w));
-    for row in x.chunks_exact(width) {
-        let mut col = 0;
-        for (part, &w) in parts.iter_mut().zip(&widths) {
-            part.extend_from_slice(&row[col..col + w]);
-            col += w;
-        }
-    }
-    parts
+    let mut col = 0;
+    widths.map(|w| {
+        let part = take_columns(x, width, col..col + w);
+        col += w;
+        part
+    })
 }
 
 /// Columns `cols` of every row of `x` (rows of `width`): f32 [n, cols.len()].
@@ -79,10 +93,16 @@ pub fn take_columns(x: &[f32], width: usize, cols: Range<usize>) -> Vec<f32> {
         "take_columns: columns {cols:?} of {} values in rows of {width}",
         x.len()
     );
-    let mut out = Vec::with_capacity(x.len() / width * cols.len());
-    for row in x.chunks_exact(width) {
-        out.extend_from_slice(&row[cols.clone()]);
-    }
+    let (n, w) = (x.len() / width, cols.len());
+    let mut out = host_scratch(n * w);
+    cpu::copy_rows(
+        x.get(cols.start..).unwrap_or_default(),
+        width,
+        &mut out,
+        w,
+        n,
+        w,
+    );
     out
 }
 
@@ -96,9 +116,8 @@ pub fn put_columns(x: &mut [f32], width: usize, cols: Range<usize>, part: &[f32]
         part.len(),
         x.len()
     );
-    for (row, src) in x.chunks_exact_mut(width).zip(part.chunks_exact(w)) {
-        row[cols.clone()].copy_from_slice(src);
-    }
+    let dst = x.get_mut(cols.start..).unwrap_or_default();
+    cpu::copy_rows(part, w, dst, width, part.len() / w, w);
 }
 
 #[cfg(test)]

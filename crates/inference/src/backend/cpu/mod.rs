@@ -128,6 +128,51 @@ pub fn par_chunks_mut<T: Send>(
     }
 }
 
+/// Values from which [`copy_rows`] spreads a copy over the workers.
+const PAR_COPY: usize = 1 << 16;
+
+/// Copies `width` values of each of `rows` rows from `src` (rows `src_ld` apart) to `dst` (rows
+/// `dst_ld` apart): column ranges of packed rows (a head, a projection's part) taken out or
+/// written back, blocks of rows on the workers for large copies. Panics if a slice is too short
+/// or rows would overlap (`width > dst_ld`).
+pub fn copy_rows(
+    src: &[f32],
+    src_ld: usize,
+    dst: &mut [f32],
+    dst_ld: usize,
+    rows: usize,
+    width: usize,
+) {
+    if rows == 0 || width == 0 {
+        return;
+    }
+    let (src_end, dst_end) = ((rows - 1) * src_ld + width, (rows - 1) * dst_ld + width);
+    assert!(
+        src.len() >= src_end && dst.len() >= dst_end && (rows == 1 || width <= dst_ld),
+        "copy_rows: {rows} rows of {width} from {} values ({src_ld} apart) to {} ({dst_ld} apart)",
+        src.len(),
+        dst.len()
+    );
+    let per_task = (PAR_COPY / 4 / width).max(1);
+    let step = if rows == 1 {
+        dst_end
+    } else {
+        per_task * dst_ld
+    };
+    par_chunks_mut(
+        &mut dst[..dst_end],
+        step,
+        rows * width >= PAR_COPY,
+        |i, part| {
+            for r in 0..per_task.min(rows - i * per_task) {
+                let row = i * per_task + r;
+                part[r * dst_ld..r * dst_ld + width]
+                    .copy_from_slice(&src[row * src_ld..row * src_ld + width]);
+            }
+        },
+    );
+}
+
 /// `c[m×n] (+)= a[m×k] · b[n×k]ᵀ`: activations times transposed weights (the `nn.Linear` layout).
 ///
 /// `a` rows are `lda` apart, `b` rows `ldb` apart, `c` rows `ldc` apart. With `accumulate` the
