@@ -345,8 +345,9 @@ thread_local! {
 }
 
 /// Keeps `v` for [`host_scratch`] if it is large enough and the thread's pool has room (the
-/// oldest buffer goes when it is full).
-fn recycle(v: Vec<f32>) {
+/// oldest buffer goes when it is full). Dropped host tensors come here; ops call it for large
+/// scratch vectors that never became a tensor.
+pub(crate) fn recycle(v: Vec<f32>) {
     let cap = v.capacity();
     if !(RECYCLE_MIN..=RECYCLE_MAX).contains(&cap) {
         return;

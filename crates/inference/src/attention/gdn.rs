@@ -18,6 +18,7 @@ use std::ops::Range;
 
 use crate::backend::cpu;
 use crate::ops::{l2_normalize_rows, put_columns, scale, softplus, take_columns};
+use crate::tensor::recycle;
 
 /// Tokens per chunk of the parallel form.
 pub const CHUNK: usize = 64;
@@ -165,16 +166,23 @@ pub fn delta_rule_heads(
             dk,
             dv,
         };
-        if n >= MIN_CHUNKED {
+        let o = if n >= MIN_CHUNKED {
             delta_rule_chunked(&inputs, s)
         } else {
             delta_rule_sequential(&inputs, s)
-        }
+        };
+        recycle(v);
+        o
     });
     drop(heads_state);
     let mut out = crate::tensor::host_scratch(n * vd);
-    for (h, o) in outputs.iter().enumerate() {
-        put_columns(&mut out, vd, head_cols(h, dv), o);
+    for (h, o) in outputs.into_iter().enumerate() {
+        put_columns(&mut out, vd, head_cols(h, dv), &o);
+        recycle(o);
+    }
+    for (q, k) in keys {
+        recycle(q);
+        recycle(k);
     }
     (out, new_state)
 }
@@ -270,7 +278,8 @@ fn unit_lower_inverse(a: &[f32], l: usize) -> Vec<f32> {
 /// f32 [n, dv]), computed per chunk of [`CHUNK`] tokens with matrix products.
 pub fn delta_rule_chunked(x: &HeadInputs<'_>, state: &mut [f32]) -> Vec<f32> {
     let (dk, dv, n) = (x.dk, x.dv, x.n());
-    let mut out = vec![0.0f32; n * dv];
+    // (Every row is written: each chunk's first product overwrites its rows.)
+    let mut out = crate::tensor::host_scratch(n * dv);
     // Per-chunk buffers, sized for a whole chunk once (every product overwrites its output).
     let c = CHUNK.min(n);
     let mut gamma = vec![0.0f32; c];

@@ -203,6 +203,7 @@ impl GdnLayer {
                 beta: &beta[per_head],
             };
             let (o, new_state) = delta_rule_heads(&x, heads, rec_state);
+            crate::tensor::recycle(mixed);
             state.set_recurrent(layer, new_conv, new_state);
             if lens.len() == 1 {
                 core = o;
