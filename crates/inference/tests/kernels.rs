@@ -963,3 +963,33 @@ fn packed_bf16_products_equal_packed_f32_bit_for_bit() {
     let w = t.pack_weights(2, 3, &[1.0, 0.1, 2.0, 3.0, 4.0, 5.0], 3);
     assert!(PackedBf16::from_packed(&w).is_none());
 }
+
+/// `copy_rows` equals a plain row-by-row copy on awkward shapes and strides (a single row, rows
+/// of one value, and copies large enough to be split over the workers), and leaves every
+/// value outside the copied columns as it was.
+#[test]
+fn copy_rows_matches_a_plain_copy() {
+    let mut rng = Rng(7);
+    for &(rows, width, src_pad, dst_pad) in &[
+        (1usize, 1usize, 0usize, 0usize),
+        (1, 37, 5, 3),
+        (3, 1, 2, 9),
+        (700, 130, 17, 0),
+        (2048, 33, 0, 31),
+    ] {
+        let (src_ld, dst_ld) = (width + src_pad, width + dst_pad);
+        let src = rng.vec(rows * src_ld, -1.0, 1.0);
+        let before = rng.vec(rows * dst_ld, -1.0, 1.0);
+        let mut want = before.clone();
+        for r in 0..rows {
+            want[r * dst_ld..r * dst_ld + width]
+                .copy_from_slice(&src[r * src_ld..r * src_ld + width]);
+        }
+        let mut got = before.clone();
+        cpu::copy_rows(&src, src_ld, &mut got, dst_ld, rows, width);
+        assert_eq!(
+            got, want,
+            "{rows} rows of {width}, strides {src_ld} / {dst_ld}"
+        );
+    }
+}

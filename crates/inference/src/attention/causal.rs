@@ -260,8 +260,6 @@ pub fn causal_attention(
     let window = sliding_window.unwrap_or(usize::MAX).max(1);
     // Keys visible to the query at position p: lo(p)..=p.
     let lo = |p: usize| (p + 1).saturating_sub(window);
-    let mut out = vec![0.0f32; n * q_dim];
-
     let min_len = if n * total * q_dim < SERIAL_WORK {
         n_heads
     } else {
@@ -269,7 +267,8 @@ pub fn causal_attention(
     };
     let results: Vec<Vec<f32>> = cpu::par_map(n_heads, min_len, |h| {
         let g = h / group;
-        let mut o = vec![0.0f32; n * hd];
+        // (Every row is written: each query tile's product overwrites its rows.)
+        let mut o = crate::tensor::host_scratch(n * hd);
         let mut s = Vec::new();
         for b0 in (0..n).step_by(QUERY_TILE) {
             let b1 = (b0 + QUERY_TILE).min(n);
@@ -316,10 +315,10 @@ pub fn causal_attention(
         }
         o
     });
-    for (h, o) in results.iter().enumerate() {
-        for (i, row) in o.chunks_exact(hd).enumerate() {
-            out[i * q_dim + h * hd..i * q_dim + (h + 1) * hd].copy_from_slice(row);
-        }
+    let mut out = crate::tensor::host_scratch(n * q_dim);
+    for (h, o) in results.into_iter().enumerate() {
+        crate::ops::put_columns(&mut out, q_dim, h * hd..(h + 1) * hd, &o);
+        crate::tensor::recycle(o);
     }
     Ok(out)
 }

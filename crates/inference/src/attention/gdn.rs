@@ -281,18 +281,21 @@ pub fn delta_rule_chunked(x: &HeadInputs<'_>, state: &mut [f32]) -> Vec<f32> {
     // (Every row is written: each chunk's first product overwrites its rows.)
     let mut out = crate::tensor::host_scratch(n * dv);
     // Per-chunk buffers, sized for a whole chunk once (every product overwrites its output).
+    // Products that share an operand run as one: [k ⊙ β; q] · kᵀ, (I + A)⁻¹ · [v ⊙ β | k ⊙ β ⊙
+    // exp(γ)], and [W; q ⊙ exp(γ)] · S (its right side packed once).
     let c = CHUNK.min(n);
+    let vw = dv + dk;
     let mut gamma = vec![0.0f32; c];
-    let mut k_beta = vec![0.0f32; c * dk];
-    let mut a = vec![0.0f32; c * c];
-    let mut intra = vec![0.0f32; c * c];
     let mut decay = vec![0.0f32; c];
-    let mut v_beta = vec![0.0f32; c * dv];
-    let mut u = vec![0.0f32; c * dv];
-    let mut k_decayed = vec![0.0f32; c * dk];
-    let mut w = vec![0.0f32; c * dk];
-    let mut ws = vec![0.0f32; c * dv];
-    let mut q_dec = vec![0.0f32; c * dk];
+    // Rows [k ⊙ β; q] (2l × dk), and their products with kᵀ: [A; intra] (2l × l).
+    let mut kq = vec![0.0f32; 2 * c * dk];
+    let mut aq = vec![0.0f32; 2 * c * c];
+    // [v ⊙ β | k ⊙ β ⊙ exp(γ)] (l × (dv + dk)).
+    let mut vk = vec![0.0f32; c * vw];
+    // Rows 0..l: [U | W] = (I + A)⁻¹ · vk; rows l..2l: [· | q ⊙ exp(γ)].
+    let mut uw = vec![0.0f32; 2 * c * vw];
+    // [W; q ⊙ exp(γ)] · S (2l × dv).
+    let mut ws = vec![0.0f32; 2 * c * dv];
     let mut k_dec_t = vec![0.0f32; dk * c];
     let mut c0 = 0;
     while c0 < n {
@@ -308,13 +311,14 @@ pub fn delta_rule_chunked(x: &HeadInputs<'_>, state: &mut [f32]) -> Vec<f32> {
             acc += g;
             *gm = acc;
         }
-        let k_beta = &mut k_beta[..l * dk];
-        scale_rows(k_beta, k, dk, beta.iter().copied());
+        let kq = &mut kq[..2 * l * dk];
+        scale_rows(kq, dk, k, dk, beta.iter().copied());
+        kq[l * dk..].copy_from_slice(q);
         // A = (k_beta · kᵀ) ⊙ exp(γ_i − γ_j) below the diagonal; intra = (q · kᵀ) ⊙ the same
         // decay on and below the diagonal.
-        let (a, intra) = (&mut a[..l * l], &mut intra[..l * l]);
-        cpu::gemm_bt(l, l, dk, k_beta, dk, k, dk, a, l, false);
-        cpu::gemm_bt(l, l, dk, q, dk, k, dk, intra, l, false);
+        let aq = &mut aq[..2 * l * l];
+        cpu::gemm_bt(2 * l, l, dk, kq, dk, k, dk, aq, l, false);
+        let (a, intra) = aq.split_at_mut(l * l);
         for i in 0..l {
             // exp(γ_i − γ_j) for j <= i, in one vector pass per row.
             for (d, &gj) in decay[..=i].iter_mut().zip(gamma.iter()) {
@@ -329,27 +333,41 @@ pub fn delta_rule_chunked(x: &HeadInputs<'_>, state: &mut [f32]) -> Vec<f32> {
             ar[i + 1..].fill(0.0);
             qr[i + 1..].fill(0.0);
         }
-        // U = (I + A)⁻¹ (v ⊙ β); W = (I + A)⁻¹ (k_beta ⊙ exp(γ)).
+        // [U | W] = (I + A)⁻¹ [v ⊙ β | k_beta ⊙ exp(γ)].
         let inv = unit_lower_inverse(a, l);
-        let (v_beta, u) = (&mut v_beta[..l * dv], &mut u[..l * dv]);
-        scale_rows(v_beta, v, dv, beta.iter().copied());
-        cpu::gemm_nn(l, dv, l, &inv, l, v_beta, dv, u, dv, false);
-        let (k_decayed, w) = (&mut k_decayed[..l * dk], &mut w[..l * dk]);
-        scale_rows(k_decayed, k_beta, dk, gamma.iter().map(|gm| gm.exp()));
-        cpu::gemm_nn(l, dk, l, &inv, l, k_decayed, dk, w, dk, false);
-        // v_new = U − W · S (in place of U)
-        let ws = &mut ws[..l * dv];
-        cpu::gemm_nn(l, dv, dk, w, dk, state, dv, ws, dv, false);
-        for (a, &b) in u.iter_mut().zip(ws.iter()) {
-            *a -= b;
+        let vk = &mut vk[..l * vw];
+        scale_rows(vk, vw, v, dv, beta.iter().copied());
+        let k_beta = &kq[..l * dk];
+        scale_rows(
+            &mut vk[dv..],
+            vw,
+            k_beta,
+            dk,
+            gamma.iter().map(|gm| gm.exp()),
+        );
+        let uw = &mut uw[..2 * l * vw];
+        cpu::gemm_nn(l, vw, l, &inv, l, vk, vw, uw, vw, false);
+        // Below W: q ⊙ exp(γ), so that [W; q ⊙ exp(γ)] · S is one product.
+        scale_rows(
+            &mut uw[l * vw + dv..],
+            vw,
+            q,
+            dk,
+            gamma.iter().map(|gm| gm.exp()),
+        );
+        let ws = &mut ws[..2 * l * dv];
+        cpu::gemm_nn(2 * l, dv, dk, &uw[dv..], vw, state, dv, ws, dv, false);
+        // v_new = U − W · S (in place of U).
+        for (urow, wsrow) in uw.chunks_mut(vw).zip(ws.chunks_exact(dv)).take(l) {
+            for (a, &b) in urow[..dv].iter_mut().zip(wsrow) {
+                *a -= b;
+            }
         }
-        let v_new = &*u;
+        let v_new = &uw[..(l - 1) * vw + dv];
         // o = (q ⊙ exp(γ)) · S + intra · v_new
-        let q_dec = &mut q_dec[..l * dk];
-        scale_rows(q_dec, q, dk, gamma.iter().map(|gm| gm.exp()));
         let o = &mut out[c0 * dv..(c0 + l) * dv];
-        cpu::gemm_nn(l, dv, dk, q_dec, dk, state, dv, o, dv, false);
-        cpu::gemm_nn(l, dv, l, intra, l, v_new, dv, o, dv, true);
+        o.copy_from_slice(&ws[l * dv..]);
+        cpu::gemm_nn(l, dv, l, intra, l, v_new, vw, o, dv, true);
         // S = S · exp(γ_L) + (k ⊙ exp(γ_L − γ))ᵀ · v_new
         let g_last = gamma[l - 1];
         let chunk_decay = g_last.exp();
@@ -364,20 +382,23 @@ pub fn delta_rule_chunked(x: &HeadInputs<'_>, state: &mut [f32]) -> Vec<f32> {
                 k_dec_t[i * l + j] = x * e;
             }
         }
-        cpu::gemm_nn(dk, dv, l, k_dec_t, l, v_new, dv, state, dv, true);
+        cpu::gemm_nn(dk, dv, l, k_dec_t, l, v_new, vw, state, dv, true);
         c0 += l;
     }
     out
 }
 
-/// `dst` row `i` = `src` row `i` (rows of `d`) times the `i`-th factor.
-fn scale_rows(dst: &mut [f32], src: &[f32], d: usize, factors: impl Iterator<Item = f32>) {
-    for ((o, row), f) in dst
-        .chunks_exact_mut(d)
-        .zip(src.chunks_exact(d))
-        .zip(factors)
-    {
-        for (o, &e) in o.iter_mut().zip(row) {
+/// Row `i` of `dst` (rows `ld` apart, the first `d` values written) = `src` row `i` (rows of
+/// `d`) times the `i`-th factor.
+fn scale_rows(
+    dst: &mut [f32],
+    ld: usize,
+    src: &[f32],
+    d: usize,
+    factors: impl Iterator<Item = f32>,
+) {
+    for ((o, row), f) in dst.chunks_mut(ld).zip(src.chunks_exact(d)).zip(factors) {
+        for (o, &e) in o[..d].iter_mut().zip(row) {
             *o = e * f;
         }
     }

@@ -82,20 +82,29 @@ pub fn on_pool<R: Send>(f: impl FnOnce() -> R + Send) -> R {
 /// `f(i)` for every `i` in `0..n` on the worker pool, results in order; tasks are handed out at
 /// least `min_len` at a time (`min_len >= n` runs them all on the calling thread). The one way
 /// code above the backend spreads independent tasks (attention heads, sequences) over cores.
+/// With at least one batch of tasks per thread, the kernels a task calls stay on its thread.
 pub fn par_map<T: Send>(n: usize, min_len: usize, f: impl Fn(usize) -> T + Sync + Send) -> Vec<T> {
     use rayon::prelude::*;
     if min_len >= n {
         return (0..n).map(f).collect();
     }
+    let busy = n.div_ceil(min_len.max(1)) >= threads::count();
     (0..n)
         .into_par_iter()
         .with_min_len(min_len.max(1))
-        .map(f)
+        .map(|i| {
+            if busy {
+                threads::in_task(|| f(i))
+            } else {
+                f(i)
+            }
+        })
         .collect()
 }
 
 /// `f(item)` for every item of `items`, in parallel on the thread pool when `parallel`; the
-/// results in order.
+/// results in order. With at least one item per thread, the kernels a task calls stay on its
+/// thread.
 pub fn par_map_mut<T: Send, R: Send>(
     items: &mut [T],
     parallel: bool,
@@ -103,7 +112,17 @@ pub fn par_map_mut<T: Send, R: Send>(
 ) -> Vec<R> {
     use rayon::prelude::*;
     if parallel {
-        items.par_iter_mut().map(f).collect()
+        let busy = items.len() >= threads::count();
+        items
+            .par_iter_mut()
+            .map(|item| {
+                if busy {
+                    threads::in_task(|| f(item))
+                } else {
+                    f(item)
+                }
+            })
+            .collect()
     } else {
         items.iter_mut().map(f).collect()
     }

@@ -3,10 +3,28 @@
 //! The policy is deliberately simple: a call below [`PAR_MIN_FLOPS`] runs on the calling
 //! thread (no spawn, no wake-up latency); a larger one splits one index range into aligned,
 //! contiguous parts, a few per thread so that a core slowed by other work does not hold the
-//! rest back. Nested use (a GEMM called from inside a parallel loop over heads) is fine: rayon
-//! runs the parts on whatever workers are free. This module knows nothing about matrices.
+//! rest back. A kernel called from a task of a parallel map with at least one task per thread
+//! (heads, sequences: [`in_task`]) stays on its task's thread, since every thread already has
+//! work; elsewhere nested use is fine: rayon runs the parts on whatever workers are free. This
+//! module knows nothing about matrices.
+
+use std::cell::Cell;
 
 use rayon::prelude::*;
+
+thread_local! {
+    /// Whether this thread is running a task of a map that keeps every thread busy.
+    static IN_TASK: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Runs `f` as one task of a parallel map with at least one task per thread: kernels it calls
+/// run on this thread alone (splitting them would only add wake-ups and stealing).
+pub(crate) fn in_task<R>(f: impl FnOnce() -> R) -> R {
+    let was = IN_TASK.with(|t| t.replace(true));
+    let r = f();
+    IN_TASK.with(|t| t.set(was));
+    r
+}
 
 /// Products smaller than this many floating-point operations stay on the calling thread
 /// (about 20 µs of single-core work, several times the cost of waking a worker).
@@ -15,9 +33,13 @@ pub(crate) const PAR_MIN_FLOPS: usize = 1 << 22;
 /// Parts per worker thread when splitting (load balance against noisy neighbours).
 const PARTS_PER_THREAD: usize = 2;
 
-/// Number of worker threads a parallel call may use.
+/// Number of worker threads a parallel call may use (one inside [`in_task`]).
 pub(crate) fn count() -> usize {
-    rayon::current_num_threads().max(1)
+    if IN_TASK.with(Cell::get) {
+        1
+    } else {
+        rayon::current_num_threads().max(1)
+    }
 }
 
 /// Runs `f(start, end)` over a partition of `0..len` into contiguous ranges whose boundaries
