@@ -92,13 +92,7 @@ pub fn par_map<T: Send>(n: usize, min_len: usize, f: impl Fn(usize) -> T + Sync 
     (0..n)
         .into_par_iter()
         .with_min_len(min_len.max(1))
-        .map(|i| {
-            if busy {
-                threads::in_task(|| f(i))
-            } else {
-                f(i)
-            }
-        })
+        .map(|i| threads::in_task(busy, || f(i)))
         .collect()
 }
 
@@ -115,13 +109,7 @@ pub fn par_map_mut<T: Send, R: Send>(
         let busy = items.len() >= threads::count();
         items
             .par_iter_mut()
-            .map(|item| {
-                if busy {
-                    threads::in_task(|| f(item))
-                } else {
-                    f(item)
-                }
-            })
+            .map(|item| threads::in_task(busy, || f(item)))
             .collect()
     } else {
         items.iter_mut().map(f).collect()

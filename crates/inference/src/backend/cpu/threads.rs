@@ -17,9 +17,13 @@ thread_local! {
     static IN_TASK: Cell<bool> = const { Cell::new(false) };
 }
 
-/// Runs `f` as one task of a parallel map with at least one task per thread: kernels it calls
-/// run on this thread alone (splitting them would only add wake-ups and stealing).
-pub(crate) fn in_task<R>(f: impl FnOnce() -> R) -> R {
+/// Runs `f` as one task of a parallel map; when the map has at least one task per thread
+/// (`busy`), the kernels `f` calls run on this thread alone (splitting them would only add
+/// wake-ups and stealing).
+pub(crate) fn in_task<R>(busy: bool, f: impl FnOnce() -> R) -> R {
+    if !busy {
+        return f();
+    }
     let was = IN_TASK.with(|t| t.replace(true));
     let r = f();
     IN_TASK.with(|t| t.set(was));
