@@ -73,10 +73,10 @@ impl GdnHeads {
 /// One sequence's inputs to a Gated DeltaNet layer over its `n` new tokens, heads packed per
 /// token: `qkv` f32 [n, 2·key_dim + value_dim] (queries, keys and values side by side, as the
 /// convolution gives them: not yet normalized), `g` (log decay) and `beta` f32 [n, n_v_heads].
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug)]
 pub struct GdnInputs<'a> {
-    /// Queries, keys and values per token.
-    pub qkv: &'a [f32],
+    /// Queries, keys and values per token (normalized in place by [`delta_rule_heads`]).
+    pub qkv: &'a mut [f32],
     /// Log decay per token and value head.
     pub g: &'a [f32],
     /// Write strength per token and value head.
@@ -106,12 +106,13 @@ pub fn log_decay(a: &[f32], a_log_exp: &[f32], dt_bias: &[f32]) -> Vec<f32> {
 const QK_EPS: f32 = 1e-6;
 
 /// The gated delta rule of every value head of a layer over one sequence's new tokens, heads in
-/// parallel (chunked from [`MIN_CHUNKED`] tokens, else token by token), after each head's
-/// queries and keys are L2-normalized and its queries scaled by 1/√dk. `state` is the
-/// layer's recurrent state f32 [n_v_heads, k_dim, v_dim] before the tokens. Returns the outputs
-/// f32 [n, value_dim] (heads packed per token) and the state after them.
+/// parallel (chunked from [`MIN_CHUNKED`] tokens, else token by token), after each key head's
+/// queries and keys are L2-normalized and its queries scaled by 1/√dk, in place in `x.qkv`
+/// (rows in parallel for prompts); the heads then read their columns where they lie. `state`
+/// is the layer's recurrent state f32 [n_v_heads, k_dim, v_dim] before the tokens. Returns the
+/// outputs f32 [n, value_dim] (heads packed per token) and the state after them.
 pub fn delta_rule_heads(
-    x: &GdnInputs<'_>,
+    x: &mut GdnInputs<'_>,
     heads: &GdnHeads,
     state: &[f32],
 ) -> (Vec<f32>, Vec<f32>) {
@@ -128,21 +129,24 @@ pub fn delta_rule_heads(
         x.qkv.len() == n * width
             && x.g.len() == n * nv
             && x.beta.len() == n * nv
-            && state.len() == heads.state_len(),
+            && state.len() == heads.state_len()
+            && dk > 0,
         "delta_rule_heads: inputs do not match {heads:?} over {n} tokens"
     );
     let head_cols = |h: usize, d: usize| -> Range<usize> { h * d..(h + 1) * d };
-    let cols = |c0: usize, r: Range<usize>| take_columns(x.qkv, width, c0 + r.start..c0 + r.end);
     // Each key head's queries and keys, normalized once (value heads share key heads when
-    // there are more of them), the key heads in parallel for prompts.
-    let nk = heads.n_k_heads;
-    let keys = cpu::par_map(nk, if n >= MIN_CHUNKED { 1 } else { nk }, |kh| {
-        let (mut q, mut k) = (cols(0, head_cols(kh, dk)), cols(kd, head_cols(kh, dk)));
-        l2_normalize_rows(&mut q, dk, QK_EPS);
-        l2_normalize_rows(&mut k, dk, QK_EPS);
-        scale(&mut q, 1.0 / (dk as f32).sqrt());
-        (q, k)
+    // there are more of them).
+    let q_scale = 1.0 / (dk as f32).sqrt();
+    let rows_per_task = (1usize << 14).div_ceil(2 * kd).max(1);
+    cpu::par_chunks_mut(x.qkv, rows_per_task * width, n >= MIN_CHUNKED, |_, part| {
+        for row in part.chunks_exact_mut(width) {
+            let (q, k) = row[..2 * kd].split_at_mut(kd);
+            l2_normalize_rows(q, dk, QK_EPS);
+            l2_normalize_rows(k, dk, QK_EPS);
+            scale(q, q_scale);
+        }
     });
+    let qkv = &*x.qkv;
     // Each head copies its old state into its share of the new one and advances it there:
     // one pass of copying, spread over the workers.
     let mut new_state = crate::tensor::host_scratch(state.len());
@@ -151,28 +155,27 @@ pub fn delta_rule_heads(
     let outputs = cpu::par_map_mut(&mut heads_state, n * dk * dv >= 1 << 14, |(h, s)| {
         let h = *h;
         s.copy_from_slice(&state[head_cols(h, dk * dv)]);
-        let (q, k) = &keys[heads.key_head(h)];
-        let v = cols(2 * kd, head_cols(h, dv));
+        let kh = heads.key_head(h);
         let (g, beta) = (
             take_columns(x.g, nv, h..h + 1),
             take_columns(x.beta, nv, h..h + 1),
         );
         let inputs = HeadInputs {
-            q,
-            k,
-            v: &v,
+            q: &qkv[kh * dk..],
+            k: &qkv[kd + kh * dk..],
+            v: &qkv[2 * kd + h * dv..],
+            qk_ld: width,
+            v_ld: width,
             g: &g,
             beta: &beta,
             dk,
             dv,
         };
-        let o = if n >= MIN_CHUNKED {
+        if n >= MIN_CHUNKED {
             delta_rule_chunked(&inputs, s)
         } else {
             delta_rule_sequential(&inputs, s)
-        };
-        recycle(v);
-        o
+        }
     });
     drop(heads_state);
     let mut out = crate::tensor::host_scratch(n * vd);
@@ -180,15 +183,11 @@ pub fn delta_rule_heads(
         put_columns(&mut out, vd, head_cols(h, dv), &o);
         recycle(o);
     }
-    for (q, k) in keys {
-        recycle(q);
-        recycle(k);
-    }
     (out, new_state)
 }
 
-/// One value head's inputs over `n` tokens: `q`, `k` f32 [n, dk], `v` f32 [n, dv], `g` (log
-/// decay) and `beta` f32 [n].
+/// One value head's inputs over `n` tokens: `q`, `k` (rows of `dk` values, `qk_ld` apart), `v`
+/// (rows of `dv`, `v_ld` apart), `g` (log decay) and `beta` f32 [n].
 #[derive(Debug, Clone, Copy)]
 pub struct HeadInputs<'a> {
     /// Queries (normalized and scaled).
@@ -197,6 +196,10 @@ pub struct HeadInputs<'a> {
     pub k: &'a [f32],
     /// Values.
     pub v: &'a [f32],
+    /// Distance between the rows of `q` and of `k`.
+    pub qk_ld: usize,
+    /// Distance between the rows of `v`.
+    pub v_ld: usize,
     /// Log decay per token.
     pub g: &'a [f32],
     /// Write strength per token.
@@ -219,9 +222,9 @@ pub fn delta_rule_sequential(x: &HeadInputs<'_>, state: &mut [f32]) -> Vec<f32> 
     let mut out = vec![0.0f32; n * dv];
     let mut mem = vec![0.0f32; dv];
     for t in 0..n {
-        let q = &x.q[t * dk..(t + 1) * dk];
-        let k = &x.k[t * dk..(t + 1) * dk];
-        let v = &x.v[t * dv..(t + 1) * dv];
+        let q = &x.q[t * x.qk_ld..][..dk];
+        let k = &x.k[t * x.qk_ld..][..dk];
+        let v = &x.v[t * x.v_ld..][..dv];
         let decay = x.g[t].exp();
         for s in state.iter_mut() {
             *s *= decay;
@@ -300,9 +303,11 @@ pub fn delta_rule_chunked(x: &HeadInputs<'_>, state: &mut [f32]) -> Vec<f32> {
     let mut c0 = 0;
     while c0 < n {
         let l = CHUNK.min(n - c0);
-        let q = &x.q[c0 * dk..(c0 + l) * dk];
-        let k = &x.k[c0 * dk..(c0 + l) * dk];
-        let v = &x.v[c0 * dv..(c0 + l) * dv];
+        // The chunk's rows (`qk_ld` / `v_ld` apart).
+        let (ldk, ldv) = (x.qk_ld, x.v_ld);
+        let q = &x.q[c0 * ldk..];
+        let k = &x.k[c0 * ldk..];
+        let v = &x.v[c0 * ldv..];
         let beta = &x.beta[c0..c0 + l];
         // Cumulative log decay within the chunk.
         let gamma = &mut gamma[..l];
@@ -312,12 +317,12 @@ pub fn delta_rule_chunked(x: &HeadInputs<'_>, state: &mut [f32]) -> Vec<f32> {
             *gm = acc;
         }
         let kq = &mut kq[..2 * l * dk];
-        scale_rows(kq, dk, k, dk, beta.iter().copied());
-        kq[l * dk..].copy_from_slice(q);
+        scale_rows(kq, dk, k, ldk, dk, beta.iter().copied());
+        cpu::copy_rows(q, ldk, &mut kq[l * dk..], dk, l, dk);
         // A = (k_beta · kᵀ) ⊙ exp(γ_i − γ_j) below the diagonal; intra = (q · kᵀ) ⊙ the same
         // decay on and below the diagonal.
         let aq = &mut aq[..2 * l * l];
-        cpu::gemm_bt(2 * l, l, dk, kq, dk, k, dk, aq, l, false);
+        cpu::gemm_bt(2 * l, l, dk, kq, dk, k, ldk, aq, l, false);
         let (a, intra) = aq.split_at_mut(l * l);
         for i in 0..l {
             // exp(γ_i − γ_j) for j <= i, in one vector pass per row.
@@ -336,25 +341,15 @@ pub fn delta_rule_chunked(x: &HeadInputs<'_>, state: &mut [f32]) -> Vec<f32> {
         // [U | W] = (I + A)⁻¹ [v ⊙ β | k_beta ⊙ exp(γ)].
         let inv = unit_lower_inverse(a, l);
         let vk = &mut vk[..l * vw];
-        scale_rows(vk, vw, v, dv, beta.iter().copied());
+        scale_rows(vk, vw, v, ldv, dv, beta.iter().copied());
         let k_beta = &kq[..l * dk];
-        scale_rows(
-            &mut vk[dv..],
-            vw,
-            k_beta,
-            dk,
-            gamma.iter().map(|gm| gm.exp()),
-        );
+        let exp_gamma = gamma.iter().map(|gm| gm.exp());
+        scale_rows(&mut vk[dv..], vw, k_beta, dk, dk, exp_gamma);
         let uw = &mut uw[..2 * l * vw];
         cpu::gemm_nn(l, vw, l, &inv, l, vk, vw, uw, vw, false);
         // Below W: q ⊙ exp(γ), so that [W; q ⊙ exp(γ)] · S is one product.
-        scale_rows(
-            &mut uw[l * vw + dv..],
-            vw,
-            q,
-            dk,
-            gamma.iter().map(|gm| gm.exp()),
-        );
+        let exp_gamma = gamma.iter().map(|gm| gm.exp());
+        scale_rows(&mut uw[l * vw + dv..], vw, q, ldk, dk, exp_gamma);
         let ws = &mut ws[..2 * l * dv];
         cpu::gemm_nn(2 * l, dv, dk, &uw[dv..], vw, state, dv, ws, dv, false);
         // v_new = U − W · S (in place of U).
@@ -376,8 +371,8 @@ pub fn delta_rule_chunked(x: &HeadInputs<'_>, state: &mut [f32]) -> Vec<f32> {
         }
         // [dk, l]: transposed, each column scaled.
         let k_dec_t = &mut k_dec_t[..dk * l];
-        for (j, row) in k.chunks_exact(dk).enumerate() {
-            let e = (g_last - gamma[j]).exp();
+        for (j, row) in k.chunks(ldk).take(l).enumerate() {
+            let (row, e) = (&row[..dk], (g_last - gamma[j]).exp());
             for (i, &x) in row.iter().enumerate() {
                 k_dec_t[i * l + j] = x * e;
             }
@@ -388,17 +383,18 @@ pub fn delta_rule_chunked(x: &HeadInputs<'_>, state: &mut [f32]) -> Vec<f32> {
     out
 }
 
-/// Row `i` of `dst` (rows `ld` apart, the first `d` values written) = `src` row `i` (rows of
-/// `d`) times the `i`-th factor.
+/// Row `i` of `dst` (rows `ld` apart, the first `d` values written) = `src` row `i` (rows
+/// `src_ld` apart, `d` values read) times the `i`-th factor, for as many rows as `factors` has.
 fn scale_rows(
     dst: &mut [f32],
     ld: usize,
     src: &[f32],
+    src_ld: usize,
     d: usize,
     factors: impl Iterator<Item = f32>,
 ) {
-    for ((o, row), f) in dst.chunks_mut(ld).zip(src.chunks_exact(d)).zip(factors) {
-        for (o, &e) in o[..d].iter_mut().zip(row) {
+    for ((o, row), f) in dst.chunks_mut(ld).zip(src.chunks(src_ld)).zip(factors) {
+        for (o, &e) in o[..d].iter_mut().zip(&row[..d]) {
             *o = e * f;
         }
     }
@@ -453,12 +449,13 @@ mod tests {
                 let g: Vec<f32> = data(n * nv, 4, 1.0).iter().map(|x| -x.abs()).collect();
                 let beta: Vec<f32> = data(n * nv, 5, 1.0).iter().map(|x| x.abs()).collect();
                 let state = data(heads.state_len(), 6, 0.5);
-                let x = GdnInputs {
-                    qkv: &qkv,
+                let mut qkv_in = qkv.clone();
+                let mut x = GdnInputs {
+                    qkv: &mut qkv_in,
                     g: &g,
                     beta: &beta,
                 };
-                let (out, new_state) = delta_rule_heads(&x, &heads, &state);
+                let (out, new_state) = delta_rule_heads(&mut x, &heads, &state);
                 let (dk, dv) = (heads.k_dim, heads.v_dim);
                 for h in 0..nv {
                     let key = heads.key_head(h);
@@ -480,6 +477,8 @@ mod tests {
                         q: &qh,
                         k: &kh,
                         v: &vh,
+                        qk_ld: dk,
+                        v_ld: dv,
                         g: &gh,
                         beta: &bh,
                         dk,
@@ -518,6 +517,8 @@ mod tests {
                 q: &q,
                 k: &k,
                 v: &v,
+                qk_ld: dk,
+                v_ld: dv,
                 g: &g,
                 beta: &beta,
                 dk,
@@ -561,14 +562,15 @@ mod probe {
             .map(|i| ((i * 17) % 100) as f32 / 100.0)
             .collect();
         let state = vec![0.01f32; heads.state_len()];
-        let x = GdnInputs {
-            qkv: &qkv,
-            g: &g,
-            beta: &beta,
-        };
         for _ in 0..30 {
+            let mut qkv_in = qkv.clone();
+            let mut x = GdnInputs {
+                qkv: &mut qkv_in,
+                g: &g,
+                beta: &beta,
+            };
             let t = std::time::Instant::now();
-            let r = delta_rule_heads(&x, &heads, &state);
+            let r = delta_rule_heads(&mut x, &heads, &state);
             std::hint::black_box(r);
             eprintln!(
                 "delta_rule_heads 512 tokens: {:.2} ms",

@@ -197,12 +197,12 @@ impl GdnLayer {
             }
 
             let per_head = rows.start * nv..rows.end * nv;
-            let x = GdnInputs {
-                qkv: &mixed,
+            let mut x = GdnInputs {
+                qkv: &mut mixed,
                 g: &decay[per_head.clone()],
                 beta: &beta[per_head],
             };
-            let (o, new_state) = delta_rule_heads(&x, heads, rec_state);
+            let (o, new_state) = delta_rule_heads(&mut x, heads, rec_state);
             crate::tensor::recycle(mixed);
             state.set_recurrent(layer, new_conv, new_state);
             if lens.len() == 1 {
