@@ -554,6 +554,23 @@ pub struct LoraPlan {
     default: OnceLock<Selection>,
     /// The plan's own adapters prepared, in order (after [`LoraPlan::finish`]).
     loaded: OnceLock<Vec<Arc<LoadedAdapter>>>,
+    /// The GPUs that keep step inputs for this plan's products (freed when it is dropped).
+    #[cfg(feature = "cuda")]
+    devices: Mutex<Vec<std::sync::Weak<crate::backend::cuda::CudaDevice>>>,
+}
+
+#[cfg(feature = "cuda")]
+impl Drop for LoraPlan {
+    fn drop(&mut self) {
+        let devices = self
+            .devices
+            .get_mut()
+            .map(std::mem::take)
+            .unwrap_or_default();
+        for dev in devices.iter().filter_map(std::sync::Weak::upgrade) {
+            dev.drop_low_rank_inputs(self.id);
+        }
+    }
 }
 
 impl LoraPlan {
@@ -567,6 +584,8 @@ impl LoraPlan {
             sites: Mutex::new(Vec::new()),
             default: OnceLock::new(),
             loaded: OnceLock::new(),
+            #[cfg(feature = "cuda")]
+            devices: Mutex::new(Vec::new()),
         }
     }
 
@@ -591,6 +610,20 @@ impl LoraPlan {
     #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
     pub(crate) fn id(&self) -> u64 {
         self.id
+    }
+
+    /// Notes that `dev` keeps step inputs for this plan's products: they are freed when the
+    /// plan is dropped.
+    #[cfg(feature = "cuda")]
+    pub(crate) fn uses_device(&self, dev: &Arc<crate::backend::cuda::CudaDevice>) {
+        if let Ok(mut devices) = self.devices.lock() {
+            if !devices
+                .iter()
+                .any(|d| std::ptr::eq(d.as_ptr(), Arc::as_ptr(dev)))
+            {
+                devices.push(Arc::downgrade(dev));
+            }
+        }
     }
 
     /// Whether requests pick the adapters ([`LoraPlan::selectable`]).

@@ -273,6 +273,15 @@ fn lora_adapters_on_the_gpu_match_peft() {
         greedy_on_device,
     );
     check_requests_pick_their_adapters(&dev, &["tiny-qwen3", "tiny-qwen35"]);
+    // Every model and its plan are gone: so are the row lists the device kept for their
+    // adapted products.
+    if let lattice_inference::backend::Device::Cuda(cuda) = &dev {
+        assert_eq!(
+            cuda.low_rank_inputs(),
+            0,
+            "LoRA step inputs outlive their plans"
+        );
+    }
 }
 
 #[test]

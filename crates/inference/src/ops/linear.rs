@@ -802,7 +802,7 @@ impl Linear {
     #[cfg(feature = "cuda")]
     fn add_lora_cuda(
         &self,
-        dev: &crate::backend::cuda::CudaDevice,
+        dev: &std::sync::Arc<crate::backend::cuda::CudaDevice>,
         x: &crate::backend::cuda::Buf,
         input: crate::backend::cuda::GemvInput<'_>,
         m: usize,
@@ -817,6 +817,7 @@ impl Linear {
                 .map(|r| r.iter().map(|t| t.cuda(dev)).collect())
                 .collect::<Result<Vec<Vec<_>>>>()?;
             let key = (plan.id(), *site);
+            plan.uses_device(dev);
             dev.add_low_rank(x, self.in_dim, input, y, self.out_dim, &rows, key)
         })
         .transpose()

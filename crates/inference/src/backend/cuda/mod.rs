@@ -695,6 +695,29 @@ impl CudaDevice {
         Ok(p)
     }
 
+    /// Frees the step inputs of LoRA plan `plan`'s products (the plan is gone) and drops the
+    /// recorded steps, which may read them.
+    pub fn drop_low_rank_inputs(&self, plan: u64) {
+        if let Ok(mut inputs) = self.inputs.lock() {
+            let before = inputs.len();
+            inputs.retain(|slot, _| !matches!(slot, Input::LowRank(p, _) if *p == plan));
+            if inputs.len() != before {
+                self.graphs.clear();
+            }
+        }
+    }
+
+    /// Step inputs this device keeps for LoRA products (what [`Self::drop_low_rank_inputs`]
+    /// frees; for tests).
+    pub fn low_rank_inputs(&self) -> usize {
+        self.inputs.lock().map_or(0, |inputs| {
+            inputs
+                .keys()
+                .filter(|slot| matches!(slot, Input::LowRank(..)))
+                .count()
+        })
+    }
+
     /// Makes `slot`'s buffer hold at least `bytes` before a recorded step runs: a step input
     /// cannot move while a step is replayed, so one that is about to outgrow its buffer moves
     /// here, outside the step (and the recordings that read it are dropped).
