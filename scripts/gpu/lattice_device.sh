@@ -17,7 +17,10 @@
 # BF16 GGUF, quantizes it to each of QUANTS (Q4_K_M Q4_0 Q8_0) and runs llama-bench and
 # `lattice bench generate` on the same files (QUANT_KERNELS="default gemv q8blocks old": A/B of
 # the product kernels; LLAMA_CUDA=0 builds llama-quantize alone, without llama-bench;
-# LLAMA_PACK=1 packs the build for later calls, which unpack .device/llama-bin-*).
+# LLAMA_PACK=1 packs the build for later calls, which unpack .device/llama-bin-*). `ncu64`
+# times every kernel of a short `bench generate --streams 64` run of the bf16 Qwen3-0.6B shape
+# one by one (`ncu --clock-control none`, summed per kernel and grid by ncu_summary.py into
+# $OUT/ncu64.txt): where a 64-row decode step's time goes.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 . scripts/gpu/device_env.sh
@@ -180,6 +183,16 @@ for step in $steps; do
       # The same files on the GPU against the CPU (logits, greedy); GGUF_PARITY=0 skips it.
       [ "${GGUF_PARITY:-1}" = 0 ] || LATTICE_TEST_GGUF=$(ls "$models"/qwen3-0.6b-Q*.gguf | tr '\n' ,) .device/cuda_parity \
         quantized_gguf --nocapture 2>&1 | tee "$out/gguf_parity.log" | grep -vE '^$'
+      ;;
+    ncu64)
+      ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2> /dev/null | head -1)
+      [ -n "$ncu" ] || { echo "ncu64: no ncu here"; continue; }
+      timeout "${NCU_TIMEOUT:-240}" "$ncu" --clock-control none --csv \
+        --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum \
+        .device/lattice bench generate --model "$models/qwen3-0.6b-bf16" --bf16 --device cuda \
+        --prompt-tokens 16 --gen-tokens 4 --runs 1 --streams 64 > "$out/ncu64.csv" \
+        2> "$out/ncu64.err"
+      python3 scripts/gpu/ncu_summary.py "$out/ncu64.csv" | tee "$out/ncu64.txt" | head -40
       ;;
     fullsize)
       # Full-size random checkpoints, transformers (f32, TF32 off) against Lattice on the same
