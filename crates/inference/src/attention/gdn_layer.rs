@@ -137,7 +137,8 @@ impl GdnLayer {
         let z_col = self.conv_dim();
         match (core.storage_mut(), proj.storage()) {
             (Storage::Cpu(c), Storage::Cpu(p)) => {
-                rms_norm_silu_gate(c, vd, norm, &p[z_col..], self.proj_dim());
+                let z = p.get(z_col..).unwrap_or_default();
+                rms_norm_silu_gate(c, vd, norm, z, self.proj_dim());
                 Ok(())
             }
             #[cfg(feature = "cuda")]
