@@ -186,13 +186,16 @@ impl Linear {
         in_dim: usize,
         bias: Option<Vec<f32>>,
     ) -> Result<Self> {
-        let mut layer = Self::from_f32(w, out_dim, in_dim, bias)?;
-        if let LinearWeight::Packed(p) = &layer.weight {
-            if let Some(b) = cpu::PackedBf16::from_packed(p) {
-                layer.weight = LinearWeight::Widened(b);
-            }
+        check_parts(w.len(), out_dim * in_dim, bias.as_deref(), out_dim)?;
+        match cpu::pack_weights_bf16(out_dim, in_dim, w, in_dim) {
+            Some(b) => Ok(Self::with_weight(
+                LinearWeight::Widened(b),
+                bias,
+                in_dim,
+                out_dim,
+            )),
+            None => Self::from_f32(w, out_dim, in_dim, bias),
         }
-        Ok(layer)
     }
 
     /// A layer from f32 weights `w` [out_dim, in_dim] rounded to bf16 (exact for values that

@@ -186,6 +186,17 @@ impl Kernels {
         packed::pack(self, n, k, w, ldw)
     }
 
+    /// See [`super::pack_weights_bf16`].
+    pub fn pack_weights_bf16(
+        &self,
+        n: usize,
+        k: usize,
+        w: &[f32],
+        ldw: usize,
+    ) -> Option<PackedBf16> {
+        packed::pack_bf16(self, n, k, w, ldw)
+    }
+
     /// See [`super::gemm_bt_packed`]. Panics if `w` was packed by another kernel table.
     #[allow(clippy::too_many_arguments)]
     pub fn gemm_bt_packed(

@@ -232,6 +232,12 @@ pub fn pack_weights(n: usize, k: usize, w: &[f32], ldw: usize) -> PackedWeights 
     kernels().pack_weights(n, k, w, ldw)
 }
 
+/// [`pack_weights`] kept in 16 bits ([`PackedBf16`]) when every value of `w` is exactly a
+/// bf16 value, else `None`; packed without an f32 copy of the whole matrix.
+pub fn pack_weights_bf16(n: usize, k: usize, w: &[f32], ldw: usize) -> Option<PackedBf16> {
+    kernels().pack_weights_bf16(n, k, w, ldw)
+}
+
 /// [`gemm_bt_bias`] with pre-packed weights: `c = act((accumulate ? c : 0) + a·wᵀ + bias)`,
 /// `a` f32 `[m×w.k()]` (rows `lda` apart), `c` f32 `[m×w.n()]` (rows `ldc` apart).
 ///

@@ -72,6 +72,58 @@ impl<T> Packed<T> {
     }
 }
 
+/// Rows of the original matrix [`pack_bf16`] packs through its f32 scratch at a time.
+const BF16_PACK_ROWS: usize = 256;
+
+/// `w[n×k]` (rows `ldw` apart) packed for `kt` in 16 bits, or `None` when some value is not
+/// exactly a bf16 value: the same panels as [`PackedBf16::from_packed`] over [`pack`]'s, packed
+/// through a small f32 scratch (a `kc`-deep slice of 256 rows at a time) instead of a whole f32
+/// copy of the matrix. Panics if `w` is too short.
+pub(crate) fn pack_bf16(
+    kt: &Kernels,
+    n: usize,
+    k: usize,
+    w: &[f32],
+    ldw: usize,
+) -> Option<PackedBf16> {
+    let spec = &kt.gemm;
+    if n > 0 && k > 0 {
+        assert!(w.len() >= (n - 1) * ldw + k, "pack_bf16: w too short");
+        let exact = |row: &[f32]| row.iter().all(|v| v.to_bits() & 0xffff == 0);
+        if !(0..n).all(|r| exact(&w[r * ldw..r * ldw + k])) {
+            return None;
+        }
+    }
+    let nr = spec.nr;
+    let n_pad = n.next_multiple_of(nr);
+    let mut buf = vec![0u16; n_pad * k];
+    let block = BF16_PACK_ROWS.next_multiple_of(nr);
+    let mut scratch = vec![0.0f32; spec.kc.min(k) * block];
+    for p0 in (0..k).step_by(spec.kc) {
+        let kc = spec.kc.min(k - p0);
+        for r0 in (0..n).step_by(block) {
+            let rows = block.min(n - r0);
+            let len = rows.div_ceil(nr) * kc * nr;
+            let part = &mut scratch[..len];
+            // SAFETY: `kt` was handed out only after its instruction set was detected; the
+            // slices are bounds-checked inside the packing kernel.
+            unsafe { (spec.pack_rows)(part, w, ldw, r0, rows, p0, kc, nr) };
+            let at = p0 * n_pad + r0 / nr * kc * nr;
+            for (d, v) in buf[at..at + len].iter_mut().zip(part.iter()) {
+                *d = (v.to_bits() >> 16) as u16;
+            }
+        }
+    }
+    Some(PackedBf16 {
+        isa: kt.isa,
+        n,
+        k,
+        n_pad,
+        offset: 0,
+        buf,
+    })
+}
+
 impl PackedBf16 {
     /// `w` in 16 bits, or `None` when some value is not exactly a bf16 value.
     pub fn from_packed(w: &PackedWeights) -> Option<Self> {
@@ -139,5 +191,37 @@ mod tests {
         let mut got = vec![0.0; m * n];
         kt.gemm_bt_packed(m, &a, k, &packed, &mut got, n, false, None, false);
         assert_eq!(got, want);
+    }
+
+    #[test]
+    fn bf16_packing_equals_the_f32_panels_in_16_bits() {
+        use super::{pack, pack_bf16, PackedBf16};
+        let kt = kernels();
+        let bf16 =
+            |i: usize| f32::from_bits(((i as f32 * 0.37).sin() * 3.0).to_bits() & 0xffff_0000);
+        // Awkward shapes: widths past the register tile and the block of rows, depths past
+        // kc, rows further apart than they are long.
+        for (n, k, ldw) in [
+            (1, 1, 1),
+            (37, 300, 300),
+            (300, 513, 520),
+            (529, 77, 80),
+            (0, 5, 5),
+        ] {
+            let mut w: Vec<f32> = (0..n.max(1) * ldw).map(bf16).collect();
+            let want = PackedBf16::from_packed(&pack(kt, n, k, &w, ldw)).expect("exact");
+            let got = pack_bf16(kt, n, k, &w, ldw).expect("exact");
+            assert_eq!((got.n, got.k, got.n_pad), (want.n, want.k, want.n_pad));
+            assert_eq!(got.panels().0, want.panels().0, "n {n} k {k}");
+            if n > 0 {
+                // A value past the row's end does not count; one inside that is not bf16 does.
+                if ldw > k {
+                    w[k] = 0.1;
+                    assert!(pack_bf16(kt, n, k, &w, ldw).is_some());
+                }
+                w[(n - 1) * ldw + k - 1] = 0.1;
+                assert!(pack_bf16(kt, n, k, &w, ldw).is_none());
+            }
+        }
     }
 }
