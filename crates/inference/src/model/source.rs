@@ -10,6 +10,7 @@
 
 use std::path::Path;
 
+use crate::backend::cpu::bf16::bf16_to_f32;
 use crate::backend::cpu::TernaryMatrix;
 use crate::backend::{Device, Mirror};
 use crate::io::gguf_tensors::{GgufTensors, RawTensor};
@@ -203,6 +204,16 @@ pub enum EmbeddingTable {
     F32(Weight, Mirror),
     /// Quantized rows, dequantized on lookup (on a GPU: the whole table, on first use there).
     Quant(QuantMatrix, Mirror),
+    /// Rows of a bf16 checkpoint kept in 16 bits ([rows × dim] bf16 bits), widened on lookup
+    /// (exact: half the memory of [`EmbeddingTable::F32`] for the same values).
+    Bf16 {
+        /// The bf16 bits, row after row.
+        bits: Vec<u16>,
+        /// Width of a row.
+        dim: usize,
+        /// The widened table on a GPU, made on first use there.
+        mirror: Mirror,
+    },
 }
 
 impl EmbeddingTable {
@@ -211,6 +222,16 @@ impl EmbeddingTable {
         match self {
             EmbeddingTable::F32(w, _) => w.shape()[0],
             EmbeddingTable::Quant(q, _) => q.n_rows(),
+            EmbeddingTable::Bf16 { bits, dim, .. } => bits.len() / (*dim).max(1),
+        }
+    }
+
+    /// The whole table widened to f32 [rows × dim] (a copy for the f32 and bf16 forms).
+    fn to_f32(&self) -> Vec<f32> {
+        match self {
+            EmbeddingTable::F32(w, _) => w.as_slice().to_vec(),
+            EmbeddingTable::Quant(q, _) => q.dequantize(),
+            EmbeddingTable::Bf16 { bits, .. } => bits.iter().map(|&b| bf16_to_f32(b)).collect(),
         }
     }
 
@@ -229,6 +250,12 @@ impl EmbeddingTable {
                 out.copy_from_slice(&w.as_slice()[id * d..(id + 1) * d]);
             }
             EmbeddingTable::Quant(q, _) => q.dequantize_row_into(id, out),
+            EmbeddingTable::Bf16 { bits, .. } => {
+                let d = out.len();
+                for (o, &b) in out.iter_mut().zip(&bits[id * d..(id + 1) * d]) {
+                    *o = bf16_to_f32(b);
+                }
+            }
         }
         Ok(())
     }
@@ -250,8 +277,11 @@ impl EmbeddingTable {
                 Ok(Tensor::cuda(d, ids.len(), dim, y))
             }
             #[cfg(feature = "cuda")]
-            (EmbeddingTable::Quant(q, m), Device::Cuda(d)) => {
-                let table = m.cuda_with(d, || q.dequantize())?;
+            (
+                EmbeddingTable::Quant(_, m) | EmbeddingTable::Bf16 { mirror: m, .. },
+                Device::Cuda(d),
+            ) => {
+                let table = m.cuda_with(d, || self.to_f32())?;
                 let y = d.embed_f32(table, rows, ids, dim)?;
                 Ok(Tensor::cuda(d, ids.len(), dim, y))
             }
@@ -270,6 +300,7 @@ impl EmbeddingTable {
         match self {
             EmbeddingTable::F32(w, _) => w.shape()[1],
             EmbeddingTable::Quant(q, _) => q.k(),
+            EmbeddingTable::Bf16 { dim, .. } => *dim,
         }
     }
 
@@ -287,6 +318,10 @@ impl EmbeddingTable {
                 dense_linear(&place, w.as_slice(), rows, cols, None, "the output head")
             }
             EmbeddingTable::Quant(q, _) => Linear::from_quant_on(dev, vec![q.clone()], None),
+            EmbeddingTable::Bf16 { dim, .. } => {
+                let w = self.to_f32();
+                dense_linear(&place, &w, self.n_rows(), *dim, None, "the output head")
+            }
         }
     }
 }
@@ -524,10 +559,23 @@ impl TensorSource {
                     Mirror::new(),
                 ))
             }
-            _ => Ok(EmbeddingTable::F32(
-                self.f32(prefix, "weight", &[rows, dim])?,
-                Mirror::new(),
-            )),
+            _ => {
+                let w = self.f32(prefix, "weight", &[rows, dim])?;
+                // A bf16 checkpoint's table stays in 16 bits unless f32 was asked for.
+                let exact = |v: &f32| v.to_bits() & 0xffff == 0;
+                if mode != WeightMode::F32 && w.as_slice().iter().all(exact) {
+                    return Ok(EmbeddingTable::Bf16 {
+                        bits: w
+                            .as_slice()
+                            .iter()
+                            .map(|v| (v.to_bits() >> 16) as u16)
+                            .collect(),
+                        dim,
+                        mirror: Mirror::new(),
+                    });
+                }
+                Ok(EmbeddingTable::F32(w, Mirror::new()))
+            }
         }
     }
 
