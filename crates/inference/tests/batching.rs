@@ -175,3 +175,84 @@ fn bad_requests_are_refused_at_submission() {
     let done = engine.run_all().unwrap();
     assert!(done[0].1.token_ids.is_empty());
 }
+
+/// A Gated DeltaNet pass whose batch holds a sequence of no tokens (the engine's passes can)
+/// gives every other sequence the rows and states it gets alone, and leaves the empty one's
+/// state as it was: prompts (chunked and token by token) and decode steps.
+#[test]
+fn gated_delta_net_passes_with_empty_sequences() {
+    use lattice_inference::attention::gdn::GdnHeads;
+    use lattice_inference::attention::GdnLayer;
+    use lattice_inference::io::store::Weight;
+    use lattice_inference::ops::RmsNorm;
+    use lattice_inference::state::{LayerKind, SeqState};
+    use lattice_inference::tensor::Tensor;
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    let mut vec = |n: usize, scale: f32| -> Vec<f32> {
+        (0..n)
+            .map(|_| {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                ((seed >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * scale
+            })
+            .collect()
+    };
+    let heads = GdnHeads {
+        n_k_heads: 2,
+        n_v_heads: 4,
+        k_dim: 16,
+        v_dim: 24,
+        v_tiled: false,
+    };
+    let kernel = 4;
+    let conv_dim = 2 * 2 * 16 + 4 * 24;
+    let kinds = [LayerKind::Recurrent {
+        conv: (kernel - 1) * conv_dim,
+        recurrent: heads.state_len(),
+    }];
+    let layer = GdnLayer::new(
+        heads,
+        kernel,
+        vec(conv_dim * kernel, 0.6),
+        (0..4).map(|i| 0.6 + 0.1 * i as f32).collect(),
+        vec(4, 1.0),
+    )
+    .unwrap();
+    let norm = RmsNorm::new(Weight::from_vec(vec(24, 1.0), vec![24]), 1e-6);
+    let width = layer.proj_dim();
+    let mut batched: Vec<SeqState> = (0..3)
+        .map(|_| SeqState::with_layers(&kinds, 8, 4096))
+        .collect();
+    let mut alone: Vec<SeqState> = (0..3)
+        .map(|_| SeqState::with_layers(&kinds, 8, 4096))
+        .collect();
+    let vd = heads.value_dim();
+    for lens in [vec![20, 0, 3], vec![1, 0, 1], vec![0, 5, 0], vec![0, 0, 0]] {
+        let rows: usize = lens.iter().sum();
+        let proj = vec(rows * width, 2.0);
+        let p = Tensor::cpu(rows, width, proj.clone());
+        let mut refs: Vec<&mut SeqState> = batched.iter_mut().collect();
+        let mut out = layer.apply(0, &p, &lens, &mut refs).unwrap();
+        layer.gated_norm(&mut out, &p, &norm).unwrap();
+        let got = out.to_host().unwrap();
+        assert_eq!(got.len(), rows * vd, "{lens:?}");
+        let mut at = 0;
+        for (i, &n) in lens.iter().enumerate() {
+            let p1 = Tensor::cpu(n, width, proj[at * width..(at + n) * width].to_vec());
+            let mut o1 = layer.apply(0, &p1, &[n], &mut [&mut alone[i]]).unwrap();
+            layer.gated_norm(&mut o1, &p1, &norm).unwrap();
+            assert_eq!(
+                &got[at * vd..(at + n) * vd],
+                &o1.to_host().unwrap()[..],
+                "sequence {i} of {lens:?}"
+            );
+            at += n;
+        }
+        // The states after the pass are checked by the next pass's rows, which read them.
+        for ((b, a), &n) in batched.iter_mut().zip(alone.iter_mut()).zip(&lens) {
+            b.commit(n);
+            a.commit(n);
+        }
+    }
+}

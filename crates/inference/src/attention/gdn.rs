@@ -133,6 +133,10 @@ pub fn delta_rule_heads(
             && dk > 0,
         "delta_rule_heads: inputs do not match {heads:?} over {n} tokens"
     );
+    if n == 0 {
+        // No tokens (an empty pass): nothing to read, the state as it was.
+        return (Vec::new(), state.to_vec());
+    }
     let head_cols = |h: usize, d: usize| -> Range<usize> { h * d..(h + 1) * d };
     // Each key head's queries and keys, normalized once (value heads share key heads when
     // there are more of them).
@@ -433,7 +437,7 @@ mod tests {
                 v_dim: 6,
                 v_tiled,
             };
-            for n in [1, 3, MIN_CHUNKED, 70] {
+            for n in [0, 1, 3, MIN_CHUNKED, 70] {
                 let (kd, vd, nv) = (heads.key_dim(), heads.value_dim(), heads.n_v_heads);
                 let (q, k, v) = (
                     data(n * kd, 1, 2.0),
