@@ -187,17 +187,8 @@ fn gated_delta_net_passes_with_empty_sequences() {
     use lattice_inference::ops::RmsNorm;
     use lattice_inference::state::{LayerKind, SeqState};
     use lattice_inference::tensor::Tensor;
-    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
-    let mut vec = |n: usize, scale: f32| -> Vec<f32> {
-        (0..n)
-            .map(|_| {
-                seed ^= seed << 13;
-                seed ^= seed >> 7;
-                seed ^= seed << 17;
-                ((seed >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * scale
-            })
-            .collect()
-    };
+    let mut rng = common::Rng(0x9e37_79b9_7f4a_7c15);
+    let mut vec = |n: usize, scale: f32| rng.vec(n, scale);
     let heads = GdnHeads {
         n_k_heads: 2,
         n_v_heads: 4,

@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::gpu;
+use common::{gpu, Rng};
 use lattice_inference::attention::{attend_qkv, attend_tensors, CausalShape, QkvHeads};
 use lattice_inference::backend::cpu::bf16::round_to_bf16;
 use lattice_inference::backend::cuda::compile_kernels;
@@ -19,20 +19,6 @@ use lattice_inference::quant::{quantize_row, QuantType};
 use lattice_inference::sample::{Filters, Pick, Picked};
 use lattice_inference::state::{KvDtype, LayerKind, SeqState};
 use lattice_inference::tensor::Tensor;
-
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> f32 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        ((self.0 >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-    }
-    fn vec(&mut self, n: usize, scale: f32) -> Vec<f32> {
-        (0..n).map(|_| self.next() * scale).collect()
-    }
-}
 
 /// `w` rounded to bf16 and widened back: the f32 weights a bf16 matrix holds.
 fn bf16_values(w: &[f32]) -> Vec<f32> {

@@ -10,7 +10,7 @@
 
 use std::path::Path;
 
-use crate::backend::cpu::bf16::bf16_to_f32;
+use crate::backend::cpu::bf16::{bf16_to_f32, exact_bf16};
 use crate::backend::cpu::TernaryMatrix;
 use crate::backend::{Device, Mirror};
 use crate::io::gguf_tensors::{GgufTensors, RawTensor};
@@ -562,19 +562,17 @@ impl TensorSource {
             _ => {
                 let w = self.f32(prefix, "weight", &[rows, dim])?;
                 // A bf16 checkpoint's table stays in 16 bits unless f32 was asked for.
-                let exact = |v: &f32| v.to_bits() & 0xffff == 0;
-                if mode != WeightMode::F32 && w.as_slice().iter().all(exact) {
-                    return Ok(EmbeddingTable::Bf16 {
-                        bits: w
-                            .as_slice()
-                            .iter()
-                            .map(|v| (v.to_bits() >> 16) as u16)
-                            .collect(),
+                let bits = (mode != WeightMode::F32)
+                    .then(|| w.as_slice().iter().map(|&v| exact_bf16(v)).collect())
+                    .flatten();
+                Ok(match bits {
+                    Some(bits) => EmbeddingTable::Bf16 {
+                        bits,
                         dim,
                         mirror: Mirror::new(),
-                    });
-                }
-                Ok(EmbeddingTable::F32(w, Mirror::new()))
+                    },
+                    None => EmbeddingTable::F32(w, Mirror::new()),
+                })
             }
         }
     }

@@ -335,3 +335,22 @@ pub fn check_drafts_leave_outputs_unchanged(m: &lattice_inference::engine::TextM
         );
     }
 }
+
+/// A fixed-seed xorshift generator of values in [-1, 1): random test inputs without a
+/// dependency.
+pub struct Rng(pub u64);
+
+impl Rng {
+    /// The next value in [-1, 1).
+    pub fn next(&mut self) -> f32 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        ((self.0 >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+    }
+
+    /// `n` values in [-scale, scale).
+    pub fn vec(&mut self, n: usize, scale: f32) -> Vec<f32> {
+        (0..n).map(|_| self.next() * scale).collect()
+    }
+}

@@ -108,6 +108,13 @@ pub fn round_to_bf16(x: f32) -> u16 {
     (b.wrapping_add(0x7fff + ((b >> 16) & 1)) >> 16) as u16
 }
 
+/// The bf16 bits of `x` when `x` is exactly a bf16 value (its low 16 bits zero), else `None`.
+#[inline]
+pub fn exact_bf16(x: f32) -> Option<u16> {
+    let b = x.to_bits();
+    (b & 0xffff == 0).then_some((b >> 16) as u16)
+}
+
 /// The f32 value of bf16 bits (exact).
 #[inline]
 pub fn bf16_to_f32(b: u16) -> f32 {

@@ -7,6 +7,7 @@
 //! matrix can only be used with the same kernel table. This module owns the layout; the
 //! product itself is `gemm.rs`.
 
+use super::bf16::exact_bf16;
 use super::detect::Isa;
 use super::dispatch::Kernels;
 
@@ -89,7 +90,7 @@ pub(crate) fn pack_bf16(
     let spec = &kt.gemm;
     if n > 0 && k > 0 {
         assert!(w.len() >= (n - 1) * ldw + k, "pack_bf16: w too short");
-        let exact = |row: &[f32]| row.iter().all(|v| v.to_bits() & 0xffff == 0);
+        let exact = |row: &[f32]| row.iter().all(|&v| exact_bf16(v).is_some());
         if !(0..n).all(|r| exact(&w[r * ldw..r * ldw + k])) {
             return None;
         }
@@ -110,7 +111,7 @@ pub(crate) fn pack_bf16(
             unsafe { (spec.pack_rows)(part, w, ldw, r0, rows, p0, kc, nr) };
             let at = p0 * n_pad + r0 / nr * kc * nr;
             for (d, v) in buf[at..at + len].iter_mut().zip(part.iter()) {
-                *d = (v.to_bits() >> 16) as u16;
+                *d = (v.to_bits() >> 16) as u16; // exact: checked above
             }
         }
     }
@@ -129,16 +130,17 @@ impl PackedBf16 {
     pub fn from_packed(w: &PackedWeights) -> Option<Self> {
         let (panels, n_pad) = w.panels();
         let vals = &panels[..w.k * n_pad];
-        if !vals.iter().all(|v| v.to_bits() & 0xffff == 0) {
-            return None;
-        }
+        let buf = vals
+            .iter()
+            .map(|&v| exact_bf16(v))
+            .collect::<Option<Vec<u16>>>()?;
         Some(Self {
             isa: w.isa,
             n: w.n,
             k: w.k,
             n_pad,
             offset: 0,
-            buf: vals.iter().map(|v| (v.to_bits() >> 16) as u16).collect(),
+            buf,
         })
     }
 }
