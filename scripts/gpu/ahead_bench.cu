@@ -124,7 +124,7 @@ extern "C" __global__ void probe_stream(const float* x, const bf16_t* w, float* 
                                         int accumulate, const float* norm_w, float eps, int swiglu,
                                         u64* stamps, int l) {
     stamp(stamps, l, 0);
-    gemv<true>(x, w, y, m, n, k, accumulate, norm_w, eps, swiglu, nullptr, 0);
+    gemv<true>(x, w, y, m, n, k, accumulate, norm_w, eps, swiglu);
     stamp(stamps, l, 1);
 }
 

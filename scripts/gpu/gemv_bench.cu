@@ -65,10 +65,10 @@ int main(int argc, char** argv) {
                 printf("%-8s m=%d %-22s %8.2f us %7.0f GB/s\n", sh.name, m, vname, us, wbytes / us / 1e3);
             };
             const int nb8 = (sh.n + 7) / 8;
-            run("current plain", [&](bf16_t* w) { gemv_bf16<<<nb8, 256, smem, s>>>(x, w, y, m, sh.n, sh.k, 0, nullptr, 0.f, 0, nullptr, 0); });
-            run("current normed", [&](bf16_t* w) { gemv_bf16<<<nb8, 256, smem, s>>>(x, w, y, m, sh.n, sh.k, 0, nw, 1e-6f, 0, nullptr, 0); });
+            run("current plain", [&](bf16_t* w) { gemv_bf16<<<nb8, 256, smem, s>>>(x, w, y, m, sh.n, sh.k, 0, nullptr, 0.f, 0); });
+            run("current normed", [&](bf16_t* w) { gemv_bf16<<<nb8, 256, smem, s>>>(x, w, y, m, sh.n, sh.k, 0, nw, 1e-6f, 0); });
             if (sh.k == 3072 && sh.n == 1024)
-                run("current swiglu", [&](bf16_t* w) { gemv_bf16<<<nb8, 256, smem, s>>>(x, w, y, m, sh.n, sh.k, 0, nullptr, 0.f, 1, nullptr, 0); });
+                run("current swiglu", [&](bf16_t* w) { gemv_bf16<<<nb8, 256, smem, s>>>(x, w, y, m, sh.n, sh.k, 0, nullptr, 0.f, 1); });
         }
         for (auto w : ws) cudaFree(w);
         cudaFree(x); cudaFree(y); cudaFree(nw);
@@ -106,7 +106,7 @@ int main(int argc, char** argv) {
             printf("%-40s %8.2f us per launch in a graph\n", name, us);
         };
         small("rms_norm 64x1024", [&] { rms_norm<<<64, 256, 0, s>>>(a1, wn, a2, 1024, 1e-6f); });
-        small("split_bf16 64x1024", [&] { split_bf16<<<64, 256, 0, s>>>(a1, ab, 1024, nullptr, 0.f, 0, nullptr, 0); });
+        small("split_bf16 64x1024", [&] { split_bf16<<<64, 256, 0, s>>>(a1, ab, 1024, nullptr, 0.f, 0); });
         small("silu_mul 64x3072", [&] { silu_mul<<<768, 256, 0, s>>>(a1, a2, 3072, 64 * 3072); });
         small("rms_norm 1x1024", [&] { rms_norm<<<1, 256, 0, s>>>(a1, wn, a2, 1024, 1e-6f); });
     }

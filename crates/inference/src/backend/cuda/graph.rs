@@ -15,7 +15,6 @@ use std::sync::Mutex;
 
 use cudarc::driver::{sys, CudaGraph, CudaSlice};
 
-use super::prefetch::Prefetch;
 use super::{err, CudaDevice};
 use crate::{Error, Result};
 
@@ -29,8 +28,7 @@ const OUTPUT_ROWS: usize = 4096;
 /// Recorded steps kept at most (all are dropped when one more is recorded).
 const MAX_RECORDED: usize = 256;
 
-/// A step's shape: model instance and rows.
-pub(super) type Key = (u64, usize);
+type Key = (u64, usize);
 
 /// A recorded step.
 struct Recording(CudaGraph);
@@ -51,6 +49,7 @@ struct Recorded {
 }
 
 /// The recorded steps of one device and the mode of the step in flight.
+#[derive(Default)]
 pub(super) struct Graphs {
     mode: AtomicU8,
     recorded: Mutex<Recorded>,
@@ -59,30 +58,15 @@ pub(super) struct Graphs {
     step: Mutex<()>,
     /// Replayed steps so far (for `LATTICE_CUDA_TRACE`).
     traced: std::sync::atomic::AtomicU64,
-    /// The L2 prefetches of recorded steps' products (backend/cuda/prefetch.rs).
-    pub(super) prefetch: Prefetch,
 }
 
 impl Graphs {
-    /// No recordings yet, on a device of compute capability `compute_major`.x.
-    pub(super) fn new(compute_major: i32) -> Self {
-        Graphs {
-            mode: AtomicU8::new(EAGER),
-            recorded: Mutex::default(),
-            output: Mutex::default(),
-            step: Mutex::default(),
-            traced: Default::default(),
-            prefetch: Prefetch::new(compute_major),
-        }
-    }
-
     /// Forgets every recording (a step input moved).
     pub(super) fn clear(&self) {
         if let Ok(mut r) = self.recorded.lock() {
             r.graphs.clear();
             r.warmed.clear();
         }
-        self.prefetch.clear();
     }
 
     pub(super) fn recording(&self) -> bool {
@@ -215,10 +199,7 @@ impl CudaDevice {
         };
         match plan {
             Plan::Eager => {
-                self.graphs.prefetch.learn(k);
-                let ids = self.eager(rows, step);
-                self.graphs.prefetch.end(ids.is_ok());
-                let ids = ids?;
+                let ids = self.eager(rows, step)?;
                 if let Ok(mut r) = self.graphs.recorded.lock() {
                     r.warmed.insert(k);
                 }
@@ -285,9 +266,7 @@ impl CudaDevice {
                     .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED)
                     .map_err(|e| err("recording a decode step", e))?;
                 self.graphs.mode.store(RECORD, Ordering::Release);
-                self.graphs.prefetch.play(k);
                 let done = step();
-                self.graphs.prefetch.end(false);
                 self.graphs.mode.store(EAGER, Ordering::Release);
                 let graph = self.stream().end_capture(
                     sys::CUgraphInstantiate_flags::CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH,
@@ -333,7 +312,6 @@ impl CudaDevice {
                 if r.graphs.len() >= MAX_RECORDED {
                     r.graphs.clear();
                     r.warmed.clear();
-                    self.graphs.prefetch.clear();
                 }
                 r.graphs.insert(k, Recording(graph));
                 drop(r);

@@ -29,26 +29,6 @@ typedef unsigned long long u64;
 #define DEP_ENTER() do {} while (0)
 #endif
 
-// Asks L2 to fetch this block's share of `bytes` at `p` (backend/cuda/prefetch.rs): the range
-// split evenly over the grid's blocks, 16-byte aligned, one bulk prefetch of at most
-// L2_PREFETCH_CHUNK bytes per thread. A hint: nothing waits for it and nothing depends on it.
-// Products call it before DEP_ENTER (the weights of a later product are written by no kernel).
-#define L2_PREFETCH_CHUNK 8192
-__device__ __forceinline__ void l2_prefetch(const unsigned char* p, long long bytes) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    if (p == nullptr || bytes <= 0) return;
-    const long long blocks = (long long)gridDim.x * gridDim.y * gridDim.z;
-    const long long block = blockIdx.x + (long long)gridDim.x * (blockIdx.y + (long long)gridDim.y * blockIdx.z);
-    const long long share = ((bytes + blocks - 1) / blocks + 15) & ~15ll;
-    const long long end = min(bytes, (block + 1) * share);
-    for (long long o = block * share + (long long)threadIdx.x * L2_PREFETCH_CHUNK; o < end;
-         o += (long long)blockDim.x * L2_PREFETCH_CHUNK) {
-        const unsigned size = (unsigned)min((long long)L2_PREFETCH_CHUNK, end - o);
-        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p + o), "r"(size) : "memory");
-    }
-#endif
-}
-
 __device__ __forceinline__ float bf16_to_f32(bf16_t x) {
     return __uint_as_float(((unsigned)x) << 16);
 }
@@ -331,11 +311,8 @@ __device__ float row_rms_scale(const float* xr, int k, int swiglu, float eps) {
     return 1.0f / sqrtf(ss / (float)k + eps);
 }
 
-// pf, pf_bytes: the range l2_prefetch takes (a later product's weights; nullptr: none).
 extern "C" __global__ void split_bf16(const float* x, bf16_t* hl, int k, const float* norm_w,
-                                      float eps, int swiglu, const unsigned char* pf,
-                                      long long pf_bytes) {
-    l2_prefetch(pf, pf_bytes);
+                                      float eps, int swiglu) {
     DEP_ENTER();
     const int r = blockIdx.x;
     const float* xr = x + (size_t)r * (swiglu ? 2 * k : k);
@@ -569,8 +546,7 @@ __device__ __forceinline__ void gemv_store(const float (&acc)[GEMV_ROWS], float*
 
 template <bool BF16>
 __device__ void gemv(const float* x, const void* w, float* y, int m, int n, int k, int accumulate,
-                     const float* norm_w, float eps, int swiglu, const unsigned char* pf,
-                     long long pf_bytes) {
+                     const float* norm_w, float eps, int swiglu) {
     extern __shared__ float4 xs4[];
     const int chunks = BF16 ? k / 8 : k / 4;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -584,9 +560,7 @@ __device__ void gemv(const float* x, const void* w, float* y, int m, int n, int 
     int col = blockIdx.x * 8 + warp;
     uint4 next[GEMV_PF];
     if (col < n) gemv_fetch(next, (const uint4*)((const char*)w + col * row_bytes), 0, lane, chunks);
-    // The first loads of the weights, and a later product's into L2, are in flight while the
-    // kernel before finishes.
-    l2_prefetch(pf, pf_bytes);
+    // The first loads of the weights are in flight while the kernel before finishes.
     DEP_ENTER();
     gemv_stage<BF16>(x, xs4, m, k, norm_w, eps, swiglu);
     for (; col < n; col += stride) {
@@ -616,17 +590,14 @@ __device__ void gemv(const float* x, const void* w, float* y, int m, int n, int 
     }
 }
 
-// pf, pf_bytes: the range l2_prefetch takes (nullptr: none).
 extern "C" __global__ void gemv_bf16(const float* x, const bf16_t* w, float* y, int m, int n, int k,
-                                     int accumulate, const float* norm_w, float eps, int swiglu,
-                                     const unsigned char* pf, long long pf_bytes) {
-    gemv<true>(x, w, y, m, n, k, accumulate, norm_w, eps, swiglu, pf, pf_bytes);
+                                     int accumulate, const float* norm_w, float eps, int swiglu) {
+    gemv<true>(x, w, y, m, n, k, accumulate, norm_w, eps, swiglu);
 }
 
 extern "C" __global__ void gemv_f32(const float* x, const float* w, float* y, int m, int n, int k,
-                                    int accumulate, const float* norm_w, float eps, int swiglu,
-                                    const unsigned char* pf, long long pf_bytes) {
-    gemv<false>(x, w, y, m, n, k, accumulate, norm_w, eps, swiglu, pf, pf_bytes);
+                                    int accumulate, const float* norm_w, float eps, int swiglu) {
+    gemv<false>(x, w, y, m, n, k, accumulate, norm_w, eps, swiglu);
 }
 
 // The larger of two (value, index) candidates: the larger value, the lower index on ties;

@@ -389,28 +389,19 @@ impl CudaDevice {
 
     /// The m input rows of a product as two bf16 halves [hi; lo] ([2m, k], see `split_bf16`
     /// in kernels.cu), `input` applied to them first: hi + lo holds 16 significant bits.
-    /// `prefetch`: the L2 prefetch its kernel issues (the product's, see prefetch.rs).
     fn split_bf16(
         &self,
         x: &Buf,
         m: usize,
         k: usize,
         input: GemvInput<'_>,
-        (pf, pf_bytes): (u64, i64),
     ) -> Result<CudaSlice<u16>> {
         let (pn, eps, sw) = self.input_args(input, x, m, k);
         let mut hl = self.alloc::<u16>(2 * m * k)?;
         let (px, ph) = (self.ptr(x), self.mptr(&mut hl));
         let ki = k as i32;
         let mut b = self.args(&self.kernels().split_bf16);
-        b.arg(&px)
-            .arg(&ph)
-            .arg(&ki)
-            .arg(&pn)
-            .arg(&eps)
-            .arg(&sw)
-            .arg(&pf)
-            .arg(&pf_bytes);
+        b.arg(&px).arg(&ph).arg(&ki).arg(&pn).arg(&eps).arg(&sw);
         // SAFETY: block r reads row r of x (k or 2k values; checked by input_args) and k of the norm
         // weight, and writes hl[r k ..] and hl[m k + r k ..] (hl holds 2mk).
         unsafe { self.go(&mut b, per_row(m, row_threads(k).min(256)), "split_bf16") }?;
@@ -913,8 +904,6 @@ impl CudaDevice {
             MatrixData::F32(wb) => {
                 assert!(wb.len() >= n * k);
                 let (pw, px) = (self.ptr(wb), self.ptr(x));
-                // In the learned order of products; no kernel of ours issues its prefetch.
-                self.prefetch_for(pw, n * k * 4);
                 // SAFETY: W holds n*k, x m*k and y m*n values (asserted); the handle is
                 // bound to this device's stream and used under the lock.
                 unsafe {
@@ -942,8 +931,7 @@ impl CudaDevice {
                 // reads the weights once, and the halves' sums add to within ~2^-17 of the f32
                 // product (tensor cores take bf16 operands only).
                 assert!(wb.len() >= n * k);
-                let prefetch = self.prefetch_for(self.ptr(wb), n * k * 2);
-                let hl = self.split_bf16(x, m, k, input, prefetch)?;
+                let hl = self.split_bf16(x, m, k, input)?;
                 let mut y2 = self.alloc_buf(2 * m * n)?;
                 let (pw, px, py2) = (self.ptr(wb), self.ptr(&hl), self.mptr(&mut y2));
                 let zero = 0.0f32;
@@ -1021,14 +1009,14 @@ impl CudaDevice {
     ) -> Result<()> {
         assert!(self.gemv_fits(m, n, k) && y.len() >= m * n);
         let (pn, eps, sw) = self.input_args(input, x, m, k);
-        let (f, pw, value_bytes) = match w {
+        let (f, pw) = match w {
             MatrixData::F32(b) => {
                 assert!(b.len() >= n * k);
-                (&self.kernels().gemv_f32, self.ptr(b), 4)
+                (&self.kernels().gemv_f32, self.ptr(b))
             }
             MatrixData::Bf16(b) => {
                 assert!(b.len() >= n * k);
-                (&self.kernels().gemv_bf16, self.ptr(b), 2)
+                (&self.kernels().gemv_bf16, self.ptr(b))
             }
             MatrixData::Q8 { q, d } => {
                 return self.matmul_q8(x, m, (q, d), n, k, y, accumulate, input);
@@ -1039,7 +1027,6 @@ impl CudaDevice {
         };
         let (px, py) = (self.ptr(x), self.mptr(y));
         let (mi, ni, ki, acc) = (m as i32, n as i32, k as i32, i32::from(accumulate));
-        let (pf, pf_bytes) = self.prefetch_for(pw, n * k * value_bytes);
         let mut b = self.args(f);
         b.arg(&px)
             .arg(&pw)
@@ -1050,9 +1037,7 @@ impl CudaDevice {
             .arg(&acc)
             .arg(&pn)
             .arg(&eps)
-            .arg(&sw)
-            .arg(&pf)
-            .arg(&pf_bytes);
+            .arg(&sw);
         let cfg = LaunchConfig {
             grid_dim: (self.gemv_blocks(n) as u32, 1, 1),
             block_dim: (256, 1, 1),
@@ -1060,7 +1045,7 @@ impl CudaDevice {
         };
         // SAFETY: x holds the rows input_args checked, W n*k (16-byte aligned rows: k is a
         // multiple of 8 and device allocations are 256-byte aligned), y m*n; warp `col < n`
-        // writes y[j * n + col] for j < m; the prefetch only hints (prefetch.rs).
+        // writes y[j * n + col] for j < m.
         unsafe { self.go(&mut b, cfg, "gemv") }
     }
 }

@@ -14,7 +14,6 @@ mod graph;
 pub(crate) mod launch;
 mod lowrank;
 mod paged;
-mod prefetch;
 mod quant;
 mod sample;
 
@@ -501,7 +500,7 @@ impl CudaDevice {
             kernels,
             blas_lock: Mutex::new(()),
             inputs: Mutex::new(HashMap::new()),
-            graphs: graph::Graphs::new(cc.0),
+            graphs: graph::Graphs::default(),
             replay_pool: Arc::default(),
             dependent_launch: cc.0 >= 9
                 && std::env::var("LATTICE_CUDA_PDL").map_or(true, |v| v != "0"),

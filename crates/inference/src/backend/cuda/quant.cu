@@ -356,13 +356,11 @@ __device__ void quantize_rows(const float* x, int row0, int rows, int k, const f
 // (bx, g) quantizes rows R g .. R g + R - 1 (R = rows_per_block <= 8) into shared memory, then
 // each warp takes output columns as gemv_q8 does, unpacking each unit of W once for all rows.
 // Each lane loads BLK_PF units ahead of its products; the first ones before the kernel waits
-// for the one before it (the weights are not written by earlier kernels) and quantizes, as is
-// the L2 prefetch of pf, pf_bytes (l2_prefetch).
+// for the one before it (the weights are not written by earlier kernels) and quantizes.
 template <int T>
 __device__ void gemv_blocks(const float* x, const unsigned char* body, const f16_t* halves,
                             float* y, int m, int n, int k, int ldy, int accumulate,
-                            const float* norm_w, float eps, int swiglu, int rows_per_block,
-                            const unsigned char* pf, long long pf_bytes) {
+                            const float* norm_w, float eps, int swiglu, int rows_per_block) {
     extern __shared__ int4 xs_blk[];
     constexpr int UPB = blk_units(T), BODY = blk_body(T), HALVES = blk_halves(T);
     const int units = k / 32, nb = units / UPB;
@@ -388,7 +386,6 @@ __device__ void gemv_blocks(const float* x, const unsigned char* body, const f16
     };
     int col = blockIdx.x * warps + warp;
     load(col, 0);
-    l2_prefetch(pf, pf_bytes);
     DEP_ENTER();
     quantize_rows<T>(x, row0, rows, k, norm_w, eps, swiglu, xs, xd, xa);
     __syncthreads();
@@ -444,10 +441,9 @@ __device__ void gemv_blocks(const float* x, const unsigned char* body, const f16
     extern "C" __global__ void name(const float* x, const unsigned char* body,                 \
                                     const f16_t* halves, float* y, int m, int n, int k,        \
                                     int ldy, int accumulate, const float* norm_w, float eps,   \
-                                    int swiglu, int rows_per_block, const unsigned char* pf,  \
-                                    long long pf_bytes) {                                      \
+                                    int swiglu, int rows_per_block) {                          \
         gemv_blocks<T>(x, body, halves, y, m, n, k, ldy, accumulate, norm_w, eps, swiglu,      \
-                       rows_per_block, pf, pf_bytes);                                          \
+                       rows_per_block);                                                        \
     }
 GEMV_BLOCKS_ENTRY(gemv_q4_0, T_Q4_0)
 GEMV_BLOCKS_ENTRY(gemv_q4_1, T_Q4_1)
@@ -468,11 +464,10 @@ GEMV_BLOCKS_ENTRY(gemv_q8_0, T_Q8_0)
 // bytes a row), then each warp takes output columns as gemv does, streaming W once per row
 // group (the second and later groups from L2). Each lane's loads of a pass over a column are
 // issued before the pass before it multiplies (across columns too); the first ones before the
-// kernel waits for the one before it, as is the L2 prefetch of pf, pf_bytes (l2_prefetch).
+// kernel waits for the one before it.
 extern "C" __global__ void gemv_q8(const float* x, const signed char* wq, const f16_t* wd,
                                    float* y, int m, int n, int k, int accumulate,
-                                   const float* norm_w, float eps, int swiglu,
-                                   const unsigned char* pf, long long pf_bytes) {
+                                   const float* norm_w, float eps, int swiglu) {
     extern __shared__ int4 xs_q8[];
     const int kb = k / 32, k16 = k / 16;
     const int row0 = blockIdx.y * Q8_GEMV_ROWS;
@@ -499,7 +494,6 @@ extern "C" __global__ void gemv_q8(const float* x, const signed char* wq, const 
     };
     int col = blockIdx.x * warps + warp;
     fetch(col, 0);
-    l2_prefetch(pf, pf_bytes);
     DEP_ENTER();
     quantize_rows<T_Q8_0>(x, row0, rows, k, norm_w, eps, swiglu, (signed char*)xs_q8, xds,
                           nullptr);

@@ -76,7 +76,6 @@ impl CudaDevice {
             let (pw, pwd, py) = (self.ptr(q), self.ptr(d), self.mptr(y));
             let (mi, ni, ki, acc) = (m as i32, n as i32, k as i32, i32::from(accumulate));
             let px = self.ptr(x);
-            let (pf, pf_bytes) = self.prefetch_for(pw, n * k);
             let mut b = self.args(&self.kernels().gemv_q8);
             b.arg(&px)
                 .arg(&pw)
@@ -88,9 +87,7 @@ impl CudaDevice {
                 .arg(&acc)
                 .arg(&pn)
                 .arg(&eps)
-                .arg(&sw)
-                .arg(&pf)
-                .arg(&pf_bytes);
+                .arg(&sw);
             let cfg = LaunchConfig {
                 grid_dim: (
                     self.gemv_blocks(n) as u32,
@@ -112,7 +109,6 @@ impl CudaDevice {
             per256: false,
             w: (self.ptr(q), self.ptr(d)),
             rows: n,
-            body_bytes: n * k,
         };
         let input = (pn, eps, sw);
         if m <= BLOCK_GROUP_ROWS {
@@ -171,8 +167,6 @@ struct PartArgs {
     per256: bool,
     w: (u64, u64),
     rows: usize,
-    /// Bytes of the bodies (what an L2 prefetch of the part fetches).
-    body_bytes: usize,
 }
 
 /// A run of rows of a GGUF matrix of one block type, on the device: every block's f16 scales
@@ -274,7 +268,6 @@ impl CudaDevice {
                 per256: p.qtype.block_len() == 256,
                 w: p.device_args(self, k),
                 rows: p.rows,
-                body_bytes: p.body.len(),
             })
             .collect();
         if m > BLOCK_GROUP_ROWS && !gemv_only() {
@@ -321,7 +314,6 @@ impl CudaDevice {
         let (px, py) = (self.ptr(x), self.mptr(y) + (col0 * 4) as u64);
         let (mi, ni, ki, ldy) = (m as i32, rows as i32, k as i32, n as i32);
         let (acc, g) = (i32::from(accumulate), group as i32);
-        let (pf, pf_bytes) = self.prefetch_for(pb, part.body_bytes);
         let mut b = self.args(&self.kernels().gemv_blocks[part.kernel]);
         b.arg(&px)
             .arg(&pb)
@@ -335,9 +327,7 @@ impl CudaDevice {
             .arg(&pn)
             .arg(&eps)
             .arg(&sw)
-            .arg(&g)
-            .arg(&pf)
-            .arg(&pf_bytes);
+            .arg(&g);
         let cfg = LaunchConfig {
             grid_dim: (self.gemv_blocks(rows) as u32, m.div_ceil(group) as u32, 1),
             block_dim: (256, 1, 1),
@@ -398,8 +388,6 @@ impl CudaDevice {
                 quantized[form] = true;
             }
             let (pb, ph) = p.w;
-            // In the learned order of products (prefetch.rs); no kernel here prefetches.
-            self.prefetch_for(pb, p.body_bytes);
             let pyc = py + (col0 * 4) as u64;
             let ni = p.rows as i32;
             let mut b = self.args(&self.kernels().gemm_blocks[p.kernel]);
