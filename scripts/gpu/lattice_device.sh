@@ -20,7 +20,8 @@
 # LLAMA_PACK=1 packs the build for later calls, which unpack .device/llama-bin-*). `ncu64`
 # times every kernel of a short `bench generate --streams 64` run of the bf16 Qwen3-0.6B shape
 # one by one (`ncu --clock-control none`, summed per kernel and grid by ncu_summary.py into
-# $OUT/ncu64.txt): where a 64-row decode step's time goes.
+# $OUT/ncu64.txt): where a 64-row decode step's time goes; `ncu1` the same for batch-1 decode of
+# NCU_MODEL, and of llama-bench on it when it is a GGUF (after the gguf step).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 . scripts/gpu/device_env.sh
@@ -193,6 +194,30 @@ for step in $steps; do
         --prompt-tokens 16 --gen-tokens 4 --runs 1 --streams 64 > "$out/ncu64.csv" \
         2> "$out/ncu64.err"
       python3 scripts/gpu/ncu_summary.py "$out/ncu64.csv" | tee "$out/ncu64.txt" | head -40
+      ;;
+    ncu1)
+      # Batch-1 decode, kernel by kernel: `lattice bench generate` of NCU_MODEL (default the bf16
+      # Qwen3-0.6B shape, with --bf16; a GGUF runs as it is) and, for a GGUF after the gguf step,
+      # llama-bench on the same file (8 generated tokens, no prompt), each summed per kernel and
+      # grid into $out/ncu1_lattice.txt and $out/ncu1_llama.txt.
+      ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2> /dev/null | head -1)
+      [ -n "$ncu" ] || { echo "ncu1: no ncu here"; continue; }
+      m=${NCU_MODEL:-$models/qwen3-0.6b-bf16}
+      flags=--bf16
+      case $m in *.gguf) flags= ;; esac
+      # shellcheck disable=SC2086
+      timeout "${NCU_TIMEOUT:-240}" "$ncu" --clock-control none --csv \
+        --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum \
+        .device/lattice bench generate --model "$m" $flags --device cuda \
+        --prompt-tokens 16 --gen-tokens 8 --runs 1 > "$out/ncu1_lattice.csv" 2> "$out/ncu1.err"
+      python3 scripts/gpu/ncu_summary.py "$out/ncu1_lattice.csv" | tee "$out/ncu1_lattice.txt" | head -30
+      llama=/tmp/llama.cpp/build-cuda1/bin/llama-bench
+      case $m in
+        *.gguf) [ -x "$llama" ] && timeout "${NCU_TIMEOUT:-240}" "$ncu" --clock-control none --csv \
+          --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum \
+          "$llama" -m "$m" -ngl 99 -p 0 -n 8 -r 1 > "$out/ncu1_llama.csv" 2>> "$out/ncu1.err" &&
+          python3 scripts/gpu/ncu_summary.py "$out/ncu1_llama.csv" | tee "$out/ncu1_llama.txt" | head -30 ;;
+      esac
       ;;
     fullsize)
       # Full-size random checkpoints, transformers (f32, TF32 off) against Lattice on the same
