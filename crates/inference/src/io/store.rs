@@ -1,10 +1,12 @@
 //! [`WeightStore`]: every tensor of a checkpoint (one safetensors file or a sharded set listed in
 //! `model.safetensors.index.json`) by name, handed out as f32 [`Weight`]s. f32 tensors are views
-//! into the memory map (no copy); f16 and bf16 are converted to f32 at load.
+//! into the memory map (no copy); f16 and bf16 are converted to f32 at load, or bf16 handed out
+//! as its bits ([`WeightStore::get_bf16`]) for layers that keep them.
 //!
 //! Model code reads weights through a [`Scope`], which prefixes names the way the checkpoint nests
 //! them (`store.scope("encoder").pp("layer.3")`), so the struct tree mirrors the tensor tree.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -208,6 +210,25 @@ impl WeightStore {
             });
         }
         Ok(&file.bytes()[info.range.clone()])
+    }
+
+    /// The bits of the bf16 tensor `name` as stored (borrowed from the mapped file where they
+    /// are 2-byte aligned), checking its shape; `None` for a tensor of another type.
+    pub fn get_bf16(&self, name: &str, shape: &[usize]) -> Result<Option<Cow<'_, [u16]>>> {
+        let (file, info) = self.entry(name, shape)?;
+        if !matches!(info.dtype, Dtype::BF16) {
+            return Ok(None);
+        }
+        let bytes = &file.bytes()[info.range.clone()];
+        Ok(Some(match bytemuck::try_cast_slice::<u8, u16>(bytes) {
+            Ok(bits) if cfg!(target_endian = "little") => Cow::Borrowed(bits),
+            _ => Cow::Owned(
+                bytes
+                    .chunks_exact(2)
+                    .map(|c| u16::from_le_bytes([c[0], c[1]]))
+                    .collect(),
+            ),
+        }))
     }
 
     /// Loads the tensor `name` as f32, checking its shape equals `shape`.

@@ -10,7 +10,7 @@
 
 use std::path::Path;
 
-use crate::backend::cpu::bf16::{bf16_to_f32, exact_bf16};
+use crate::backend::cpu::bf16::bf16_to_f32;
 use crate::backend::cpu::TernaryMatrix;
 use crate::backend::{Device, Mirror};
 use crate::io::gguf_tensors::{GgufTensors, RawTensor};
@@ -318,12 +318,36 @@ impl EmbeddingTable {
                 dense_linear(&place, w.as_slice(), rows, cols, None, "the output head")
             }
             EmbeddingTable::Quant(q, _) => Linear::from_quant_on(dev, vec![q.clone()], None),
+            EmbeddingTable::Bf16 { bits, dim, .. }
+                if mode == WeightMode::Quantized && dev.is_cpu() =>
+            {
+                Linear::from_bf16_bits(bits, self.n_rows(), *dim, None)
+            }
             EmbeddingTable::Bf16 { dim, .. } => {
                 let w = self.to_f32();
                 dense_linear(&place, &w, self.n_rows(), *dim, None, "the output head")
             }
         }
     }
+}
+
+/// The safetensors matrices `prefixes` (each `[out_dims[i], in_dim]`) stacked in f32, with the
+/// LoRA deltas of `lora` merged in.
+fn stacked_f32(
+    store: &WeightStore,
+    model_prefix: &str,
+    prefixes: &[&str],
+    out_dims: &[usize],
+    in_dim: usize,
+    lora: &[(usize, usize, Vec<crate::lora::LowRank>)],
+) -> Result<Vec<f32>> {
+    let mut rows: Vec<f32> = Vec::with_capacity(out_dims.iter().sum::<usize>() * in_dim);
+    for (p, &n) in prefixes.iter().zip(out_dims) {
+        let name = TensorSource::st_name(model_prefix, p, "weight");
+        rows.extend_from_slice(store.get(&name, &[n, in_dim])?.as_slice());
+    }
+    merge_lora(&mut rows, in_dim, lora);
+    Ok(rows)
 }
 
 /// Adds each part's LoRA deltas into its rows of `w` [out_dim, in_dim].
@@ -559,21 +583,26 @@ impl TensorSource {
                     Mirror::new(),
                 ))
             }
-            _ => {
-                let w = self.f32(prefix, "weight", &[rows, dim])?;
+            Self::Safetensors {
+                store,
+                model_prefix,
+                ..
+            } if mode != WeightMode::F32 => {
                 // A bf16 checkpoint's table stays in 16 bits unless f32 was asked for.
-                let bits = (mode != WeightMode::F32)
-                    .then(|| w.as_slice().iter().map(|&v| exact_bf16(v)).collect())
-                    .flatten();
-                Ok(match bits {
+                let name = Self::st_name(model_prefix, prefix, "weight");
+                Ok(match store.get_bf16(&name, &[rows, dim])? {
                     Some(bits) => EmbeddingTable::Bf16 {
-                        bits,
+                        bits: bits.into_owned(),
                         dim,
                         mirror: Mirror::new(),
                     },
-                    None => EmbeddingTable::F32(w, Mirror::new()),
+                    None => EmbeddingTable::F32(store.get(&name, &[rows, dim])?, Mirror::new()),
                 })
             }
+            _ => Ok(EmbeddingTable::F32(
+                self.f32(prefix, "weight", &[rows, dim])?,
+                Mirror::new(),
+            )),
         }
     }
 
@@ -670,15 +699,35 @@ impl TensorSource {
                 store,
                 model_prefix,
                 ..
-            } => {
-                let mut rows: Vec<f32> = Vec::with_capacity(out_dim * in_dim);
+            } if place.mode == WeightMode::Quantized && dev.is_cpu() && !merge => {
+                // The default on a CPU: a bf16 checkpoint's matrices are packed straight from
+                // their stored bits (no f32 copy of each); other types as below.
+                let mut bits: Vec<u16> = Vec::with_capacity(out_dim * in_dim);
+                let mut stored = true;
                 for (p, &n) in prefixes.iter().zip(out_dims) {
                     let name = Self::st_name(model_prefix, p, "weight");
-                    rows.extend_from_slice(store.get(&name, &[n, in_dim])?.as_slice());
+                    match store.get_bf16(&name, &[n, in_dim])? {
+                        Some(b) => bits.extend_from_slice(&b),
+                        None => {
+                            stored = false;
+                            break;
+                        }
+                    }
                 }
-                if merge {
-                    merge_lora(&mut rows, in_dim, &lora);
+                if stored {
+                    Linear::from_bf16_bits(&bits, out_dim, in_dim, bias_values)
+                } else {
+                    drop(bits);
+                    let rows = stacked_f32(store, model_prefix, prefixes, out_dims, in_dim, &[])?;
+                    dense_linear(&place, &rows, out_dim, in_dim, bias_values, prefixes[0])
                 }
+            }
+            Self::Safetensors {
+                store,
+                model_prefix,
+                ..
+            } => {
+                let rows = stacked_f32(store, model_prefix, prefixes, out_dims, in_dim, &lora)?;
                 dense_linear(&place, &rows, out_dim, in_dim, bias_values, prefixes[0])
             }
         }?;

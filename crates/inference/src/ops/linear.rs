@@ -187,7 +187,7 @@ impl Linear {
         bias: Option<Vec<f32>>,
     ) -> Result<Self> {
         check_parts(w.len(), out_dim * in_dim, bias.as_deref(), out_dim)?;
-        match cpu::pack_weights_bf16(out_dim, in_dim, w, in_dim) {
+        match cpu::pack_weights_bf16(out_dim, in_dim, cpu::Bf16Rows::F32(w, in_dim)) {
             Some(b) => Ok(Self::with_weight(
                 LinearWeight::Widened(b),
                 bias,
@@ -196,6 +196,25 @@ impl Linear {
             )),
             None => Self::from_f32(w, out_dim, in_dim, bias),
         }
+    }
+
+    /// [`Linear::from_f32_compact`] of a bf16 checkpoint's matrix as stored (`bits`
+    /// [out_dim, in_dim]): the same layer, packed straight from the 16-bit values.
+    pub fn from_bf16_bits(
+        bits: &[u16],
+        out_dim: usize,
+        in_dim: usize,
+        bias: Option<Vec<f32>>,
+    ) -> Result<Self> {
+        check_parts(bits.len(), out_dim * in_dim, bias.as_deref(), out_dim)?;
+        let packed = cpu::pack_weights_bf16(out_dim, in_dim, cpu::Bf16Rows::Bits(bits, in_dim))
+            .expect("bf16 bits always pack");
+        Ok(Self::with_weight(
+            LinearWeight::Widened(packed),
+            bias,
+            in_dim,
+            out_dim,
+        ))
     }
 
     /// A layer from f32 weights `w` [out_dim, in_dim] rounded to bf16 (exact for values that

@@ -191,10 +191,9 @@ impl Kernels {
         &self,
         n: usize,
         k: usize,
-        w: &[f32],
-        ldw: usize,
+        src: packed::Bf16Rows<'_>,
     ) -> Option<PackedBf16> {
-        packed::pack_bf16(self, n, k, w, ldw)
+        packed::pack_bf16(self, n, k, src)
     }
 
     /// See [`super::gemm_bt_packed`]. Panics if `w` was packed by another kernel table.

@@ -57,7 +57,7 @@ pub use detect::Isa;
 pub use dispatch::{kernels, kernels_for, Kernels};
 pub use int8::Int8Matrix;
 pub use lowrank::{add_low_rank, Delta, Values};
-pub use packed::{PackedBf16, PackedWeights};
+pub use packed::{Bf16Rows, PackedBf16, PackedWeights};
 pub use qmatrix::QuantMatrix;
 pub use repack::GROUP_ROWS;
 pub use ternary::TernaryMatrix;
@@ -232,10 +232,11 @@ pub fn pack_weights(n: usize, k: usize, w: &[f32], ldw: usize) -> PackedWeights 
     kernels().pack_weights(n, k, w, ldw)
 }
 
-/// [`pack_weights`] kept in 16 bits ([`PackedBf16`]) when every value of `w` is exactly a
-/// bf16 value, else `None`; packed without an f32 copy of the whole matrix.
-pub fn pack_weights_bf16(n: usize, k: usize, w: &[f32], ldw: usize) -> Option<PackedBf16> {
-    kernels().pack_weights_bf16(n, k, w, ldw)
+/// [`pack_weights`] kept in 16 bits ([`PackedBf16`]): from f32 values when every one is
+/// exactly a bf16 value (else `None`), or from a checkpoint's bf16 bits; packed without an f32
+/// copy of the whole matrix.
+pub fn pack_weights_bf16(n: usize, k: usize, src: Bf16Rows<'_>) -> Option<PackedBf16> {
+    kernels().pack_weights_bf16(n, k, src)
 }
 
 /// [`gemm_bt_bias`] with pre-packed weights: `c = act((accumulate ? c : 0) + a·wᵀ + bias)`,

@@ -76,23 +76,32 @@ impl<T> Packed<T> {
 /// Rows of the original matrix [`pack_bf16`] packs through its f32 scratch at a time.
 const BF16_PACK_ROWS: usize = 256;
 
-/// `w[n×k]` (rows `ldw` apart) packed for `kt` in 16 bits, or `None` when some value is not
-/// exactly a bf16 value: the same panels as [`PackedBf16::from_packed`] over [`pack`]'s, packed
-/// through a small f32 scratch (a `kc`-deep slice of 256 rows at a time) instead of a whole f32
-/// copy of the matrix. Panics if `w` is too short.
-pub(crate) fn pack_bf16(
-    kt: &Kernels,
-    n: usize,
-    k: usize,
-    w: &[f32],
-    ldw: usize,
-) -> Option<PackedBf16> {
+/// A matrix [`pack_bf16`] packs into 16 bits, `[n×k]` with rows `ldw` apart.
+#[derive(Clone, Copy)]
+pub enum Bf16Rows<'a> {
+    /// f32 values; packed only when every one is exactly a bf16 value.
+    F32(&'a [f32], usize),
+    /// bf16 bits, as a bf16 checkpoint stores them (always exact).
+    Bits(&'a [u16], usize),
+}
+
+/// `src` packed for `kt` in 16 bits, or `None` when some f32 value is not exactly a bf16
+/// value: the same panels as [`PackedBf16::from_packed`] over [`pack`]'s, packed through a
+/// small f32 scratch (a `kc`-deep slice of 256 rows at a time) instead of a whole f32 copy of
+/// the matrix. Panics if the source is too short.
+pub(crate) fn pack_bf16(kt: &Kernels, n: usize, k: usize, src: Bf16Rows<'_>) -> Option<PackedBf16> {
     let spec = &kt.gemm;
     if n > 0 && k > 0 {
-        assert!(w.len() >= (n - 1) * ldw + k, "pack_bf16: w too short");
-        let exact = |row: &[f32]| row.iter().all(|&v| exact_bf16(v).is_some());
-        if !(0..n).all(|r| exact(&w[r * ldw..r * ldw + k])) {
-            return None;
+        let (len, ldw) = match src {
+            Bf16Rows::F32(w, ldw) => (w.len(), ldw),
+            Bf16Rows::Bits(b, ldw) => (b.len(), ldw),
+        };
+        assert!(len >= (n - 1) * ldw + k, "pack_bf16: source too short");
+        if let Bf16Rows::F32(w, ldw) = src {
+            let exact = |row: &[f32]| row.iter().all(|&v| exact_bf16(v).is_some());
+            if !(0..n).all(|r| exact(&w[r * ldw..r * ldw + k])) {
+                return None;
+            }
         }
     }
     let nr = spec.nr;
@@ -100,18 +109,35 @@ pub(crate) fn pack_bf16(
     let mut buf = vec![0u16; n_pad * k];
     let block = BF16_PACK_ROWS.next_multiple_of(nr);
     let mut scratch = vec![0.0f32; spec.kc.min(k) * block];
+    // Bits are widened a block of rows at a time (a `kc`-deep slice of them) for the packer.
+    let mut wide = match src {
+        Bf16Rows::Bits(..) => vec![0.0f32; spec.kc.min(k) * block.min(n)],
+        Bf16Rows::F32(..) => Vec::new(),
+    };
     for p0 in (0..k).step_by(spec.kc) {
         let kc = spec.kc.min(k - p0);
         for r0 in (0..n).step_by(block) {
             let rows = block.min(n - r0);
             let len = rows.div_ceil(nr) * kc * nr;
             let part = &mut scratch[..len];
+            let (w, ldw, r, p) = match src {
+                Bf16Rows::F32(w, ldw) => (w, ldw, r0, p0),
+                Bf16Rows::Bits(bits, ldw) => {
+                    for (i, dst) in wide.chunks_exact_mut(kc).take(rows).enumerate() {
+                        let at = (r0 + i) * ldw + p0;
+                        for (d, &b) in dst.iter_mut().zip(&bits[at..at + kc]) {
+                            *d = f32::from_bits(u32::from(b) << 16);
+                        }
+                    }
+                    (&wide[..rows * kc], kc, 0, 0)
+                }
+            };
             // SAFETY: `kt` was handed out only after its instruction set was detected; the
             // slices are bounds-checked inside the packing kernel.
-            unsafe { (spec.pack_rows)(part, w, ldw, r0, rows, p0, kc, nr) };
+            unsafe { (spec.pack_rows)(part, w, ldw, r, rows, p, kc, nr) };
             let at = p0 * n_pad + r0 / nr * kc * nr;
             for (d, v) in buf[at..at + len].iter_mut().zip(part.iter()) {
-                *d = (v.to_bits() >> 16) as u16; // exact: checked above
+                *d = (v.to_bits() >> 16) as u16; // exact: checked above, or bits
             }
         }
     }
@@ -197,7 +223,7 @@ mod tests {
 
     #[test]
     fn bf16_packing_equals_the_f32_panels_in_16_bits() {
-        use super::{pack, pack_bf16, PackedBf16};
+        use super::{pack, pack_bf16, Bf16Rows, PackedBf16};
         let kt = kernels();
         let bf16 =
             |i: usize| f32::from_bits(((i as f32 * 0.37).sin() * 3.0).to_bits() & 0xffff_0000);
@@ -212,17 +238,21 @@ mod tests {
         ] {
             let mut w: Vec<f32> = (0..n.max(1) * ldw).map(bf16).collect();
             let want = PackedBf16::from_packed(&pack(kt, n, k, &w, ldw)).expect("exact");
-            let got = pack_bf16(kt, n, k, &w, ldw).expect("exact");
+            let got = pack_bf16(kt, n, k, Bf16Rows::F32(&w, ldw)).expect("exact");
             assert_eq!((got.n, got.k, got.n_pad), (want.n, want.k, want.n_pad));
             assert_eq!(got.panels().0, want.panels().0, "n {n} k {k}");
+            // The same matrix as stored bits packs to the same panels.
+            let bits: Vec<u16> = w.iter().map(|v| (v.to_bits() >> 16) as u16).collect();
+            let from_bits = pack_bf16(kt, n, k, Bf16Rows::Bits(&bits, ldw)).expect("bits");
+            assert_eq!(from_bits.panels().0, want.panels().0, "bits, n {n} k {k}");
             if n > 0 {
                 // A value past the row's end does not count; one inside that is not bf16 does.
                 if ldw > k {
                     w[k] = 0.1;
-                    assert!(pack_bf16(kt, n, k, &w, ldw).is_some());
+                    assert!(pack_bf16(kt, n, k, Bf16Rows::F32(&w, ldw)).is_some());
                 }
                 w[(n - 1) * ldw + k - 1] = 0.1;
-                assert!(pack_bf16(kt, n, k, &w, ldw).is_none());
+                assert!(pack_bf16(kt, n, k, Bf16Rows::F32(&w, ldw)).is_none());
             }
         }
     }
