@@ -718,7 +718,7 @@ impl TensorSource {
                     Linear::from_bf16_bits(&bits, out_dim, in_dim, bias_values)
                 } else {
                     drop(bits);
-                    let rows = stacked_f32(store, model_prefix, prefixes, out_dims, in_dim, &[])?;
+                    let rows = stacked_f32(store, model_prefix, prefixes, out_dims, in_dim, &lora)?;
                     dense_linear(&place, &rows, out_dim, in_dim, bias_values, prefixes[0])
                 }
             }
