@@ -7,7 +7,8 @@
 # (each VARIANTS entry: comma-separated VAR=VALUE settings for .device/lattice). MODEL defaults
 # to the random Qwen3-0.6B bf16 checkpoint of scripts/gpu/make_models.py (made if missing; carry
 # .device/qwen3-tokenizer/), FLAGS to --bf16 for it; ROUNDS (2), STREAMS (64). With
-# LATTICE_CUDA_TRACE=1 in a variant, the graph's device time per step is printed too.
+# LATTICE_CUDA_TRACE=1 in a variant, the graph's device time per step is printed too (a batch-1
+# step's, and the last traced step of the streams, replayed or eager).
 set -u
 cd "$(dirname "$0")/../.."
 . scripts/gpu/device_env.sh
@@ -39,6 +40,8 @@ for r in $(seq "${ROUNDS:-2}"); do
       2> /tmp/ab_err.log |
       python3 -c "import json,sys; d=json.load(sys.stdin); print('$b $v', 'pp512', round(d['prompt_tokens_per_s']), 'tg128', round(d['gen_tokens_per_s'], 1), 'streams', round(d['batched_gen_tokens_per_s']))"
     grep -m3 'replayed step of 1 rows' /tmp/ab_err.log | tail -1
+    # The streams' steps: replayed from a graph (host pass, graph time) or run eagerly.
+    grep -E "(replayed|eager) step of ${STREAMS:-64} rows" /tmp/ab_err.log | tail -1
     grep -iE 'error|panick' /tmp/ab_err.log | head -3
   done
 done
