@@ -3,7 +3,7 @@
 # with nothing else running on the host (the decode step's host pass shares the CPU: a
 # concurrent build slows it). A variant is a binary and an environment:
 #   OLD=.device/lattice-old NEW=.device/lattice bash scripts/gpu/ab_decode.sh     (two binaries)
-#   VARIANTS="LATTICE_CUDA_PREFETCH=0 LATTICE_CUDA_PREFETCH=1" bash scripts/gpu/ab_decode.sh
+#   VARIANTS="LATTICE_CUDA_PDL=0 LATTICE_CUDA_PDL=1" bash scripts/gpu/ab_decode.sh
 # (each VARIANTS entry: comma-separated VAR=VALUE settings for .device/lattice). MODEL defaults
 # to the random Qwen3-0.6B bf16 checkpoint of scripts/gpu/make_models.py (made if missing; carry
 # .device/qwen3-tokenizer/), FLAGS to --bf16 for it; ROUNDS (2), STREAMS (64). With
