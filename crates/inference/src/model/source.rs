@@ -701,25 +701,30 @@ impl TensorSource {
                 ..
             } if place.mode == WeightMode::Quantized && dev.is_cpu() && !merge => {
                 // The default on a CPU: a bf16 checkpoint's matrices are packed straight from
-                // their stored bits (no f32 copy of each); other types as below.
-                let mut bits: Vec<u16> = Vec::with_capacity(out_dim * in_dim);
-                let mut stored = true;
-                for (p, &n) in prefixes.iter().zip(out_dims) {
-                    let name = Self::st_name(model_prefix, p, "weight");
-                    match store.get_bf16(&name, &[n, in_dim])? {
-                        Some(b) => bits.extend_from_slice(&b),
-                        None => {
-                            stored = false;
-                            break;
-                        }
+                // their stored bits (no f32 copy of each; a single part not copied at all);
+                // other types as below.
+                let parts = prefixes
+                    .iter()
+                    .zip(out_dims)
+                    .map(|(p, &n)| {
+                        store.get_bf16(&Self::st_name(model_prefix, p, "weight"), &[n, in_dim])
+                    })
+                    .collect::<Result<Vec<_>>>()?
+                    .into_iter()
+                    .collect::<Option<Vec<_>>>();
+                match parts {
+                    Some(parts) => {
+                        let bits = match parts.as_slice() {
+                            [one] => std::borrow::Cow::Borrowed(&one[..]),
+                            _ => std::borrow::Cow::Owned(parts.concat()),
+                        };
+                        Linear::from_bf16_bits(&bits, out_dim, in_dim, bias_values)
                     }
-                }
-                if stored {
-                    Linear::from_bf16_bits(&bits, out_dim, in_dim, bias_values)
-                } else {
-                    drop(bits);
-                    let rows = stacked_f32(store, model_prefix, prefixes, out_dims, in_dim, &lora)?;
-                    dense_linear(&place, &rows, out_dim, in_dim, bias_values, prefixes[0])
+                    None => {
+                        let rows =
+                            stacked_f32(store, model_prefix, prefixes, out_dims, in_dim, &lora)?;
+                        dense_linear(&place, &rows, out_dim, in_dim, bias_values, prefixes[0])
+                    }
                 }
             }
             Self::Safetensors {

@@ -7,7 +7,7 @@
 //! matrix can only be used with the same kernel table. This module owns the layout; the
 //! product itself is `gemm.rs`.
 
-use super::bf16::exact_bf16;
+use super::bf16::{bf16_to_f32, exact_bf16};
 use super::detect::Isa;
 use super::dispatch::Kernels;
 
@@ -126,7 +126,7 @@ pub(crate) fn pack_bf16(kt: &Kernels, n: usize, k: usize, src: Bf16Rows<'_>) -> 
                     for (i, dst) in wide.chunks_exact_mut(kc).take(rows).enumerate() {
                         let at = (r0 + i) * ldw + p0;
                         for (d, &b) in dst.iter_mut().zip(&bits[at..at + kc]) {
-                            *d = f32::from_bits(u32::from(b) << 16);
+                            *d = bf16_to_f32(b);
                         }
                     }
                     (&wide[..rows * kc], kc, 0, 0)
