@@ -22,6 +22,13 @@ cargo test --release --workspace --lib --bins --tests 2>&1 | tee "$log" || statu
 LD_LIBRARY_PATH="$nvrtc${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" LATTICE_PTXAS="$nvrtc/../bin/ptxas" \
   cargo test --release -p lattice-inference --features cuda --test cuda_ops --test cuda_parity \
   -- --nocapture 2>&1 | tee -a "$log" || status=$?
+# f16 decode attention keeps as many loads in flight as the f32 one: a slowdown only a GPU would
+# feel (2.7x at 64 rows, 2026-12-06), seen here in the kernels' SASS.
+if [ -n "$nvrtc" ]; then
+  python3 scripts/gpu/kernel_sass.py --check 2>&1 | tail -1 || status=$?
+else
+  echo "kernel_sass check: SKIPPED (no NVRTC)"
+fi
 # Each fuzz target for a short time on its committed corpus (libFuzzer, nightly; the long runs
 # with AddressSanitizer are recorded in docs/reliability.md). Without a sanitizer here: the
 # build is the cost, and the corpus replay above already runs every input on stable.

@@ -20,7 +20,8 @@
 # LLAMA_PACK=1 packs the build for later calls, which unpack .device/llama-bin-*). `ncu64`
 # times every kernel of a short `bench generate --streams 64` run of the bf16 Qwen3-0.6B shape
 # one by one (`ncu --clock-control none`, summed per kernel and grid by ncu_summary.py into
-# $OUT/ncu64.txt): where a 64-row decode step's time goes; `ncu1` the same for batch-1 decode of
+# $OUT/ncu64.txt; NCU_FLAGS replaces --bf16, NCU_TAG suffixes the files): where a 64-row decode
+# step's time goes; `ncu1` the same for batch-1 decode of
 # NCU_MODEL, and of llama-bench on it when it is a GGUF (after the gguf step).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -190,10 +191,11 @@ for step in $steps; do
       [ -n "$ncu" ] || { echo "ncu64: no ncu here"; continue; }
       timeout "${NCU_TIMEOUT:-240}" "$ncu" --clock-control none --csv \
         --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum \
-        .device/lattice bench generate --model "$models/qwen3-0.6b-bf16" --bf16 --device cuda \
-        --prompt-tokens 16 --gen-tokens 4 --runs 1 --streams 64 > "$out/ncu64.csv" \
-        2> "$out/ncu64.err"
-      python3 scripts/gpu/ncu_summary.py "$out/ncu64.csv" | tee "$out/ncu64.txt" | head -40
+        .device/lattice bench generate --model "$models/qwen3-0.6b-bf16" ${NCU_FLAGS:---bf16} \
+        --device cuda --prompt-tokens 16 --gen-tokens 4 --runs 1 --streams 64 \
+        > "$out/ncu64${NCU_TAG:-}.csv" 2> "$out/ncu64${NCU_TAG:-}.err"
+      python3 scripts/gpu/ncu_summary.py "$out/ncu64${NCU_TAG:-}.csv" |
+        tee "$out/ncu64${NCU_TAG:-}.txt" | head -40
       ;;
     ncu1)
       # Batch-1 decode, kernel by kernel: `lattice bench generate` of NCU_MODEL (default the bf16

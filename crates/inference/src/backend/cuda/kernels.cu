@@ -686,14 +686,25 @@ __device__ __forceinline__ float load_kv(const f16_t* p) { return f16_to_f32(*p)
 __device__ __forceinline__ void store_kv(float* p, float v) { *p = v; }
 __device__ __forceinline__ void store_kv(f16_t* p, float v) { *p = f32_to_f16(v); }
 
-__device__ __forceinline__ void load4(const float* p, float* v) {
-    const float4 t = *(const float4*)p;
+// Four KV values as stored (f32: a float4; f16: four halves in a uint2), loaded by stored4 and
+// widened by widen4. Kernels that keep many loads in flight load the stored form first and
+// widen it afterwards: widening each value as it arrives let ptxas, under a register cap, reuse
+// the registers of f16 loads and so wait for each before issuing the next (2026-12-06: 64-row
+// decode attention 2.7x slower in f16 than in f32).
+template <typename KV> struct Stored4;
+template <> struct Stored4<float> { typedef float4 T; };
+template <> struct Stored4<f16_t> { typedef uint2 T; };
+__device__ __forceinline__ float4 stored4(const float* p) { return *(const float4*)p; }
+__device__ __forceinline__ uint2 stored4(const f16_t* p) { return *(const uint2*)p; }
+__device__ __forceinline__ void widen4(float4 t, float* v) {
     v[0] = t.x; v[1] = t.y; v[2] = t.z; v[3] = t.w;
 }
-__device__ __forceinline__ void load4(const f16_t* p, float* v) {
-    const uint2 t = *(const uint2*)p;
+__device__ __forceinline__ void widen4(uint2 t, float* v) {
     v[0] = f16_to_f32((f16_t)(t.x & 0xffffu)); v[1] = f16_to_f32((f16_t)(t.x >> 16));
     v[2] = f16_to_f32((f16_t)(t.y & 0xffffu)); v[3] = f16_to_f32((f16_t)(t.y >> 16));
+}
+template <typename KV> __device__ __forceinline__ void load4(const KV* p, float* v) {
+    widen4(stored4(p), v);
 }
 
 __device__ __forceinline__ float dot4(float4 a, float4 b) {
@@ -1011,17 +1022,20 @@ __device__ void attn_decode(const float* q, float* out, const int* row_pos, cons
             // row of 128 takes two round trips to memory.
             float dot = 0.0f;
             for (int d0 = 0; d0 < hd; d0 += 64) {
-                float kv[16][4];
+                typename Stored4<KV>::T raw[16];
 #pragma unroll
                 for (int u = 0; u < 16; u++) {
-                    if (d0 + 4 * u < hd) load4(kr + d0 + 4 * u, kv[u]);
+                    if (d0 + 4 * u < hd) raw[u] = stored4(kr + d0 + 4 * u);
                 }
 #pragma unroll
                 for (int u = 0; u < 16; u++) {
                     const int d = d0 + 4 * u;
-                    if (d < hd)
-                        dot += qs[d] * kv[u][0] + qs[d + 1] * kv[u][1] + qs[d + 2] * kv[u][2]
-                             + qs[d + 3] * kv[u][3];
+                    if (d < hd) {
+                        float kv[4];
+                        widen4(raw[u], kv);
+                        dot += qs[d] * kv[0] + qs[d + 1] * kv[1] + qs[d + 2] * kv[2]
+                             + qs[d + 3] * kv[3];
+                    }
                 }
             }
             s = dot;
@@ -1039,7 +1053,7 @@ __device__ void attn_decode(const float* q, float* out, const int* row_pos, cons
         // used.
         constexpr int VB = D >= 8 ? 8 : 16;
         for (int j0 = 0; j0 < n_keys; j0 += VB) {
-            float vv[VB][D];
+            KV vv[VB][D];  // as stored, widened below (see Stored4)
 #pragma unroll
             for (int u = 0; u < VB; u++) {
                 const int kj = base + j0 + u;
@@ -1050,7 +1064,7 @@ __device__ void attn_decode(const float* q, float* out, const int* row_pos, cons
 #pragma unroll
                     for (int i = 0; i < D; i++) {
                         const int d = lane + 32 * i;
-                        vv[u][i] = d < hd ? load_kv(vr + d) : 0.0f;
+                        vv[u][i] = d < hd ? vr[d] : (KV)0;
                     }
                 }
             }
@@ -1059,7 +1073,7 @@ __device__ void attn_decode(const float* q, float* out, const int* row_pos, cons
                 const float pj = __shfl_sync(0xffffffffu, p, j0 + u);
                 if (j0 + u < n_keys) {
 #pragma unroll
-                    for (int i = 0; i < D; i++) acc[i] += pj * vv[u][i];
+                    for (int i = 0; i < D; i++) acc[i] += pj * load_kv(&vv[u][i]);
                 }
             }
         }
