@@ -286,6 +286,78 @@ extern "C" __global__ void __launch_bounds__(256) low_rank_expand(
     }
 }
 
+// Values of a row each thread of split_bf16 holds at once (launch.rs SPLIT_HELD: launched with
+// k / 4 threads up to 1,024, a row of up to 4,096 is one round trip to memory). The loads of a
+// batch are unconditional (indices clamped into the row, results past it unused) and held
+// together (`hold`), so that they are all issued before any value is used.
+#define SPLIT_HELD 4
+static_assert(SPLIT_HELD == 4, "hold takes four values");
+
+// A batch of split_input values of row xr: i0, i0 + step, ... (SWIGLU: rows of 2k).
+// Makes the compiler materialize the four values here (an empty asm that may change them):
+// loads written before it are issued before it, not sunk to their uses after it.
+__device__ __forceinline__ void hold(float (&v)[4]) {
+    asm volatile("" : "+f"(v[0]), "+f"(v[1]), "+f"(v[2]), "+f"(v[3]));
+}
+
+template <bool SWIGLU>
+__device__ __forceinline__ void split_batch(const float* xr, int i0, int step, int k,
+                                            float (&v)[SPLIT_HELD]) {
+    float g[SPLIT_HELD], u[SPLIT_HELD];
+#pragma unroll
+    for (int j = 0; j < SPLIT_HELD; j++) {
+        const int i = min(i0 + j * step, k - 1);
+        g[j] = xr[i];
+        if (SWIGLU) u[j] = xr[k + i];
+    }
+    // Left to itself the compiler sinks each load to its use, between the divisions of
+    // swiglu_value (one round trip each).
+    hold(g);
+    if (SWIGLU) hold(u);
+#pragma unroll
+    for (int j = 0; j < SPLIT_HELD; j++) v[j] = SWIGLU ? swiglu_value(g[j], u[j]) : g[j];
+}
+
+template <bool NORM, bool SWIGLU>
+__device__ void split_row(const float* xr, bf16_t* hi, bf16_t* lo, int k, const float* norm_w,
+                          float eps) {
+    const int step = blockDim.x;
+    float scale = 1.0f;
+    if (NORM) {
+        // The RMSNorm factor 1 / sqrt(mean(v²) + eps), summed over the block in block_sum's
+        // order.
+        float ss = 0.0f;
+        for (int i0 = threadIdx.x; i0 < k; i0 += SPLIT_HELD * step) {
+            float v[SPLIT_HELD];
+            split_batch<SWIGLU>(xr, i0, step, k, v);
+#pragma unroll
+            for (int j = 0; j < SPLIT_HELD; j++) {
+                if (i0 + j * step < k) ss += v[j] * v[j];
+            }
+        }
+        ss = block_sum(ss);
+        scale = 1.0f / sqrtf(ss / (float)k + eps);
+    }
+    for (int i0 = threadIdx.x; i0 < k; i0 += SPLIT_HELD * step) {
+        float v[SPLIT_HELD], w[SPLIT_HELD];
+        split_batch<SWIGLU>(xr, i0, step, k, v);
+        if (NORM) {
+#pragma unroll
+            for (int j = 0; j < SPLIT_HELD; j++) w[j] = norm_w[min(i0 + j * step, k - 1)];
+        }
+#pragma unroll
+        for (int j = 0; j < SPLIT_HELD; j++) {
+            const int i = i0 + j * step;
+            if (i >= k) break;
+            const float x = NORM ? w[j] * (v[j] * scale) : v[j];
+            const bf16_t h = f32_to_bf16(x);
+            const float hf = bf16_to_f32(h);
+            hi[i] = h;
+            lo[i] = isfinite(hf) ? f32_to_bf16(x - hf) : (bf16_t)0;
+        }
+    }
+}
+
 // The two-term bf16 split of a product's input rows for bf16 tensor cores, with the
 // matrix-vector kernel's input modes applied on the way: row r of v [rows, k] is x's row (or
 // SwiGLU of x's row of 2k values, gate then up), then its RMSNorm with norm_w [k] when given,
@@ -293,39 +365,19 @@ extern "C" __global__ void __launch_bounds__(256) low_rank_expand(
 // bf16(v - hi), so that hi + lo holds 16 significant bits of v. A product of bf16 weights with
 // both halves, summed in f32 (add_halves), is within ~2^-17 relative of the f32 product of the
 // same weights (cuBLAS multiplies bf16 only by bf16). Inf and NaN: lo = 0. Grid: rows.
-__device__ __forceinline__ float split_input(const float* xr, int i, int k, int swiglu) {
-    if (!swiglu) return xr[i];
-    const float g = xr[i], u = xr[k + i];
-    return swiglu_value(g, u);
-}
-
-// The RMSNorm factor 1 / sqrt(mean(v²) + eps) of input row xr (split_input's values), summed
-// over the block in block_sum's order; every thread of the block must call it.
-__device__ float row_rms_scale(const float* xr, int k, int swiglu, float eps) {
-    float ss = 0.0f;
-    for (int i = threadIdx.x; i < k; i += blockDim.x) {
-        const float v = split_input(xr, i, k, swiglu);
-        ss += v * v;
-    }
-    ss = block_sum(ss);
-    return 1.0f / sqrtf(ss / (float)k + eps);
-}
-
 extern "C" __global__ void split_bf16(const float* x, bf16_t* hl, int k, const float* norm_w,
                                       float eps, int swiglu) {
     DEP_ENTER();
     const int r = blockIdx.x;
     const float* xr = x + (size_t)r * (swiglu ? 2 * k : k);
-    const float scale = norm_w != nullptr ? row_rms_scale(xr, k, swiglu, eps) : 1.0f;
     bf16_t* hi = hl + (size_t)r * k;
     bf16_t* lo = hi + (size_t)gridDim.x * k;
-    for (int i = threadIdx.x; i < k; i += blockDim.x) {
-        float v = split_input(xr, i, k, swiglu);
-        if (norm_w != nullptr) v = norm_w[i] * (v * scale);
-        const bf16_t h = f32_to_bf16(v);
-        const float hf = bf16_to_f32(h);
-        hi[i] = h;
-        lo[i] = isfinite(hf) ? f32_to_bf16(v - hf) : (bf16_t)0;
+    if (swiglu) {
+        if (norm_w != nullptr) split_row<true, true>(xr, hi, lo, k, norm_w, eps);
+        else split_row<false, true>(xr, hi, lo, k, norm_w, eps);
+    } else {
+        if (norm_w != nullptr) split_row<true, false>(xr, hi, lo, k, norm_w, eps);
+        else split_row<false, false>(xr, hi, lo, k, norm_w, eps);
     }
 }
 

@@ -94,6 +94,9 @@ pub const GEMV_ROWS: usize = 2;
 /// 1.8 TB/s in this kernel (19k blocks, each staging its input) and 3.7 TB/s in cuBLAS.
 pub const GEMV_MAX_OUT: usize = 32 * 1024;
 
+/// Values of a row each thread of `split_bf16` loads at once (kernels.cu `SPLIT_HELD`).
+const SPLIT_HELD: usize = 4;
+
 /// Shared memory the matrix-vector kernels may stage their input in (m * k f32 values).
 pub const GEMV_SMEM_BYTES: usize = 96 * 1024;
 
@@ -402,9 +405,10 @@ impl CudaDevice {
         let ki = k as i32;
         let mut b = self.args(&self.kernels().split_bf16);
         b.arg(&px).arg(&ph).arg(&ki).arg(&pn).arg(&eps).arg(&sw);
+        let threads = row_threads(k.div_ceil(SPLIT_HELD));
         // SAFETY: block r reads row r of x (k or 2k values; checked by input_args) and k of the norm
         // weight, and writes hl[r k ..] and hl[m k + r k ..] (hl holds 2mk).
-        unsafe { self.go(&mut b, per_row(m, row_threads(k).min(256)), "split_bf16") }?;
+        unsafe { self.go(&mut b, per_row(m, threads), "split_bf16") }?;
         Ok(hl)
     }
 

@@ -190,7 +190,7 @@ __device__ __forceinline__ float unit_term(const UnitScales& w, int t0, int t1, 
 // the rows are read from L2 right after the kernel before wrote them).
 #define QR_SB 2
 
-// Task t's 8 values (split_input's values, row t / k8, values 8 (t % k8) ..) into v, zeros
+// Task t's 8 values (split_batch's values, row t / k8, values 8 (t % k8) ..) into v, zeros
 // where t >= tasks; with norm_w, also the 8 norm weights into g. Loads first, math after.
 __device__ __forceinline__ void qr_load(const float* x, int row0, int k, int swiglu,
                                         const float* norm_w, int base, int tasks,
