@@ -492,8 +492,14 @@ fn decode_attention_of_many_sequences_matches_the_cpu() {
         return;
     };
     let mut rng = Rng(0x6d61_6e79_5345_5153);
-    for (n_heads, n_kv_heads, hd, dtype) in [(16, 8, 128, KvDtype::F32), (8, 2, 256, KvDtype::F16)]
-    {
+    // Query heads per KV head: 2 and 4 (two per block), 7 (the last block of a group holds
+    // one), and 1 (a block per head).
+    for (n_heads, n_kv_heads, hd, dtype) in [
+        (16, 8, 128, KvDtype::F32),
+        (8, 2, 256, KvDtype::F16),
+        (14, 2, 64, KvDtype::F32),
+        (6, 6, 32, KvDtype::F16),
+    ] {
         let shape = CausalShape {
             n_heads,
             n_kv_heads,

@@ -1009,17 +1009,24 @@ __device__ void stage_rows(KV* sk, KV* sv, int ks, int c0, int r0, int r1, const
     }
 }
 
-template <typename KV, int D>
+// G query heads per block (grid y: KV heads x ceil(group / G) where group = n_heads /
+// n_kv_heads): the G heads of one KV head read each key and value row once for all of them.
+template <typename KV, int D, int G>
 __device__ void attn_decode(const float* q, float* out, const int* row_pos, const u64* pages,
                             const int* page0, int page_rows, long long k_off, long long val_off,
                             int n_heads, int n_kv_heads, int hd, float scale, int window,
                             int splits, float* part, unsigned* counters) {
-    __shared__ float qs[256];
-    __shared__ float part_m[DECODE_WARPS], part_l[DECODE_WARPS];
-    __shared__ float part_acc[DECODE_WARPS][256];
-    const int seq = blockIdx.x, head = blockIdx.y;
+    __shared__ float qs[G][256];
+    __shared__ float part_m[DECODE_WARPS][G], part_l[DECODE_WARPS][G];
+    __shared__ float part_acc[DECODE_WARPS][G][256];
+    const int seq = blockIdx.x;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int kv_head = head / (n_heads / n_kv_heads);
+    const int group = n_heads / n_kv_heads, chunks = (group + G - 1) / G;
+    const int kv_head = blockIdx.y / chunks;
+    // This block's heads: head0 .. head0 + gh (heads past gh, when G does not divide the group,
+    // have zero queries and are not written).
+    const int head0 = kv_head * group + (blockIdx.y - kv_head * chunks) * G;
+    const int gh = min(G, (kv_head + 1) * group - head0);
     const int kv_dim = n_kv_heads * hd, q_dim = n_heads * hd;
     const int pos = row_pos[seq];
     const int lo0 = window > 0 ? max(0, pos - window + 1) : 0;
@@ -1057,22 +1064,33 @@ __device__ void attn_decode(const float* q, float* out, const int* row_pos, cons
         }
         stage_wait();
     }
-    for (int d = threadIdx.x; d < hd; d += blockDim.x) qs[d] = q[(size_t)seq * q_dim + head * hd + d] * scale;
+    for (int i = threadIdx.x; i < G * hd; i += blockDim.x) {
+        const int g = i / hd, d = i - g * hd;
+        qs[g][d] = g < gh ? q[(size_t)seq * q_dim + (head0 + g) * hd + d] * scale : 0.0f;
+    }
     __syncthreads();
-    float m = -INFINITY, l = 0.0f;
-    float acc[D];
+    float m[G], l[G], acc[G][D];
 #pragma unroll
-    for (int i = 0; i < D; i++) acc[i] = 0.0f;
+    for (int g = 0; g < G; g++) {
+        m[g] = -INFINITY;
+        l[g] = 0.0f;
+#pragma unroll
+        for (int i = 0; i < D; i++) acc[g][i] = 0.0f;
+    }
     for (int base = lo + warp * 32; base <= hi; base += DECODE_WARPS * 32) {
         const int key = base + lane;
-        float s = -INFINITY;
+        float s[G];
+#pragma unroll
+        for (int g = 0; g < G; g++) s[g] = -INFINITY;
         if (key <= hi) {
             const KV* kr = staged && key <= c1 ? sk + (key - c0) * ks
                 : (const KV*)sp[key / page_rows] + k_off
                     + (long long)(key % page_rows) * kv_dim + kv_head * hd;
             // Loads in batches of 16 (64 dimensions), issued before they are used: a key
             // row of 128 takes two round trips to memory.
-            float dot = 0.0f;
+            float dot[G];
+#pragma unroll
+            for (int g = 0; g < G; g++) dot[g] = 0.0f;
             for (int d0 = 0; d0 < hd; d0 += 64) {
                 typename Stored4<KV>::T raw[16];
 #pragma unroll
@@ -1085,21 +1103,28 @@ __device__ void attn_decode(const float* q, float* out, const int* row_pos, cons
                     if (d < hd) {
                         float kv[4];
                         widen4(raw[u], kv);
-                        dot += qs[d] * kv[0] + qs[d + 1] * kv[1] + qs[d + 2] * kv[2]
-                             + qs[d + 3] * kv[3];
+#pragma unroll
+                        for (int g = 0; g < G; g++)
+                            dot[g] += qs[g][d] * kv[0] + qs[g][d + 1] * kv[1]
+                                    + qs[g][d + 2] * kv[2] + qs[g][d + 3] * kv[3];
                     }
                 }
             }
-            s = dot;
-        }
-        const float m_new = fmaxf(m, warp_max(s));
-        if (m_new == -INFINITY) continue;
-        const float p = s == -INFINITY ? 0.0f : expf(s - m_new);
-        const float corr = expf(m - m_new);
-        l = l * corr + warp_sum(p);
-        m = m_new;
 #pragma unroll
-        for (int i = 0; i < D; i++) acc[i] *= corr;
+            for (int g = 0; g < G; g++) s[g] = dot[g];
+        }
+        float p[G];
+#pragma unroll
+        for (int g = 0; g < G; g++) {
+            // A head whose scores are all -inf so far adds nothing (p = 0, nothing rescaled).
+            const float m_new = fmaxf(m[g], warp_max(s[g]));
+            p[g] = s[g] == -INFINITY ? 0.0f : expf(s[g] - m_new);
+            const float corr = m_new == -INFINITY ? 1.0f : expf(m[g] - m_new);
+            l[g] = l[g] * corr + warp_sum(p[g]);
+            m[g] = m_new;
+#pragma unroll
+            for (int i = 0; i < D; i++) acc[g][i] *= corr;
+        }
         const int n_keys = min(32, hi - base + 1);
         // Value rows VB keys at a time (16, or 8 for heads over 128), loaded before they are
         // used.
@@ -1122,51 +1147,62 @@ __device__ void attn_decode(const float* q, float* out, const int* row_pos, cons
             }
 #pragma unroll
             for (int u = 0; u < VB; u++) {
-                const float pj = __shfl_sync(0xffffffffu, p, j0 + u);
-                if (j0 + u < n_keys) {
 #pragma unroll
-                    for (int i = 0; i < D; i++) acc[i] += pj * load_kv(&vv[u][i]);
+                for (int g = 0; g < G; g++) {
+                    const float pj = __shfl_sync(0xffffffffu, p[g], j0 + u);
+                    if (j0 + u < n_keys) {
+#pragma unroll
+                        for (int i = 0; i < D; i++) acc[g][i] += pj * load_kv(&vv[u][i]);
+                    }
                 }
             }
         }
     }
-    if (lane == 0) { part_m[warp] = m; part_l[warp] = l; }
 #pragma unroll
-    for (int i = 0; i < D; i++) {
-        const int d = lane + 32 * i;
-        if (d < hd) part_acc[warp][d] = acc[i];
+    for (int g = 0; g < G; g++) {
+        if (lane == 0) { part_m[warp][g] = m[g]; part_l[warp][g] = l[g]; }
+#pragma unroll
+        for (int i = 0; i < D; i++) {
+            const int d = lane + 32 * i;
+            if (d < hd) part_acc[warp][g][d] = acc[g][i];
+        }
     }
     __syncthreads();
-    float gm = -INFINITY;
-    for (int w = 0; w < DECODE_WARPS; w++) gm = fmaxf(gm, part_m[w]);
-    float gl = 0.0f;
-    for (int w = 0; w < DECODE_WARPS; w++) gl += part_m[w] == -INFINITY ? 0.0f : part_l[w] * expf(part_m[w] - gm);
-    const float inv = gl > 0.0f ? 1.0f / gl : 0.0f;
-    float* pp = part + ((size_t)(seq * n_heads + head) * splits + blockIdx.z) * (hd + 2);
-    if (used > 1 && threadIdx.x == 0) { pp[0] = gm; pp[1] = gl; }
-    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
-        float o = 0.0f;
-        for (int w = 0; w < DECODE_WARPS; w++) {
-            if (part_m[w] != -INFINITY) o += part_acc[w][d] * expf(part_m[w] - gm);
-        }
-        if (used > 1) {
-            pp[2 + d] = o;
-        } else if (splits > 1) {
-            // What the merge of one partial computes.
-            out[(size_t)seq * q_dim + head * hd + d] = gl > 0.0f ? o / gl : 0.0f;
-        } else {
-            out[(size_t)seq * q_dim + head * hd + d] = o * inv;
+    for (int g = 0; g < gh; g++) {
+        const int head = head0 + g;
+        float gm = -INFINITY;
+        for (int w = 0; w < DECODE_WARPS; w++) gm = fmaxf(gm, part_m[w][g]);
+        float gl = 0.0f;
+        for (int w = 0; w < DECODE_WARPS; w++)
+            gl += part_m[w][g] == -INFINITY ? 0.0f : part_l[w][g] * expf(part_m[w][g] - gm);
+        const float inv = gl > 0.0f ? 1.0f / gl : 0.0f;
+        float* pp = part + ((size_t)(seq * n_heads + head) * splits + blockIdx.z) * (hd + 2);
+        if (used > 1 && threadIdx.x == 0) { pp[0] = gm; pp[1] = gl; }
+        for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+            float o = 0.0f;
+            for (int w = 0; w < DECODE_WARPS; w++) {
+                if (part_m[w][g] != -INFINITY) o += part_acc[w][g][d] * expf(part_m[w][g] - gm);
+            }
+            if (used > 1) {
+                pp[2 + d] = o;
+            } else if (splits > 1) {
+                // What the merge of one partial computes.
+                out[(size_t)seq * q_dim + head * hd + d] = gl > 0.0f ? o / gl : 0.0f;
+            } else {
+                out[(size_t)seq * q_dim + head * hd + d] = o * inv;
+            }
         }
     }
     if (used == 1) return;
-    // The last of the (row, head)'s blocks to finish merges the splits' partials (so no merge
-    // launch): each block makes its partial visible, then takes a ticket; the counter is left
-    // at zero for the next launch (and the next replay of a recorded step).
+    // The last of the (row, heads)'s blocks to finish merges the splits' partials (so no merge
+    // launch): each block makes its partials visible, then takes a ticket (the counter of its
+    // first head); the counter is left at zero for the next launch (and the next replay of a
+    // recorded step).
     __shared__ bool last;
     __threadfence();
     __syncthreads();
     if (threadIdx.x == 0) {
-        unsigned* c = counters + seq * n_heads + head;
+        unsigned* c = counters + seq * n_heads + head0;
         last = atomicAdd(c, 1u) == (unsigned)(used - 1);
         if (last) *c = 0u;
     }
@@ -1175,43 +1211,50 @@ __device__ void attn_decode(const float* q, float* out, const int* row_pos, cons
     __threadfence();
     __shared__ float fz[32];
     __shared__ float tot_m, tot_l;
-    const float* p0 = part + (size_t)(seq * n_heads + head) * splits * (hd + 2);
-    if (warp == 0) {
-        const float mz = lane < used ? __ldcg(p0 + lane * (hd + 2)) : -INFINITY;
-        const float lz = lane < used ? __ldcg(p0 + lane * (hd + 2) + 1) : 0.0f;
-        const float g = warp_max(mz);
-        const float f = mz == -INFINITY ? 0.0f : expf(mz - g);
-        fz[lane] = f;
-        // Summed in split order, as the separate merge did.
-        float lsum = 0.0f;
-        for (int z = 0; z < used; z++) lsum += __shfl_sync(0xffffffffu, lz * f, z);
-        if (lane == 0) { tot_m = g; tot_l = lsum; }
-    }
-    __syncthreads();
-    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
-        float o = 0.0f;
-        for (int z = 0; z < used; z++) {
-            if (fz[z] != 0.0f) o += __ldcg(p0 + z * (hd + 2) + 2 + d) * fz[z];
+    for (int g = 0; g < gh; g++) {
+        const int head = head0 + g;
+        const float* p0 = part + (size_t)(seq * n_heads + head) * splits * (hd + 2);
+        if (g > 0) __syncthreads();  // the previous head is done with fz and tot_l
+        if (warp == 0) {
+            const float mz = lane < used ? __ldcg(p0 + lane * (hd + 2)) : -INFINITY;
+            const float lz = lane < used ? __ldcg(p0 + lane * (hd + 2) + 1) : 0.0f;
+            const float gmax = warp_max(mz);
+            const float f = mz == -INFINITY ? 0.0f : expf(mz - gmax);
+            fz[lane] = f;
+            // Summed in split order, as the separate merge did.
+            float lsum = 0.0f;
+            for (int z = 0; z < used; z++) lsum += __shfl_sync(0xffffffffu, lz * f, z);
+            if (lane == 0) { tot_m = gmax; tot_l = lsum; }
         }
-        out[(size_t)seq * q_dim + head * hd + d] = tot_l > 0.0f ? o / tot_l : 0.0f;
+        __syncthreads();
+        for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+            float o = 0.0f;
+            for (int z = 0; z < used; z++) {
+                if (fz[z] != 0.0f) o += __ldcg(p0 + z * (hd + 2) + 2 + d) * fz[z];
+            }
+            out[(size_t)seq * q_dim + head * hd + d] = tot_l > 0.0f ? o / tot_l : 0.0f;
+        }
     }
 }
 
-// Two entries per variant, the same code with different register budgets: `attn_decode_*`
-// (up to 255 registers a thread: two blocks resident per SM) for steps of few (row, head)
-// pairs, and `attn_decode_many_*` (at most 168: three resident) for steps of more pairs than
-// two blocks per SM hold, where a batch of 64 rows x 16 heads (1,024 blocks) takes 2.6 waves
-// on 132 SMs instead of 3.9 (H200, call 8.7: 64 streams +3-6%, batch 1 -2-3% with it).
-#define ATTN_DECODE_ENTRY(NAME, KV, D, MIN_BLOCKS)                                             \
+// Two entries per variant: `attn_decode_*` (one query head per block, up to 255 registers a
+// thread: two blocks resident per SM) for steps of few (row, head) pairs, and
+// `attn_decode_many_*` (DECODE_MANY_HEADS query heads of one KV head per block, at most 168
+// registers: three resident) for steps of more pairs than two blocks per SM hold (launch.rs),
+// where a batch of 64 rows x 16 heads of Qwen3-0.6B (8 KV heads) is 512 blocks, 1.3 waves on
+// 132 SMs, each key and value row read once for its two query heads (one head per block: 1,024
+// blocks, 2.6 waves, each row read twice).
+#define DECODE_MANY_HEADS 2
+#define ATTN_DECODE_ENTRY(NAME, KV, D, MIN_BLOCKS, G)                                          \
     extern "C" __global__ void __launch_bounds__(32 * DECODE_WARPS, MIN_BLOCKS) NAME(          \
         const float* q, float* out, const int* row_pos, const u64* pages, const int* page0,    \
         int page_rows, long long k_off, long long val_off, int n_heads, int n_kv_heads,        \
         int hd, float scale, int window, int splits, float* part, unsigned* counters) {       \
-        attn_decode<KV, D>(q, out, row_pos, pages, page0, page_rows, k_off, val_off, n_heads,  \
-                           n_kv_heads, hd, scale, window, splits, part, counters);             \
+        attn_decode<KV, D, G>(q, out, row_pos, pages, page0, page_rows, k_off, val_off,       \
+                              n_heads, n_kv_heads, hd, scale, window, splits, part, counters); \
     }
-#define ATTN_DECODE(NAME, KV, D) ATTN_DECODE_ENTRY(NAME, KV, D, 1)
-#define ATTN_DECODE_MANY(NAME, KV, D) ATTN_DECODE_ENTRY(NAME, KV, D, 3)
+#define ATTN_DECODE(NAME, KV, D) ATTN_DECODE_ENTRY(NAME, KV, D, 1, 1)
+#define ATTN_DECODE_MANY(NAME, KV, D) ATTN_DECODE_ENTRY(NAME, KV, D, 2, DECODE_MANY_HEADS)
 ATTN_VARIANTS(ATTN_DECODE, attn_decode)
 ATTN_VARIANTS(ATTN_DECODE_MANY, attn_decode_many)
 

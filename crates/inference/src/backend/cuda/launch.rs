@@ -94,6 +94,10 @@ pub const GEMV_ROWS: usize = 2;
 /// 1.8 TB/s in this kernel (19k blocks, each staging its input) and 3.7 TB/s in cuBLAS.
 pub const GEMV_MAX_OUT: usize = 32 * 1024;
 
+/// Query heads of one KV head per block of the many-rows decode attention entries (kernels.cu
+/// `DECODE_MANY_HEADS`).
+const DECODE_MANY_HEADS: usize = 2;
+
 /// Values of a row each thread of `split_bf16` loads at once (kernels.cu `SPLIT_HELD`).
 const SPLIT_HELD: usize = 4;
 
@@ -768,9 +772,14 @@ impl CudaDevice {
             return Ok(out);
         }
         let variant = attn_variant(hd)?;
-        // More (row, head) blocks than two per SM: the entries with three resident per SM.
+        // More (row, head) pairs than two blocks per SM, of query heads sharing KV heads: the
+        // entries taking DECODE_MANY_HEADS query heads of one KV head per block, reading each
+        // key and value row once for them.
+        let group = n_heads / n_kv_heads;
+        let many = rows * n_heads > 2 * self.sm_count() && group > 1;
+        let head_blocks = n_kv_heads * group.div_ceil(if many { DECODE_MANY_HEADS } else { 1 });
         let k = self.kernels();
-        let f = match (f16, rows * n_heads > 2 * self.sm_count()) {
+        let f = match (f16, many) {
             (true, false) => &k.attn_decode_f16[variant],
             (false, false) => &k.attn_decode_f32[variant],
             (true, true) => &k.attn_decode_many_f16[variant],
@@ -819,13 +828,14 @@ impl CudaDevice {
             && (hd * if f16 { 2 } else { 4 }).is_multiple_of(16)
             && decode_stage_bytes(ATTN_HEAD_DIMS[variant], f16) <= self.decode_stage_limit();
         let cfg = LaunchConfig {
-            grid_dim: (rows as u32, n_heads as u32, splits as u32),
+            grid_dim: (rows as u32, head_blocks as u32, splits as u32),
             block_dim: (32 * DECODE_WARPS, 1, 1),
             shared_mem_bytes: if staged { stage as u32 } else { 0 },
         };
         // SAFETY: the caller guarantees the pages; q, out and part are sized above (block
-        // (r, h, z) writes part's (r, h, z) entry of hd + 2 values, and the last of (r, h)'s
-        // blocks, or the only one, out's row r head h); ticket r * n_heads + h exists (asserted).
+        // (r, y, z) writes part's (r, h, z) entries of hd + 2 values for its heads h, at most
+        // DECODE_MANY_HEADS of KV head y's group, and the last of (r, y)'s blocks, or the only
+        // one, out's row r at those heads); ticket r * n_heads + h exists (asserted).
         unsafe { self.go(&mut b, cfg, "attention_decode") }?;
         drop(part);
         Ok(out)
