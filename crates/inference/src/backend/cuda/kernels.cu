@@ -293,13 +293,14 @@ extern "C" __global__ void __launch_bounds__(256) low_rank_expand(
 #define SPLIT_HELD 4
 static_assert(SPLIT_HELD == 4, "hold takes four values");
 
-// A batch of split_input values of row xr: i0, i0 + step, ... (SWIGLU: rows of 2k).
 // Makes the compiler materialize the four values here (an empty asm that may change them):
 // loads written before it are issued before it, not sunk to their uses after it.
 __device__ __forceinline__ void hold(float (&v)[4]) {
     asm volatile("" : "+f"(v[0]), "+f"(v[1]), "+f"(v[2]), "+f"(v[3]));
 }
 
+// A batch of the split's input values of row xr, at i0, i0 + step, ... (SWIGLU: silu(gate) *
+// up of a row of 2k, gate then up).
 template <bool SWIGLU>
 __device__ __forceinline__ void split_batch(const float* xr, int i0, int step, int k,
                                             float (&v)[SPLIT_HELD]) {
@@ -947,15 +948,16 @@ __device__ void attn_paged(const float* q, float* out, const int* tile_seq, cons
 ATTN_VARIANTS(ATTN_PAGED, attn_paged)
 
 // Decode attention: one query row per sequence (rows == sequences), over paged keys and values
-// read in place (or staged ahead, below), DECODE_WARPS warps per (sequence, head) splitting the keys: warp w
-// takes chunks w, w + DECODE_WARPS, ... of 32 keys, lane j scores key j of a chunk, each warp keeps its own
-// online softmax, and the warps' partial results are merged at the end. hd must be a multiple of 4
-// (16-byte rows for f32 pages, 8-byte for f16) and at most 256. Grid: (rows, n_heads, splits).
-// With splits > 1 (few rows: flash-decoding), block z takes the z-th of `splits` equal spans
-// (of 128 keys or more) of the row's keys; where more than one span holds keys, each writes its
-// unnormalized partial (max, sum, acc[hd]) to part[((row * n_heads + head) * splits + z) *
-// (hd + 2)] and the last of a (row, head)'s blocks to finish (a ticket from
-// counters[row * n_heads + head], zero between launches) merges them.
+// read in place (or staged ahead, below), DECODE_WARPS warps per (sequence, query heads: one, or
+// G of one KV head) splitting the keys: warp w takes chunks w, w + DECODE_WARPS, ... of 32 keys,
+// lane j scores key j of a chunk for each head, each warp keeps its own online softmax per head,
+// and the warps' partial results are merged at the end. hd must be a multiple of 4 (16-byte rows
+// for f32 pages, 8-byte for f16) and at most 256. Grid: (rows, head blocks, splits). With splits
+// > 1 (few rows: flash-decoding), block z takes the z-th of `splits` equal spans (of 128 keys or
+// more) of the row's keys; where more than one span holds keys, each writes its unnormalized
+// partial (max, sum, acc[hd]) per head to part[((row * n_heads + head) * splits + z) * (hd + 2)]
+// and the last of a (row, heads)'s blocks to finish (a ticket from counters[row * n_heads +
+// first head], zero between launches) merges them.
 
 // 4 warps: small blocks, so that many (row, head) blocks are resident at once (a batch of 64
 // rows x 16 heads ran in 4 waves of 8-warp blocks).
