@@ -30,7 +30,7 @@ def nvdisasm():
     os.makedirs(dest, exist_ok=True)
     subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps",
                     "--disable-pip-version-check", "--only-binary=:all:",
-                    "--platform", "manylinux2014_x86_64", "nvidia-cuda-nvdisasm", "-d", dest],
+                    "--platform", "manylinux2014_x86_64", "nvidia-cuda-nvdisasm==13.5.37", "-d", dest],
                    check=True)
     whl = glob.glob(os.path.join(dest, "*.whl"))[0]
     subprocess.run([sys.executable, "-m", "zipfile", "-e", whl, dest], check=True)
