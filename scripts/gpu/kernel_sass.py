@@ -19,7 +19,7 @@ root = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 cu = os.path.join(root, ".cache", "nvrtc", "nvidia", "cu13")
 src_dir = os.path.join(root, "crates", "inference", "src", "backend", "cuda")
 # The order of backend/cuda/mod.rs `KERNELS`.
-SOURCES = ["kernels.cu", "quant.cu", "gdn.cu", "sample.cu"]
+SOURCES = ["kernels.cu", "attention.cu", "quant.cu", "gdn.cu", "sample.cu"]
 
 
 def nvdisasm():

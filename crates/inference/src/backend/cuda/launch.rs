@@ -1,7 +1,7 @@
-//! Launchers: one safe method of [`CudaDevice`] per kernel of `kernels.cu`, plus the dense
-//! products through cuBLAS. Shapes are checked by the callers (`ops`, `attention`); here each
-//! launcher asserts the buffer sizes its kernel touches, so a caller bug fails loudly instead
-//! of corrupting device memory.
+//! Launchers: one safe method of [`CudaDevice`] per kernel of `kernels.cu` and
+//! `attention.cu`, plus the dense products through cuBLAS. Shapes are checked by the callers
+//! (`ops`, `attention`); here each launcher asserts the buffer sizes its kernel touches, so a
+//! caller bug fails loudly instead of corrupting device memory.
 
 use cudarc::cublas::sys as blas;
 use cudarc::driver::{sys as drv, CudaFunction, CudaSlice, DevicePtrMut, LaunchConfig};
@@ -29,7 +29,7 @@ pub enum MatrixData {
     Blocks(Vec<BlockRows>),
 }
 
-/// The query tiles of one attention launch (see `attn_paged` in kernels.cu): device addresses
+/// The query tiles of one attention launch (see `attn_paged` in attention.cu): device addresses
 /// of arrays made by [`CudaDevice::input`].
 #[derive(Debug)]
 pub struct AttnTiles {
@@ -49,17 +49,17 @@ pub struct AttnTiles {
     pub page0: u64,
 }
 
-/// Query rows per attention tile (`ATTN_ROWS` in kernels.cu).
+/// Query rows per attention tile (`ATTN_ROWS` in attention.cu).
 pub const ATTN_ROWS: usize = 64;
 
-/// Keys the attention kernel stages at a time (`ATTN_KEYS` in kernels.cu).
+/// Keys the attention kernel stages at a time (`ATTN_KEYS` in attention.cu).
 const ATTN_KEYS: usize = 32;
 
-/// Warps of a decode attention block (`DECODE_WARPS` in kernels.cu).
+/// Warps of a decode attention block (`DECODE_WARPS` in attention.cu).
 const DECODE_WARPS: u32 = 4;
 
 /// Dynamic shared memory with which a decode attention block stages the first keys of each
-/// warp before it waits for the kernel before it (`DECODE_STAGE_ROWS` in kernels.cu): per warp,
+/// warp before it waits for the kernel before it (`DECODE_STAGE_ROWS` in attention.cu): per warp,
 /// key and value rows of hd elements and 16 bytes, 32 rows (16 for heads over 128 dimensions).
 pub fn decode_stage_bytes(hd: usize, f16: bool) -> usize {
     let rows = if hd > 128 { 16 } else { 32 };
@@ -94,7 +94,7 @@ pub const GEMV_ROWS: usize = 2;
 /// 1.8 TB/s in this kernel (19k blocks, each staging its input) and 3.7 TB/s in cuBLAS.
 pub const GEMV_MAX_OUT: usize = 32 * 1024;
 
-/// Query heads of one KV head per block of the many-rows decode attention entries (kernels.cu
+/// Query heads of one KV head per block of the many-rows decode attention entries (attention.cu
 /// `DECODE_MANY_HEADS`).
 const DECODE_MANY_HEADS: usize = 2;
 
@@ -167,7 +167,7 @@ impl CudaDevice {
             return Ok(());
         }
         // Programmatic dependent launch (compute capability 9.0 and later): the kernel may
-        // start while the one before it finishes; every kernel of kernels.cu waits
+        // start while the one before it finishes; every kernel of the .cu files waits
         // (`DEP_WAIT`) before it touches memory that an earlier kernel writes or reads.
         let mut attr = drv::CUlaunchAttribute {
             id: drv::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
@@ -588,7 +588,7 @@ impl CudaDevice {
     }
 
     /// Causal attention of q [rows, n_heads * hd] over paged keys and values (see
-    /// `attn_paged` in kernels.cu); returns the context [rows, n_heads * hd].
+    /// `attn_paged` in attention.cu); returns the context [rows, n_heads * hd].
     ///
     /// # Safety
     /// `tiles.pages` must hold the addresses of live pages that contain every key and value
@@ -670,7 +670,7 @@ impl CudaDevice {
         Ok(out)
     }
 
-    /// The fused attention input of a layer (see `qkv_prep` in kernels.cu): returns the
+    /// The fused attention input of a layer (see `qkv_prep` in attention.cu): returns the
     /// queries [rows, n_heads * hd] and writes the keys and values into the pages at `dst`.
     ///
     /// # Safety
@@ -744,7 +744,7 @@ impl CudaDevice {
     }
 
     /// Decode attention: query row r of q [rows, n_heads * hd] is sequence r's one new row (see
-    /// `attn_decode` in kernels.cu; hd a multiple of 4, at most 256); `tiles` as for
+    /// `attn_decode` in attention.cu; hd a multiple of 4, at most 256); `tiles` as for
     /// [`CudaDevice::attention`] (only its positions and pages are read).
     ///
     /// # Safety

@@ -1,6 +1,7 @@
 //! The CUDA backend (cargo feature `cuda`): one [`CudaDevice`] per GPU holding its context, a
 //! stream every op is queued on, a cuBLAS handle for the dense products and the kernels of
-//! `kernels.cu`, compiled by NVRTC for the device's architecture when the device is opened.
+//! the `.cu` files here (`KERNELS`), compiled by NVRTC for the device's architecture when the
+//! device is opened.
 //! The driver, NVRTC and cuBLAS are loaded at run time (cudarc's dynamic loading), so a binary
 //! built with the feature starts on machines without CUDA and `--device cuda` then fails with
 //! a message naming the missing piece.
@@ -32,9 +33,11 @@ pub use lowrank::LowRankTerm;
 pub use paged::{attend_packed, attend_paged, attend_qkv_paged, QkvPrep};
 pub use quant::{q8_matrix, BlockRows};
 
-/// The kernel source (compiled at run time): the kernels, then the quantized products.
+/// The kernel source (compiled at run time): the kernels, attention, the quantized products,
+/// Qwen3.5's layers and the token picks.
 pub const KERNELS: &str = concat!(
     include_str!("kernels.cu"),
+    include_str!("attention.cu"),
     include_str!("quant.cu"),
     include_str!("gdn.cu"),
     include_str!("sample.cu")
@@ -200,7 +203,7 @@ pub struct CudaDevice {
     graphs: graph::Graphs,
     /// What replayed steps' host passes allocate (see [`Buf`]).
     replay_pool: Arc<ReplayPool>,
-    /// Tickets of split decode attention, one per (row, head) (`attn_decode` in kernels.cu):
+    /// Tickets of split decode attention, one per (row, head) (`attn_decode` in attention.cu):
     /// zero between launches.
     decode_tickets: CudaSlice<u32>,
     /// Whether kernels are launched as programmatic dependents of the one before them
