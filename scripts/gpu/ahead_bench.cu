@@ -5,7 +5,7 @@
 // loads its weights ahead into shared memory (`gemv_ahead`), and to see whether a kernel's
 // blocks start before the kernel before it has finished: every block records the global timer
 // when it starts and when it ends. REAL_ATTN=1 puts the real Q/K/V preparation and decode
-// attention of kernels.cu in the stand-ins' place (POS: the sequence's position, default 80).
+// attention of attention.cu in the stand-ins' place (POS: the sequence's position, default 80).
 // Not yet run with REAL_ATTN (written at the end of the 2026-12-03 session's device time).
 //   nvcc -O3 -std=c++17 -arch=sm_90 -o /tmp/ahead_bench scripts/gpu/ahead_bench.cu && /tmp/ahead_bench
 #include <cstdio>
@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <string>
 #include "../../crates/inference/src/backend/cuda/kernels.cu"
+#include "../../crates/inference/src/backend/cuda/attention.cu"
 
 // The loaded-ahead matrix-vector kernel tried on 2026-12-03 (device calls 8.1-8.3; slower than
 // `gemv` of kernels.cu, see docs/benchmarks.md): the same staging and sums (gemv_stage,
@@ -146,7 +147,7 @@ extern "C" __global__ void busy(float* out, int us, u64* stamps, int l) {
     stamp(stamps, l, 1);
 }
 
-// The real Q/K/V preparation and decode attention of kernels.cu (Qwen3-0.6B heads: 16 query and
+// The real Q/K/V preparation and decode attention of attention.cu (Qwen3-0.6B heads: 16 query and
 // 8 key/value heads of 128, f32 pages of 32 rows, one sequence at position `pos`), stamped.
 extern "C" __global__ void probe_prep(const float* qkv, float* q_out, const u64* dst, const int* pos,
                                       const float* inv_freq, const float* q_w, const float* k_w,
@@ -162,7 +163,7 @@ extern "C" __global__ void __launch_bounds__(32 * DECODE_WARPS) probe_attn(
     long long val_off, int splits, float* part, unsigned* counters, u64* stamps, int l) {
     stamp(stamps, l, 0);
     DEP_ENTER();
-    attn_decode<float, 4>(q, out, row_pos, pages, page0, 32, 0, val_off, 16, 8, 128, 0.0884f, 0,
+    attn_decode<float, 4, 1>(q, out, row_pos, pages, page0, 32, 0, val_off, 16, 8, 128, 0.0884f, 0,
                           splits, part, counters);
     stamp(stamps, l, 1);
 }
