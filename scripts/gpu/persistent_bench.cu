@@ -1,0 +1,274 @@
+// How fast can a persistent decode step stream a Qwen3-0.6B-shaped model's matrix products at
+// batch 1? (issue 13's 2,000 tokens/s asks ~15 µs per layer; the chain of kernels in a CUDA
+// graph takes ~36.) One kernel, one block per SM, runs the 28 layers' four products (Q/K/V
+// 1024 -> 4096, output 2048 -> 1024, gate/up 1024 -> 6144, down 3072 -> 1024, bf16 weights,
+// f32 activations) as 112 stages separated by grid-wide barriers (a counter in global memory).
+// Block b owns a fixed share of each product's output columns; while it waits at the barrier
+// for a stage's input, its weights for that stage are already on their way into shared
+// memory (asynchronous copies issued one stage ahead, double-buffered), so the weight stream
+// is not interrupted by the dependency chain. Stand-ins: the output product reads the first
+// 2,048 Q/K/V values (no attention), the down product reads silu(gate) * up, both add into the
+// residual; no norms. Prints the time of the 112 stages per layer and their DRAM rate, the
+// time of 112 barriers alone (EMPTY stages), and checks the final residual against the same
+// chain run as one plain kernel per stage.
+//   nvcc -O3 -std=c++17 -arch=sm_90 -o /tmp/persistent_bench scripts/gpu/persistent_bench.cu
+//   /tmp/persistent_bench [runs]
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+#include <algorithm>
+#include "../../crates/inference/src/backend/cuda/kernels.cu"
+#include "../../crates/inference/src/backend/cuda/attention.cu"  // stage16, stage_wait
+
+#define LAYERS 28
+#define HID 1024
+#define QKV 4096
+#define ATT 2048
+#define FFN 3072
+#define THREADS 256
+// Shared memory: two weight buffers of the largest share (gate/up: 6,144 / 132 -> 47 rows of
+// 2 KB) and the input vector (at most 3,072 f32).
+#define WBUF_BYTES (48 * 1024 * 2)
+#define XBUF_FLOATS FFN
+
+struct Stage {
+    const bf16_t* w;  // [n, k]
+    int n, k;
+    int kind;  // 0: x = h -> y; 1: x = y_qkv[:ATT] -> h += y; 2: x = h -> y_gu; 3: x = silu*up -> h += y
+};
+
+struct Net {
+    const Stage* st;  // the 112 stages, in device memory
+    float* h;       // residual [HID]
+    float* y_qkv;   // [QKV]
+    float* y_gu;    // [2 FFN]
+    unsigned* barrier;
+};
+
+__device__ __forceinline__ float stage_input(const Net& net, int kind, int i) {
+    switch (kind) {
+        case 0:
+        case 2: return __ldcg(net.h + i);
+        case 1: return __ldcg(net.y_qkv + i);
+        default: {
+            const float g = __ldcg(net.y_gu + i), u = __ldcg(net.y_gu + FFN + i);
+            return swiglu_value(g, u);
+        }
+    }
+}
+
+// Block b's columns of a product of n outputs: [n b / B, n (b + 1) / B).
+__device__ __forceinline__ void share(int n, int& c0, int& c1) {
+    c0 = (int)((long long)n * blockIdx.x / gridDim.x);
+    c1 = (int)((long long)n * (blockIdx.x + 1) / gridDim.x);
+}
+
+// Issues the copies of stage s's weight rows of this block into buffer buf (one commit group).
+__device__ void prefetch(const Net& net, int s, int n_stages, unsigned char* buf) {
+    if (s < n_stages) {
+        const Stage& st = net.st[s];
+        int c0, c1;
+        share(st.n, c0, c1);
+        const int per_row = st.k * 2 / 16, total = (c1 - c0) * per_row;
+        const unsigned char* src = (const unsigned char*)(st.w + (size_t)c0 * st.k);
+        for (int i = threadIdx.x; i < total; i += blockDim.x) stage16(buf + 16 * i, src + 16 * i);
+    }
+    asm volatile("cp.async.commit_group;" ::: "memory");
+}
+
+// The persistent step: stages in order, each after every block finished the one before
+// (EMPTY: barriers only).
+template <bool EMPTY>
+__global__ void __launch_bounds__(THREADS, 1) persistent(Net net, unsigned epoch) {
+    extern __shared__ __align__(16) unsigned char smem[];
+    unsigned char* wbuf[2] = {smem, smem + WBUF_BYTES};
+    float* xs = (float*)(smem + 2 * WBUF_BYTES);
+    const int n_stages = 4 * LAYERS;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    if (!EMPTY) prefetch(net, 0, n_stages, wbuf[0]);
+    for (int s = 0; s < n_stages; s++) {
+        if (!EMPTY) prefetch(net, s + 1, n_stages, wbuf[(s + 1) & 1]);
+        // The barrier of stage s: every block has finished stage s - 1.
+        if (s > 0) {
+            if (threadIdx.x == 0) {
+                const unsigned target = epoch + (unsigned)s * gridDim.x;
+                unsigned v;
+                do {
+                    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(net.barrier) : "memory");
+                } while ((int)(v - target) < 0);
+            }
+            __syncthreads();
+        }
+        if (!EMPTY) {
+            const Stage& st = net.st[s];
+            for (int i = threadIdx.x; i < st.k; i += blockDim.x) xs[i] = stage_input(net, st.kind, i);
+            asm volatile("cp.async.wait_group 1;" ::: "memory");
+            __syncthreads();
+            int c0, c1;
+            share(st.n, c0, c1);
+            const bf16_t* ws = (const bf16_t*)wbuf[s & 1];
+            float* out = st.kind == 0 ? net.y_qkv : (st.kind == 2 ? net.y_gu : net.h);
+            for (int r = warp; r < c1 - c0; r += THREADS / 32) {
+                const uint4* wr = (const uint4*)(ws + (size_t)r * st.k);
+                float acc = 0.0f;
+                for (int i = lane; i < st.k / 8; i += 32) {
+                    const uint4 w8 = wr[i];
+                    const unsigned wv[4] = {w8.x, w8.y, w8.z, w8.w};
+#pragma unroll
+                    for (int j = 0; j < 4; j++) {
+                        acc += bf16_to_f32((bf16_t)(wv[j] & 0xffffu)) * xs[8 * i + 2 * j];
+                        acc += bf16_to_f32((bf16_t)(wv[j] >> 16)) * xs[8 * i + 2 * j + 1];
+                    }
+                }
+                acc = warp_sum(acc);
+                if (lane == 0) {
+                    // (The residual's columns of both adding products are this block's.)
+                    if (st.kind == 1 || st.kind == 3) out[c0 + r] = __ldcg(out + c0 + r) + acc;
+                    else out[c0 + r] = acc;
+                }
+            }
+        }
+        // Done with stage s: make the outputs visible, then arrive.
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            __threadfence();
+            atomicAdd(net.barrier, 1u);
+        }
+    }
+}
+
+// The reference: one plain kernel per stage (block per output column), in stream order.
+__global__ void ref_stage(Net net, int s) {
+    const Stage& st = net.st[s];
+    const int c = blockIdx.x;
+    float acc = 0.0f;
+    for (int i = threadIdx.x; i < st.k; i += blockDim.x)
+        acc += bf16_to_f32(st.w[(size_t)c * st.k + i]) * stage_input(net, st.kind, i);
+    acc = block_sum(acc);
+    if (threadIdx.x == 0) {
+        float* out = st.kind == 0 ? net.y_qkv : (st.kind == 2 ? net.y_gu : net.h);
+        if (st.kind == 1 || st.kind == 3) out[c] = __ldcg(out + c) + acc;
+        else out[c] = acc;
+    }
+}
+
+#define CK(x)                                                                      \
+    do {                                                                           \
+        cudaError_t e = (x);                                                       \
+        if (e != cudaSuccess) {                                                    \
+            fprintf(stderr, "%s: %s\n", #x, cudaGetErrorString(e));                \
+            exit(1);                                                               \
+        }                                                                          \
+    } while (0)
+
+int main(int argc, char** argv) {
+    const int runs = argc > 1 ? atoi(argv[1]) : 20;
+    int sms = 0;
+    CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+    cudaDeviceProp prop;
+    CK(cudaGetDeviceProperties(&prop, 0));
+    printf("%s, %d SMs\n", prop.name, sms);
+    // Weights: random bf16 (|w| < 0.03), one allocation per layer and product.
+    const int shapes[4][2] = {{QKV, HID}, {HID, ATT}, {2 * FFN, HID}, {HID, FFN}};
+    Net net{};
+    std::vector<Stage> stages(4 * LAYERS);
+    size_t bytes = 0;
+    unsigned seed = 12345;
+    for (int l = 0; l < LAYERS; l++)
+        for (int p = 0; p < 4; p++) {
+            const int n = shapes[p][0], k = shapes[p][1];
+            std::vector<bf16_t> host((size_t)n * k);
+            for (auto& v : host) {
+                seed = seed * 1664525u + 1013904223u;
+                const float f = ((int)(seed >> 9) - (1 << 22)) * (0.03f / (1 << 22));
+                unsigned u;
+                memcpy(&u, &f, 4);
+                v = (bf16_t)(u >> 16);
+            }
+            bf16_t* d;
+            CK(cudaMalloc(&d, host.size() * 2));
+            CK(cudaMemcpy(d, host.data(), host.size() * 2, cudaMemcpyHostToDevice));
+            stages[4 * l + p] = Stage{d, n, k, p};
+            bytes += host.size() * 2;
+        }
+    // The largest share must fit a weight buffer.
+    for (int p = 0; p < 4; p++) {
+        const size_t rows = (shapes[p][0] + sms - 1) / sms;
+        if (rows * shapes[p][1] * 2 > WBUF_BYTES) {
+            fprintf(stderr, "a share of product %d does not fit %d bytes\n", p, WBUF_BYTES);
+            return 1;
+        }
+    }
+    Stage* dst;
+    CK(cudaMalloc(&dst, stages.size() * sizeof(Stage)));
+    CK(cudaMemcpy(dst, stages.data(), stages.size() * sizeof(Stage), cudaMemcpyHostToDevice));
+    net.st = dst;
+    std::vector<float> h0(HID);
+    for (auto& v : h0) {
+        seed = seed * 1664525u + 1013904223u;
+        v = ((int)(seed >> 9) - (1 << 22)) * (1.0f / (1 << 22));
+    }
+    CK(cudaMalloc(&net.h, HID * 4));
+    CK(cudaMalloc(&net.y_qkv, QKV * 4));
+    CK(cudaMalloc(&net.y_gu, 2 * FFN * 4));
+    CK(cudaMalloc(&net.barrier, 4));
+    CK(cudaMemset(net.barrier, 0, 4));
+    const int smem = 2 * WBUF_BYTES + XBUF_FLOATS * 4;
+    CK(cudaFuncSetAttribute(persistent<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    CK(cudaFuncSetAttribute(persistent<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    int resident = 0;
+    CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, persistent<false>, THREADS, smem));
+    if (resident < 1) {
+        fprintf(stderr, "the persistent kernel does not fit an SM\n");
+        return 1;
+    }
+    // Each launch adds 112 * sms to the counter; the epoch is its value at the launch.
+    unsigned epoch = 0;
+    auto run = [&](bool empty) {
+        if (empty) persistent<true><<<sms, THREADS, smem>>>(net, epoch);
+        else persistent<false><<<sms, THREADS, smem>>>(net, epoch);
+        epoch += 4u * LAYERS * sms;
+    };
+    // Check: the residual after one persistent step against the reference chain.
+    std::vector<float> got(HID), want(HID);
+    CK(cudaMemcpy(net.h, h0.data(), HID * 4, cudaMemcpyHostToDevice));
+    run(false);
+    CK(cudaDeviceSynchronize());
+    CK(cudaMemcpy(got.data(), net.h, HID * 4, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(net.h, h0.data(), HID * 4, cudaMemcpyHostToDevice));
+    for (int s = 0; s < 4 * LAYERS; s++) ref_stage<<<stages[s].n, 256>>>(net, s);
+    CK(cudaDeviceSynchronize());
+    CK(cudaMemcpy(want.data(), net.h, HID * 4, cudaMemcpyDeviceToHost));
+    double num = 0, den = 0;
+    for (int i = 0; i < HID; i++) {
+        num += (got[i] - want[i]) * (double)(got[i] - want[i]);
+        den += want[i] * (double)want[i];
+    }
+    printf("residual after 28 layers: normalized error %.2e against one kernel per stage\n",
+           sqrt(num / std::max(den, 1e-30)));
+    cudaEvent_t a, b;
+    CK(cudaEventCreate(&a));
+    CK(cudaEventCreate(&b));
+    for (int empty = 0; empty < 2; empty++) {
+        std::vector<float> ms;
+        for (int r = 0; r < runs; r++) {
+            CK(cudaEventRecord(a));
+            run(empty);
+            CK(cudaEventRecord(b));
+            CK(cudaEventSynchronize(b));
+            float t;
+            CK(cudaEventElapsedTime(&t, a, b));
+            ms.push_back(t);
+        }
+        std::sort(ms.begin(), ms.end());
+        const float med = ms[ms.size() / 2];
+        if (empty)
+            printf("112 barriers alone: %.3f ms (%.2f us a barrier)\n", med, 1e3 * med / (4 * LAYERS));
+        else
+            printf("28 layers' products, persistent: %.3f ms (%.2f us a layer; %.0f GB/s of %.2f GB), median of %d\n",
+                   med, 1e3 * med / LAYERS, bytes / (med * 1e6), bytes / 1e9, runs);
+    }
+    return 0;
+}
