@@ -2,37 +2,38 @@
 // key and value rows into pages (kv_write), the fused Q/K/V preparation (qkv_prep), paged flash
 // attention for prompts (attn_paged) and decode attention (attn_decode), f32 or f16 pages.
 
-// Writes row r of k and v [rows, kv_dim] into a page: dst[r] is the address of the page row
-// (of attention slot 0); this layer's key row is `k_off` elements further and its value row
-// `val_off` beyond that. Grid: rows.
-extern "C" __global__ void kv_write_f32(const float* k, const float* v, const u64* dst,
-                                        int kv_dim, long long k_off, long long val_off) {
-    DEP_ENTER();
-    float* kd = (float*)dst[blockIdx.x] + k_off;
-    float* vd = kd + val_off;
-    const float* ks = k + (size_t)blockIdx.x * kv_dim;
-    const float* vs = v + (size_t)blockIdx.x * kv_dim;
-    for (int i = threadIdx.x; i < kv_dim; i += blockDim.x) { kd[i] = ks[i]; vd[i] = vs[i]; }
-}
-
-// kv_write_f32 into f16 pages (rounded to nearest even).
-extern "C" __global__ void kv_write_f16(const float* k, const float* v, const u64* dst,
-                                        int kv_dim, long long k_off, long long val_off) {
-    DEP_ENTER();
-    f16_t* kd = (f16_t*)dst[blockIdx.x] + k_off;
-    f16_t* vd = kd + val_off;
-    const float* ks = k + (size_t)blockIdx.x * kv_dim;
-    const float* vs = v + (size_t)blockIdx.x * kv_dim;
-    for (int i = threadIdx.x; i < kv_dim; i += blockDim.x) {
-        kd[i] = f32_to_f16(ks[i]);
-        vd[i] = f32_to_f16(vs[i]);
-    }
-}
-
 __device__ __forceinline__ float load_kv(const float* p) { return *p; }
 __device__ __forceinline__ float load_kv(const f16_t* p) { return f16_to_f32(*p); }
 __device__ __forceinline__ void store_kv(float* p, float v) { *p = v; }
+// Rounded to nearest even.
 __device__ __forceinline__ void store_kv(f16_t* p, float v) { *p = f32_to_f16(v); }
+
+// The f32 and f16 entries of a kernel template over the page type: NAME_f32, NAME_f16.
+#define KV_ENTRIES(ENTRY, NAME) ENTRY(NAME##_f32, float) ENTRY(NAME##_f16, f16_t)
+
+// Writes row r of k and v [rows, kv_dim] into a page: dst[r] is the address of the page row
+// (of attention slot 0); this layer's key row is `k_off` elements further and its value row
+// `val_off` beyond that. Grid: rows.
+template <typename KV>
+__device__ void kv_write(const float* k, const float* v, const u64* dst, int kv_dim,
+                         long long k_off, long long val_off) {
+    KV* kd = (KV*)dst[blockIdx.x] + k_off;
+    KV* vd = kd + val_off;
+    const float* ks = k + (size_t)blockIdx.x * kv_dim;
+    const float* vs = v + (size_t)blockIdx.x * kv_dim;
+    for (int i = threadIdx.x; i < kv_dim; i += blockDim.x) {
+        store_kv(kd + i, ks[i]);
+        store_kv(vd + i, vs[i]);
+    }
+}
+
+#define KV_WRITE_ENTRY(NAME, KV)                                                               \
+    extern "C" __global__ void NAME(const float* k, const float* v, const u64* dst, int kv_dim, \
+                                    long long k_off, long long val_off) {                      \
+        DEP_ENTER();                                                                           \
+        kv_write<KV>(k, v, dst, kv_dim, k_off, val_off);                                       \
+    }
+KV_ENTRIES(KV_WRITE_ENTRY, kv_write)
 
 // Four KV values as stored (f32: a float4; f16: four halves in a uint2), loaded by stored4 and
 // widened by widen4. Kernels that keep many loads in flight load the stored form first and
@@ -603,22 +604,14 @@ __device__ void qkv_prep(const float* qkv, float* q_out, const u64* dst, const i
     }
 }
 
-extern "C" __global__ void qkv_prep_f32(const float* qkv, float* q_out, const u64* dst,
-                                        const int* pos, const float* inv_freq, int half,
-                                        float attn, const float* q_w, const float* k_w, float eps,
-                                        int n_heads, int n_kv_heads, int hd, long long k_off,
-                                        long long val_off) {
-    DEP_ENTER();
-    qkv_prep<float>(qkv, q_out, dst, pos, inv_freq, half, attn, q_w, k_w, eps, n_heads,
-                    n_kv_heads, hd, k_off, val_off);
-}
-
-extern "C" __global__ void qkv_prep_f16(const float* qkv, float* q_out, const u64* dst,
-                                        const int* pos, const float* inv_freq, int half,
-                                        float attn, const float* q_w, const float* k_w, float eps,
-                                        int n_heads, int n_kv_heads, int hd, long long k_off,
-                                        long long val_off) {
-    DEP_ENTER();
-    qkv_prep<f16_t>(qkv, q_out, dst, pos, inv_freq, half, attn, q_w, k_w, eps, n_heads,
-                    n_kv_heads, hd, k_off, val_off);
-}
+#define QKV_PREP_ENTRY(NAME, KV)                                                               \
+    extern "C" __global__ void NAME(const float* qkv, float* q_out, const u64* dst,            \
+                                    const int* pos, const float* inv_freq, int half,           \
+                                    float attn, const float* q_w, const float* k_w, float eps, \
+                                    int n_heads, int n_kv_heads, int hd, long long k_off,      \
+                                    long long val_off) {                                       \
+        DEP_ENTER();                                                                           \
+        qkv_prep<KV>(qkv, q_out, dst, pos, inv_freq, half, attn, q_w, k_w, eps, n_heads,       \
+                     n_kv_heads, hd, k_off, val_off);                                          \
+    }
+KV_ENTRIES(QKV_PREP_ENTRY, qkv_prep)
