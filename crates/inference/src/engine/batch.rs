@@ -88,6 +88,47 @@ pub struct BatchEngine<'m> {
     /// The forward pass's cost by rows, which bounds the drafts when the batch is
     /// compute-bound.
     step_cost: StepCost,
+    /// Step times (for `LATTICE_TRACE_STEPS`).
+    trace: StepTrace,
+}
+
+/// `LATTICE_TRACE_STEPS=1` prints, every 64 steps, where the engine's step time went on
+/// average: scheduling, the forward pass (with the device's work), taking the output (sampling,
+/// streaming, the prefix cache), ending requests.
+fn trace_steps() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("LATTICE_TRACE_STEPS").is_ok_and(|v| v != "0"))
+}
+
+/// Sums of the engine's step times by part since the last print (`LATTICE_TRACE_STEPS`).
+#[derive(Default)]
+struct StepTrace {
+    steps: u32,
+    requests: usize,
+    /// Seconds: schedule, forward, update, end.
+    parts: [f64; 4],
+}
+
+impl StepTrace {
+    /// Adds a step of `requests` whose parts ended at `marks` (times since the step began).
+    fn add(&mut self, requests: usize, marks: [std::time::Duration; 4]) {
+        let mut before = 0.0;
+        for (part, mark) in self.parts.iter_mut().zip(marks) {
+            *part += mark.as_secs_f64() - before;
+            before = mark.as_secs_f64();
+        }
+        self.steps += 1;
+        self.requests += requests;
+        if self.steps == 64 {
+            let [schedule, forward, update, end] = self.parts.map(|t| t / 64.0 * 1e3);
+            eprintln!(
+                "engine trace: 64 steps of {:.1} requests on average: schedule {schedule:.3} ms, \
+                 forward {forward:.3} ms, update {update:.3} ms, end {end:.3} ms",
+                self.requests as f64 / 64.0
+            );
+            *self = Self::default();
+        }
+    }
 }
 
 /// Hands a request's new text and log-probabilities of this step to `on_update` (noting the
@@ -179,6 +220,7 @@ impl<'m> BatchEngine<'m> {
             drafts: model.draft_refusal().is_none(),
             suffix_cache: SuffixCache::new(speculate::SUFFIX_CACHE_TOKENS),
             step_cost: StepCost::default(),
+            trace: StepTrace::default(),
         }
     }
 
@@ -367,18 +409,30 @@ impl<'m> BatchEngine<'m> {
         &mut self,
         on_update: &mut dyn FnMut(StepUpdate<'_>) -> bool,
     ) -> Result<Vec<(u64, Generation)>> {
+        let t0 = Instant::now();
         self.plan_drafts();
         let schedule =
             self.scheduler
                 .schedule(&mut self.waiting, &mut self.running, &mut self.memory)?;
+        let scheduled = t0.elapsed();
+        let mut forwarded = scheduled;
         if !schedule.work.is_empty() {
             let start = Instant::now();
             let output = self.forward(&schedule)?;
             let rows = schedule.work.iter().map(|&(_, n)| n).sum();
             self.step_cost.record(rows, start.elapsed().as_secs_f64());
+            forwarded = t0.elapsed();
             self.update_from_output(&schedule, &output, on_update);
         }
-        Ok(self.reap())
+        let updated = t0.elapsed();
+        let ended = self.reap();
+        if trace_steps() {
+            self.trace.add(
+                schedule.work.len(),
+                [scheduled, forwarded, updated, t0.elapsed()],
+            );
+        }
+        Ok(ended)
     }
 
     /// Drafts for this step (speculative decoding, see `speculate.rs`): every running request

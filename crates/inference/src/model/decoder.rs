@@ -532,7 +532,7 @@ pub trait Decoder: Send + Sync {
         batch: &ForwardBatch<'_>,
         states: &mut [&mut SeqState],
     ) -> Result<Vec<f32>> {
-        crate::ops::pass(|| {
+        crate::ops::device_pass(&self.info().device, || {
             crate::lora::with_row_adapters(batch.adapters.as_deref(), &batch.seq_lens, || {
                 self.forward_on_pool(batch, states)
             })
@@ -596,7 +596,7 @@ pub trait Decoder: Send + Sync {
                 self.pick_on_pool(last, states, picks)
             })
         };
-        crate::ops::pass(|| {
+        crate::ops::device_pass(&info.device, || {
             if !decode {
                 return run(&last, states);
             }
@@ -615,8 +615,8 @@ pub trait Decoder: Send + Sync {
         })
     }
 
-    /// [`Decoder::forward_pick`]'s body on a worker of the thread pool; `batch` asks for the
-    /// last rows' logits.
+    /// [`Decoder::forward_pick`]'s body, inside [`crate::ops::device_pass`]; `batch` asks for
+    /// the last rows' logits.
     fn pick_on_pool(
         &self,
         batch: &ForwardBatch<'_>,
@@ -628,8 +628,8 @@ pub trait Decoder: Send + Sync {
         crate::ops::pick_rows(&Tensor::cpu(picks.len(), vocab, logits), picks)
     }
 
-    /// [`Decoder::forward_batch`]'s body, run on a worker of the thread pool (see
-    /// [`crate::ops::pass`]); implementations provide this one.
+    /// [`Decoder::forward_batch`]'s body, run inside [`crate::ops::device_pass`] (on a worker
+    /// of the CPU thread pool for a model on the CPU); implementations provide this one.
     fn forward_on_pool(
         &self,
         batch: &ForwardBatch<'_>,

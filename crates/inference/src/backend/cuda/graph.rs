@@ -58,7 +58,21 @@ pub(super) struct Graphs {
     step: Mutex<()>,
     /// Replayed steps so far (for `LATTICE_CUDA_TRACE`).
     traced: std::sync::atomic::AtomicU64,
+    /// Host time of the step in flight spent on parts of its host pass (for
+    /// `LATTICE_CUDA_TRACE`), in nanoseconds.
+    host_parts: [std::sync::atomic::AtomicU64; HOST_PARTS],
 }
+
+/// Parts of a replayed step's host pass that `LATTICE_CUDA_TRACE` times apart.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum HostPart {
+    /// Building attention's page tables and row destinations from the states.
+    AttentionPlan = 0,
+    /// Comparing and copying step inputs ([`CudaDevice::input`]).
+    Inputs = 1,
+}
+
+const HOST_PARTS: usize = 2;
 
 impl Graphs {
     /// Forgets every recording (a step input moved).
@@ -100,6 +114,27 @@ enum Plan {
 }
 
 impl CudaDevice {
+    /// `f()`, its host time added to `part` of the step in flight under `LATTICE_CUDA_TRACE`.
+    pub(crate) fn timed<R>(&self, part: HostPart, f: impl FnOnce() -> R) -> R {
+        if !tracing() {
+            return f();
+        }
+        let t0 = std::time::Instant::now();
+        let r = f();
+        self.graphs.host_parts[part as usize]
+            .fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        r
+    }
+
+    /// The host time of each [`HostPart`] since the last call, in ms (and resets them).
+    fn take_host_parts(&self) -> [f64; HOST_PARTS] {
+        let mut out = [0.0; HOST_PARTS];
+        for (o, a) in out.iter_mut().zip(&self.graphs.host_parts) {
+            *o = a.swap(0, Ordering::Relaxed) as f64 * 1e-6;
+        }
+        out
+    }
+
     /// Whether launches are being skipped (a recorded step is being replayed).
     pub(crate) fn replaying(&self) -> bool {
         self.graphs.mode.load(Ordering::Acquire) == REPLAY
@@ -206,6 +241,9 @@ impl CudaDevice {
                 Ok(ids)
             }
             Plan::Replay => {
+                if tracing() {
+                    self.take_host_parts();
+                }
                 let t0 = std::time::Instant::now();
                 self.graphs.mode.store(REPLAY, Ordering::Release);
                 let done = step();
@@ -252,8 +290,10 @@ impl CudaDevice {
                 let ids = self.read_output(rows)?;
                 if let Some((a, b)) = events {
                     let gpu = a.elapsed_ms(&b).map_err(|e| err("event", e))?;
+                    let [plans, inputs] = self.take_host_parts();
                     eprintln!(
-                        "cuda trace: replayed step of {rows} rows: host pass {:.3} ms, graph \
+                        "cuda trace: replayed step of {rows} rows: host pass {:.3} ms \
+                         (attention plans {plans:.3}, step inputs {inputs:.3}), graph \
                          {gpu:.3} ms on the device, total {:.3} ms",
                         host.as_secs_f64() * 1e3,
                         t0.elapsed().as_secs_f64() * 1e3

@@ -662,7 +662,12 @@ impl CudaDevice {
     /// larger upload moves it, and recorded steps are then dropped. While a step is recorded
     /// the copy is deferred to just before the recording first runs.
     pub fn input<T: bytemuck::Pod>(&self, slot: Input, data: &[T]) -> Result<u64> {
-        let bytes: &[u8] = bytemuck::cast_slice(data);
+        self.timed(graph::HostPart::Inputs, || {
+            self.input_bytes(slot, bytemuck::cast_slice(data))
+        })
+    }
+
+    fn input_bytes(&self, slot: Input, bytes: &[u8]) -> Result<u64> {
         let mut inputs = self
             .inputs
             .lock()

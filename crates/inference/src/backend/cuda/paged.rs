@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 
+use super::graph::HostPart;
 use super::launch::ATTN_ROWS;
 use super::{AttnTiles, Buf, CudaDevice, Input};
 use crate::attention::CausalShape;
@@ -23,7 +24,131 @@ struct Plan {
     decode: bool,
 }
 
-/// Reserves the new rows of `layer` in every state and uploads the attention inputs.
+/// What attention builds from the states for a pass, alike for every layer (a page holds every
+/// layer's rows of its tokens; only the layer's offsets within a page differ): the pass's first
+/// attention layer builds it, its later layers take it as it is (a decode step of 64 sequences
+/// of 640 tokens has 2,560 page addresses to gather, for each of 28 layers otherwise).
+struct Layout {
+    /// The forward pass ([`crate::backend::pass_id`]) and device it was built in.
+    pass: u64,
+    dev: usize,
+    /// The states as the layout left them: see [`state_key`].
+    key: Vec<StateKey>,
+    rows: usize,
+    /// Page-row address of each new row (attention slot 0).
+    dst: Vec<u64>,
+    row_pos: Vec<i32>,
+    tile_seq: Vec<i32>,
+    tile_row0: Vec<i32>,
+    tile_n: Vec<i32>,
+    pages: Vec<u64>,
+    page0: Vec<i32>,
+    page_rows: usize,
+    dtype: KvDtype,
+}
+
+/// A state's address, committed rows, appended rows, pages and first page address: while
+/// these stay, so do its page table and new rows' destinations.
+type StateKey = [usize; 5];
+
+fn state_key(state: &SeqState) -> StateKey {
+    [
+        state as *const SeqState as usize,
+        state.len(),
+        state.visible_rows(),
+        state.pages().len(),
+        state
+            .pages()
+            .first()
+            .and_then(|p| p.device_addr())
+            .unwrap_or(0) as usize,
+    ]
+}
+
+thread_local! {
+    /// The layout of the pass running on this thread.
+    static LAYOUT: std::cell::RefCell<Option<Layout>> = const { std::cell::RefCell::new(None) };
+}
+
+impl Layout {
+    /// Reserves the new rows of `layer` in every state and gathers the pages.
+    fn build(
+        dev: &Arc<CudaDevice>,
+        seq_lens: &[usize],
+        states: &mut [&mut SeqState],
+        layer: usize,
+    ) -> Result<Self> {
+        let rows: usize = seq_lens.iter().sum();
+        let dtype = states.first().map_or(KvDtype::F32, |s| s.kv_dtype());
+        let page_rows = states.first().map_or(1, |s| s.page_rows());
+        let elt = dtype.bytes() as u64;
+        let mut dst = Vec::with_capacity(rows);
+        let mut row_pos = Vec::with_capacity(rows);
+        let (mut tile_seq, mut tile_row0, mut tile_n) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut pages, mut page0) = (Vec::new(), Vec::with_capacity(states.len()));
+        let mut row0 = 0usize;
+        let no_page = || Error::Device("a KV page is not in device memory".into());
+        for (s, (&n, state)) in seq_lens.iter().zip(states.iter_mut()).enumerate() {
+            if state.kv_dtype() != dtype || state.page_rows() != page_rows {
+                return Err(Error::InvalidInput(
+                    "the sequences of one batch must share a KV pool".into(),
+                ));
+            }
+            let start = state.len();
+            let (_, slots) = state.append_slots(layer, n)?;
+            for (pi, r) in slots {
+                let page = &state.pages()[pi];
+                let base = page.device_addr().ok_or_else(no_page)?;
+                dst.push(base + page.offset(0, false, r) as u64 * elt);
+            }
+            page0.push(pages.len() as i32);
+            let visible = state.visible_rows().div_ceil(page_rows);
+            for p in &state.pages()[..visible] {
+                pages.push(p.device_addr().ok_or_else(no_page)?);
+            }
+            row_pos.extend((start..start + n).map(|p| p as i32));
+            for c in (0..n).step_by(ATTN_ROWS) {
+                tile_seq.push(s as i32);
+                tile_row0.push((row0 + c) as i32);
+                tile_n.push((n - c).min(ATTN_ROWS) as i32);
+            }
+            row0 += n;
+        }
+        Ok(Self {
+            pass: crate::backend::pass_id(),
+            dev: Arc::as_ptr(dev) as usize,
+            key: states.iter().map(|s| state_key(s)).collect(),
+            rows,
+            dst,
+            row_pos,
+            tile_seq,
+            tile_row0,
+            tile_n,
+            pages,
+            page0,
+            page_rows,
+            dtype,
+        })
+    }
+
+    /// Whether this layout is the one of the pass running, on `dev`, over `states` as they are.
+    fn fits(&self, dev: &Arc<CudaDevice>, seq_lens: &[usize], states: &[&mut SeqState]) -> bool {
+        self.pass != 0
+            && self.pass == crate::backend::pass_id()
+            && self.dev == Arc::as_ptr(dev) as usize
+            && self.key.len() == states.len()
+            && seq_lens.len() == states.len()
+            && self
+                .key
+                .iter()
+                .zip(states)
+                .zip(seq_lens)
+                .all(|((k, s), &n)| k[2] - k[1] == n && *k == state_key(s))
+    }
+}
+
+/// Reserves the new rows of `layer` in every state (the pass's first attention layer; the
+/// others take its [`Layout`]) and uploads the attention inputs.
 fn plan(
     dev: &Arc<CudaDevice>,
     seq_lens: &[usize],
@@ -31,65 +156,45 @@ fn plan(
     layer: usize,
     shape: &CausalShape,
 ) -> Result<Plan> {
-    let rows: usize = seq_lens.iter().sum();
-    let dtype = states.first().map_or(KvDtype::F32, |s| s.kv_dtype());
-    let page_rows = states.first().map_or(1, |s| s.page_rows());
-    let elt = dtype.bytes() as u64;
-    let mut dst = Vec::with_capacity(rows);
-    let mut row_pos = Vec::with_capacity(rows);
-    let (mut tile_seq, mut tile_row0, mut tile_n) = (Vec::new(), Vec::new(), Vec::new());
-    let (mut pages, mut page0) = (Vec::new(), Vec::with_capacity(states.len()));
-    let (mut k_off, mut val_off) = (None, 0usize);
-    let mut row0 = 0usize;
-    let no_page = || Error::Device("a KV page is not in device memory".into());
-    for (s, (&n, state)) in seq_lens.iter().zip(states.iter_mut()).enumerate() {
-        if state.kv_dtype() != dtype || state.page_rows() != page_rows {
-            return Err(Error::InvalidInput(
-                "the sequences of one batch must share a KV pool".into(),
-            ));
-        }
-        let start = state.len();
-        let (slot, slots) = state.append_slots(layer, n)?;
-        for (pi, r) in slots {
-            let page = &state.pages()[pi];
-            let base = page.device_addr().ok_or_else(no_page)?;
-            dst.push(base + page.offset(0, false, r) as u64 * elt);
-        }
-        if let Some(p) = state.pages().first() {
-            k_off.get_or_insert(p.offset(slot, false, 0));
-            val_off = p.offset(slot, true, 0) - p.offset(slot, false, 0);
-        }
-        page0.push(pages.len() as i32);
-        let visible = state.visible_rows().div_ceil(page_rows);
-        for p in &state.pages()[..visible] {
-            pages.push(p.device_addr().ok_or_else(no_page)?);
-        }
-        row_pos.extend((start..start + n).map(|p| p as i32));
-        for c in (0..n).step_by(ATTN_ROWS) {
-            tile_seq.push(s as i32);
-            tile_row0.push((row0 + c) as i32);
-            tile_n.push((n - c).min(ATTN_ROWS) as i32);
-        }
-        row0 += n;
-    }
-    let tiles = AttnTiles {
-        n_tiles: tile_seq.len(),
-        tile_seq: dev.input(Input::TileSeq, &tile_seq)?,
-        tile_row0: dev.input(Input::TileRow0, &tile_row0)?,
-        tile_n: dev.input(Input::TileRows, &tile_n)?,
-        row_pos: dev.input(Input::RowPositions, &row_pos)?,
-        pages: dev.input(Input::Pages, &pages)?,
-        page0: dev.input(Input::FirstPages, &page0)?,
-    };
-    Ok(Plan {
-        rows,
-        dst,
-        tiles,
-        page_rows,
-        k_off: k_off.unwrap_or(0),
-        val_off,
-        f16: dtype == KvDtype::F16,
-        decode: seq_lens.iter().all(|&n| n == 1) && shape.head_dim.is_multiple_of(4),
+    dev.timed(HostPart::AttentionPlan, || {
+        LAYOUT.with(|cell| {
+            let mut cell = cell.borrow_mut();
+            let reuse = cell.as_ref().is_some_and(|l| l.fits(dev, seq_lens, states));
+            if !reuse {
+                *cell = None;
+                *cell = Some(Layout::build(dev, seq_lens, states, layer)?);
+            }
+            let l = cell.as_ref().expect("built above");
+            // This layer's keys and values within a page (every state's pages share a pool).
+            let (mut k_off, mut val_off) = (0, 0);
+            if let Some(s) = states.iter().find(|s| !s.pages().is_empty()) {
+                let slot = s.attention_slot(layer).ok_or_else(|| {
+                    Error::InvalidInput(format!("layer {layer} keeps no keys and values"))
+                })?;
+                let p = &s.pages()[0];
+                k_off = p.offset(slot, false, 0);
+                val_off = p.offset(slot, true, 0) - k_off;
+            }
+            let tiles = AttnTiles {
+                n_tiles: l.tile_seq.len(),
+                tile_seq: dev.input(Input::TileSeq, &l.tile_seq)?,
+                tile_row0: dev.input(Input::TileRow0, &l.tile_row0)?,
+                tile_n: dev.input(Input::TileRows, &l.tile_n)?,
+                row_pos: dev.input(Input::RowPositions, &l.row_pos)?,
+                pages: dev.input(Input::Pages, &l.pages)?,
+                page0: dev.input(Input::FirstPages, &l.page0)?,
+            };
+            Ok(Plan {
+                rows: l.rows,
+                dst: l.dst.clone(),
+                tiles,
+                page_rows: l.page_rows,
+                k_off,
+                val_off,
+                f16: l.dtype == KvDtype::F16,
+                decode: seq_lens.iter().all(|&n| n == 1) && shape.head_dim.is_multiple_of(4),
+            })
+        })
     })
 }
 
