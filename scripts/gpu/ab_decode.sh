@@ -8,7 +8,8 @@
 # to the random Qwen3-0.6B bf16 checkpoint of scripts/gpu/make_models.py (made if missing; carry
 # .device/qwen3-tokenizer/), FLAGS to --bf16 for it; ROUNDS (2), STREAMS (64). With
 # LATTICE_CUDA_TRACE=1 in a variant, the graph's device time per step is printed too (a batch-1
-# step's, and the last traced step of the streams, replayed or eager).
+# step's, and the last traced step of the streams, replayed or eager, with the host pass's
+# parts); with LATTICE_TRACE_STEPS=1, the engine's step by parts.
 set -u
 cd "$(dirname "$0")/../.."
 . scripts/gpu/device_env.sh
@@ -42,6 +43,8 @@ for r in $(seq "${ROUNDS:-2}"); do
     grep -m3 'replayed step of 1 rows' /tmp/ab_err.log | tail -1
     # The streams' steps: replayed from a graph (host pass, graph time) or run eagerly.
     grep -E "(replayed|eager) step of ${STREAMS:-64} rows" /tmp/ab_err.log | tail -1
+    # With LATTICE_TRACE_STEPS=1: the engine's step by parts, averaged over 64 steps.
+    grep "engine trace: 64 steps of ${STREAMS:-64}" /tmp/ab_err.log | tail -1
     grep -iE 'error|panick' /tmp/ab_err.log | head -3
   done
 done

@@ -8,9 +8,13 @@
 // memory (asynchronous copies issued one stage ahead, double-buffered), so the weight stream
 // is not interrupted by the dependency chain. Stand-ins: the output product reads the first
 // 2,048 Q/K/V values (no attention), the down product reads silu(gate) * up, both add into the
-// residual; no norms. Prints the time of the 112 stages per layer and their DRAM rate, the
-// time of 112 barriers alone (EMPTY stages), and checks the final residual against the same
-// chain run as one plain kernel per stage.
+// residual; no norms. Variants, side by side: the inputs read from shared memory per weight or
+// held in registers per lane (`rows_xreg`), the weights by 16-byte copies per thread or one bulk
+// (TMA) copy per block, the input loads one by one or together (`stage_inputs_together`).
+// Prints each variant's time of the 112 stages per layer and their DRAM rate, the time of 112
+// barriers alone (EMPTY stages), where a stage's time goes in two variants (SM clock marks),
+// and checks each variant's final residual against the same chain run as one plain kernel per
+// stage.
 //   nvcc -O3 -std=c++17 -arch=sm_90 -o /tmp/persistent_bench scripts/gpu/persistent_bench.cu
 //   /tmp/persistent_bench [runs]
 #include <cmath>
@@ -45,7 +49,15 @@ struct Net {
     float* y_qkv;   // [QKV]
     float* y_gu;    // [2 FFN]
     unsigned* barrier;
+    // When set: each block's SM clock at six points of every stage (see `mark`).
+    long long* times;
 };
+
+// Thread 0 notes the SM clock at point p of stage s (timed runs only).
+__device__ __forceinline__ void mark(const Net& net, int s, int p) {
+    if (net.times && threadIdx.x == 0)
+        net.times[((size_t)blockIdx.x * 4 * LAYERS + s) * 6 + p] = clock64();
+}
 
 __device__ __forceinline__ float stage_input(const Net& net, int kind, int i) {
     switch (kind) {
@@ -78,18 +90,131 @@ __device__ void prefetch(const Net& net, int s, int n_stages, unsigned char* buf
     asm volatile("cp.async.commit_group;" ::: "memory");
 }
 
+// The same copy as one bulk (TMA) copy of the block's contiguous share, issued by thread 0
+// and counted by the buffer's mbarrier (the Hopper copy engine instead of 16-byte copies per
+// thread).
+__device__ void prefetch_bulk(const Net& net, int s, int n_stages, unsigned char* buf,
+                              unsigned long long* bar) {
+    if (s >= n_stages || threadIdx.x != 0) return;
+    const Stage& st = net.st[s];
+    int c0, c1;
+    share(st.n, c0, c1);
+    const unsigned bytes = (unsigned)(c1 - c0) * st.k * 2;
+    const unsigned char* src = (const unsigned char*)(st.w + (size_t)c0 * st.k);
+    const unsigned b = (unsigned)__cvta_generic_to_shared(bar);
+    const unsigned d = (unsigned)__cvta_generic_to_shared(buf);
+    // The buffer was last read by ordinary loads (stage s - 2): order them before the copy.
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(b), "r"(bytes) : "memory");
+    asm volatile(
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+        ::"r"(d), "l"(src), "r"(bytes), "r"(b) : "memory");
+}
+
+// Waits until the bulk copy of the buffer's `use`-th fill has landed.
+__device__ __forceinline__ void wait_bulk(unsigned long long* bar, unsigned use) {
+    const unsigned b = (unsigned)__cvta_generic_to_shared(bar);
+    unsigned done = 0;
+    while (!done) {
+        asm volatile(
+            "{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+            : "=r"(done) : "r"(b), "r"(use & 1) : "memory");
+    }
+}
+
+// Stages a product's input into `xs` with every load issued before any is used: KV4 float4s
+// per thread (k = 1024 KV4), both halves of the SwiGLU input at once for the down product.
+template <int KV4>
+__device__ __forceinline__ void stage_inputs_together(const Net& net, int kind, float* xs) {
+    const float* src = kind == 1 ? net.y_qkv : (kind == 3 ? net.y_gu : net.h);
+    const float4* a4 = (const float4*)src;
+    const float4* b4 = (const float4*)(net.y_gu + FFN);
+    float4 a[KV4], b[KV4];
+#pragma unroll
+    for (int j = 0; j < KV4; j++) {
+        a[j] = __ldcg(a4 + threadIdx.x + THREADS * j);
+        if (kind == 3) b[j] = __ldcg(b4 + threadIdx.x + THREADS * j);
+    }
+    float4* x4 = (float4*)xs;
+#pragma unroll
+    for (int j = 0; j < KV4; j++) {
+        float4 v = a[j];
+        if (kind == 3) {
+            v.x = swiglu_value(a[j].x, b[j].x);
+            v.y = swiglu_value(a[j].y, b[j].y);
+            v.z = swiglu_value(a[j].z, b[j].z);
+            v.w = swiglu_value(a[j].w, b[j].w);
+        }
+        x4[threadIdx.x + THREADS * j] = v;
+    }
+}
+
+// A stage's rows from the weights in shared memory `ws` ([rows, 256 KJ] bf16) and the input
+// `xs` (shared, 256 KJ floats), each lane's eight inputs per 16-byte unit held in registers for
+// all rows (unit i of a row is lane i % 32's), so shared memory serves only the weights, in
+// conflict-free 16-byte loads; one warp per row, `out[r]` (+)= the row's sum.
+template <int KJ>
+__device__ __forceinline__ void rows_xreg(const bf16_t* ws, const float* xs, int rows, float* out,
+                                          bool add) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    float x[KJ][8];
+#pragma unroll
+    for (int j = 0; j < KJ; j++) {
+        const float4* p = (const float4*)(xs + 8 * (lane + 32 * j));
+        const float4 a = p[0], b = p[1];
+        x[j][0] = a.x; x[j][1] = a.y; x[j][2] = a.z; x[j][3] = a.w;
+        x[j][4] = b.x; x[j][5] = b.y; x[j][6] = b.z; x[j][7] = b.w;
+    }
+    for (int r = warp; r < rows; r += THREADS / 32) {
+        const uint4* wr = (const uint4*)(ws + (size_t)r * 256 * KJ);
+        // The residual's old value, asked for before the sums (an L2 round trip).
+        const float before = add && lane == 0 ? __ldcg(out + r) : 0.0f;
+        uint4 w[KJ];
+#pragma unroll
+        for (int j = 0; j < KJ; j++) w[j] = wr[lane + 32 * j];
+        float acc = 0.0f;
+#pragma unroll
+        for (int j = 0; j < KJ; j++) {
+            const unsigned wv[4] = {w[j].x, w[j].y, w[j].z, w[j].w};
+#pragma unroll
+            for (int q = 0; q < 4; q++) {
+                acc += bf16_to_f32((bf16_t)(wv[q] & 0xffffu)) * x[j][2 * q];
+                acc += bf16_to_f32((bf16_t)(wv[q] >> 16)) * x[j][2 * q + 1];
+            }
+        }
+        acc = warp_sum(acc);
+        if (lane == 0) out[r] = add ? before + acc : acc;
+    }
+}
+
 // The persistent step: stages in order, each after every block finished the one before
-// (EMPTY: barriers only).
-template <bool EMPTY>
+// (EMPTY: barriers only; XREG: rows by `rows_xreg`, else the inputs read from shared memory
+// per weight).
+template <bool EMPTY, bool XREG, bool BULK = false, bool TOGETHER = false>
 __global__ void __launch_bounds__(THREADS, 1) persistent(Net net, unsigned epoch) {
-    extern __shared__ __align__(16) unsigned char smem[];
+    extern __shared__ __align__(128) unsigned char smem[];
     unsigned char* wbuf[2] = {smem, smem + WBUF_BYTES};
     float* xs = (float*)(smem + 2 * WBUF_BYTES);
+    __shared__ __align__(8) unsigned long long bars[2];
     const int n_stages = 4 * LAYERS;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    if (!EMPTY) prefetch(net, 0, n_stages, wbuf[0]);
+    if (BULK) {
+        if (threadIdx.x == 0) {
+            for (int i = 0; i < 2; i++) {
+                const unsigned b = (unsigned)__cvta_generic_to_shared(&bars[i]);
+                asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(b) : "memory");
+            }
+            asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        }
+        __syncthreads();
+        prefetch_bulk(net, 0, n_stages, wbuf[0], &bars[0]);
+    } else if (!EMPTY) {
+        prefetch(net, 0, n_stages, wbuf[0]);
+    }
     for (int s = 0; s < n_stages; s++) {
-        if (!EMPTY) prefetch(net, s + 1, n_stages, wbuf[(s + 1) & 1]);
+        mark(net, s, 0);
+        if (BULK) prefetch_bulk(net, s + 1, n_stages, wbuf[(s + 1) & 1], &bars[(s + 1) & 1]);
+        else if (!EMPTY) prefetch(net, s + 1, n_stages, wbuf[(s + 1) & 1]);
         // The barrier of stage s: every block has finished stage s - 1.
         if (s > 0) {
             if (threadIdx.x == 0) {
@@ -101,41 +226,61 @@ __global__ void __launch_bounds__(THREADS, 1) persistent(Net net, unsigned epoch
             }
             __syncthreads();
         }
+        mark(net, s, 1);
         if (!EMPTY) {
             const Stage& st = net.st[s];
-            for (int i = threadIdx.x; i < st.k; i += blockDim.x) xs[i] = stage_input(net, st.kind, i);
-            asm volatile("cp.async.wait_group 1;" ::: "memory");
+            if (TOGETHER) {
+                switch (st.k) {
+                    case HID: stage_inputs_together<HID / 1024>(net, st.kind, xs); break;
+                    case ATT: stage_inputs_together<ATT / 1024>(net, st.kind, xs); break;
+                    default: stage_inputs_together<FFN / 1024>(net, st.kind, xs); break;
+                }
+            } else {
+                for (int i = threadIdx.x; i < st.k; i += blockDim.x) xs[i] = stage_input(net, st.kind, i);
+            }
+            mark(net, s, 2);
+            if (BULK) wait_bulk(&bars[s & 1], (unsigned)s >> 1);
+            else asm volatile("cp.async.wait_group 1;" ::: "memory");
             __syncthreads();
+            mark(net, s, 3);
             int c0, c1;
             share(st.n, c0, c1);
             const bf16_t* ws = (const bf16_t*)wbuf[s & 1];
             float* out = st.kind == 0 ? net.y_qkv : (st.kind == 2 ? net.y_gu : net.h);
-            for (int r = warp; r < c1 - c0; r += THREADS / 32) {
-                const uint4* wr = (const uint4*)(ws + (size_t)r * st.k);
-                float acc = 0.0f;
-                for (int i = lane; i < st.k / 8; i += 32) {
-                    const uint4 w8 = wr[i];
-                    const unsigned wv[4] = {w8.x, w8.y, w8.z, w8.w};
-#pragma unroll
-                    for (int j = 0; j < 4; j++) {
-                        acc += bf16_to_f32((bf16_t)(wv[j] & 0xffffu)) * xs[8 * i + 2 * j];
-                        acc += bf16_to_f32((bf16_t)(wv[j] >> 16)) * xs[8 * i + 2 * j + 1];
-                    }
+            const bool add = st.kind == 1 || st.kind == 3;
+            if (XREG) {
+                switch (st.k) {
+                    case HID: rows_xreg<HID / 256>(ws, xs, c1 - c0, out + c0, add); break;
+                    case ATT: rows_xreg<ATT / 256>(ws, xs, c1 - c0, out + c0, add); break;
+                    default: rows_xreg<FFN / 256>(ws, xs, c1 - c0, out + c0, add); break;
                 }
-                acc = warp_sum(acc);
-                if (lane == 0) {
+            } else {
+                for (int r = warp; r < c1 - c0; r += THREADS / 32) {
+                    const uint4* wr = (const uint4*)(ws + (size_t)r * st.k);
+                    float acc = 0.0f;
+                    for (int i = lane; i < st.k / 8; i += 32) {
+                        const uint4 w8 = wr[i];
+                        const unsigned wv[4] = {w8.x, w8.y, w8.z, w8.w};
+#pragma unroll
+                        for (int j = 0; j < 4; j++) {
+                            acc += bf16_to_f32((bf16_t)(wv[j] & 0xffffu)) * xs[8 * i + 2 * j];
+                            acc += bf16_to_f32((bf16_t)(wv[j] >> 16)) * xs[8 * i + 2 * j + 1];
+                        }
+                    }
+                    acc = warp_sum(acc);
                     // (The residual's columns of both adding products are this block's.)
-                    if (st.kind == 1 || st.kind == 3) out[c0 + r] = __ldcg(out + c0 + r) + acc;
-                    else out[c0 + r] = acc;
+                    if (lane == 0) out[c0 + r] = add ? __ldcg(out + c0 + r) + acc : acc;
                 }
             }
         }
         // Done with stage s: make the outputs visible, then arrive.
         __syncthreads();
+        mark(net, s, 4);
         if (threadIdx.x == 0) {
             __threadfence();
             atomicAdd(net.barrier, 1u);
         }
+        mark(net, s, 5);
     }
 }
 
@@ -218,46 +363,60 @@ int main(int argc, char** argv) {
     CK(cudaMalloc(&net.barrier, 4));
     CK(cudaMemset(net.barrier, 0, 4));
     const int smem = 2 * WBUF_BYTES + XBUF_FLOATS * 4;
-    CK(cudaFuncSetAttribute(persistent<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    CK(cudaFuncSetAttribute(persistent<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    CK(cudaFuncSetAttribute(persistent<false, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    CK(cudaFuncSetAttribute(persistent<false, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    CK(cudaFuncSetAttribute(persistent<false, true, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    CK(cudaFuncSetAttribute(persistent<false, true, true, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    CK(cudaFuncSetAttribute(persistent<true, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     int resident = 0;
-    CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, persistent<false>, THREADS, smem));
+    CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, persistent<false, true>, THREADS, smem));
     if (resident < 1) {
         fprintf(stderr, "the persistent kernel does not fit an SM\n");
         return 1;
     }
     // Each launch adds 112 * sms to the counter; the epoch is its value at the launch.
     unsigned epoch = 0;
-    auto run = [&](bool empty) {
-        if (empty) persistent<true><<<sms, THREADS, smem>>>(net, epoch);
-        else persistent<false><<<sms, THREADS, smem>>>(net, epoch);
+    // Modes: 0 the inputs read from shared memory per weight, 1 held in registers
+    // (`rows_xreg`), 2 that and the weights by bulk copies, 3 that and the inputs staged with
+    // their loads together (`stage_inputs_together`), 4 barriers only.
+    auto run = [&](int mode) {
+        if (mode == 0) persistent<false, false><<<sms, THREADS, smem>>>(net, epoch);
+        else if (mode == 1) persistent<false, true><<<sms, THREADS, smem>>>(net, epoch);
+        else if (mode == 2) persistent<false, true, true><<<sms, THREADS, smem>>>(net, epoch);
+        else if (mode == 3) persistent<false, true, true, true><<<sms, THREADS, smem>>>(net, epoch);
+        else persistent<true, false><<<sms, THREADS, smem>>>(net, epoch);
         epoch += 4u * LAYERS * sms;
     };
     // Check: the residual after one persistent step against the reference chain.
     std::vector<float> got(HID), want(HID);
     CK(cudaMemcpy(net.h, h0.data(), HID * 4, cudaMemcpyHostToDevice));
-    run(false);
-    CK(cudaDeviceSynchronize());
-    CK(cudaMemcpy(got.data(), net.h, HID * 4, cudaMemcpyDeviceToHost));
-    CK(cudaMemcpy(net.h, h0.data(), HID * 4, cudaMemcpyHostToDevice));
     for (int s = 0; s < 4 * LAYERS; s++) ref_stage<<<stages[s].n, 256>>>(net, s);
     CK(cudaDeviceSynchronize());
     CK(cudaMemcpy(want.data(), net.h, HID * 4, cudaMemcpyDeviceToHost));
-    double num = 0, den = 0;
-    for (int i = 0; i < HID; i++) {
-        num += (got[i] - want[i]) * (double)(got[i] - want[i]);
-        den += want[i] * (double)want[i];
+    const char* names[4] = {"inputs from shared memory", "inputs in registers",
+                            "inputs in registers, weights by bulk copies",
+                            "and inputs staged with their loads together"};
+    for (int mode = 0; mode < 4; mode++) {
+        CK(cudaMemcpy(net.h, h0.data(), HID * 4, cudaMemcpyHostToDevice));
+        run(mode);
+        CK(cudaDeviceSynchronize());
+        CK(cudaMemcpy(got.data(), net.h, HID * 4, cudaMemcpyDeviceToHost));
+        double num = 0, den = 0;
+        for (int i = 0; i < HID; i++) {
+            num += (got[i] - want[i]) * (double)(got[i] - want[i]);
+            den += want[i] * (double)want[i];
+        }
+        printf("%s: residual after 28 layers (rms %.3g): normalized error %.2e against one "
+               "kernel per stage\n", names[mode], sqrt(den / HID), sqrt(num / std::max(den, 1e-30)));
     }
-    printf("residual after 28 layers (rms %.3g): normalized error %.2e against one kernel per "
-           "stage\n", sqrt(den / HID), sqrt(num / std::max(den, 1e-30)));
     cudaEvent_t a, b;
     CK(cudaEventCreate(&a));
     CK(cudaEventCreate(&b));
-    for (int empty = 0; empty < 2; empty++) {
+    for (int mode = 0; mode < 5; mode++) {
         std::vector<float> ms;
         for (int r = 0; r < runs; r++) {
             CK(cudaEventRecord(a));
-            run(empty);
+            run(mode);
             CK(cudaEventRecord(b));
             CK(cudaEventSynchronize(b));
             float t;
@@ -266,11 +425,45 @@ int main(int argc, char** argv) {
         }
         std::sort(ms.begin(), ms.end());
         const float med = ms[ms.size() / 2];
-        if (empty)
+        if (mode == 4)
             printf("112 barriers alone: %.3f ms (%.2f us a barrier)\n", med, 1e3 * med / (4 * LAYERS));
         else
-            printf("28 layers' products, persistent: %.3f ms (%.2f us a layer; %.0f GB/s of %.2f GB), median of %d\n",
-                   med, 1e3 * med / LAYERS, bytes / (med * 1e6), bytes / 1e9, runs);
+            printf("28 layers' products, persistent, %s: %.3f ms (%.2f us a layer; %.0f GB/s of "
+                   "%.2f GB), median of %d\n", names[mode], med, 1e3 * med / LAYERS,
+                   bytes / (med * 1e6), bytes / 1e9, runs);
+    }
+    // Where a stage's time goes (modes 2 and 3, one timed run each): per product, the mean over
+    // blocks and layers of each part, and of the slowest block's wait for its weights.
+    const size_t n_marks = (size_t)sms * 4 * LAYERS * 6;
+    CK(cudaMalloc(&net.times, n_marks * 8));
+    int khz = 0;
+    CK(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, 0));
+    const double mhz = khz / 1e3;
+    const char* kinds[4] = {"q/k/v", "output", "gate/up", "down"};
+    const char* parts[5] = {"waits at the barrier", "stages the input", "waits for its weights",
+                            "multiplies", "arrives"};
+    for (int mode = 2; mode < 4; mode++) {
+        run(mode);
+        CK(cudaDeviceSynchronize());
+        std::vector<long long> t(n_marks);
+        CK(cudaMemcpy(t.data(), net.times, n_marks * 8, cudaMemcpyDeviceToHost));
+        printf("mode %d (%s), a timed run:\n", mode, names[mode]);
+        for (int kind = 0; kind < 4; kind++) {
+            double sum[5] = {0}, worst = 0;
+            for (int l = 0; l < LAYERS; l++) {
+                const int s = 4 * l + kind;
+                double slowest = 0;
+                for (int blk = 0; blk < sms; blk++) {
+                    const long long* m = &t[((size_t)blk * 4 * LAYERS + s) * 6];
+                    for (int p = 0; p < 5; p++) sum[p] += (m[p + 1] - m[p]) / mhz;
+                    slowest = std::max(slowest, (double)(m[3] - m[2]) / mhz);
+                }
+                worst += slowest;
+            }
+            printf("  %s stage, us per block:", kinds[kind]);
+            for (int p = 0; p < 5; p++) printf(" %s %.2f;", parts[p], sum[p] / (LAYERS * sms));
+            printf(" slowest block's wait for weights %.2f\n", worst / LAYERS);
+        }
     }
     return 0;
 }
