@@ -146,7 +146,7 @@ pub fn sigmoid_gate(x: &mut Tensor, gate: &Tensor) -> Result<()> {
 /// `backend::cpu::on_pool`).
 pub fn pass<R: Send>(f: impl FnOnce() -> R + Send) -> R {
     cpu::on_pool(|| {
-        crate::backend::begin_pass();
+        let _pass = crate::backend::begin_pass();
         f()
     })
 }
@@ -158,7 +158,7 @@ pub fn device_pass<R: Send>(device: &crate::backend::Device, f: impl FnOnce() ->
     if device.is_cpu() {
         return pass(f);
     }
-    crate::backend::begin_pass();
+    let _pass = crate::backend::begin_pass();
     f()
 }
 
