@@ -14,7 +14,8 @@
 // Prints each variant's time of the 112 stages per layer and their DRAM rate, the time of 112
 // barriers alone (EMPTY stages), where a stage's time goes in two variants (SM clock marks),
 // and checks each variant's final residual against the same chain run as one plain kernel per
-// stage.
+// stage. Last, `fused` (written 2026-12-06, not yet run): two grid-wide points a layer, the
+// output and down products as partial sums over each block's share of their inputs.
 //   nvcc -O3 -std=c++17 -arch=sm_90 -o /tmp/persistent_bench scripts/gpu/persistent_bench.cu
 //   /tmp/persistent_bench [runs]
 #include <cmath>
@@ -284,6 +285,175 @@ __global__ void __launch_bounds__(THREADS, 1) persistent(Net net, unsigned epoch
     }
 }
 
+// Two grid-wide points a layer instead of four (not yet run on a GPU). Stage A of a layer: each
+// block takes the residual, its share of the Q/K/V rows, and at once the output product's
+// partial sums over its own share of the first 2,048 Q/K/V values (the attention stand-in) for
+// all 1,024 outputs, from the output weights stored transposed ([2048, 1024]: a block's rows
+// of k are contiguous); stage B: its share of the intermediate's gate and up rows, their SwiGLU,
+// and the down product's partial sums over that share (down stored transposed, [3072, 1024]).
+// Partial sums are added into a delta buffer by atomics (so the order of the sums varies), the
+// residual of stage s is R[s & 1] + D[s % 3]: each block writes its slice of the next R and
+// zeroes its slice of the D two stages ahead. Weights: the first product's rows (buffer P) and
+// the second's (buffer Q) by bulk copies, P for the next stage issued once this stage's first
+// product is done with it, Q once its second is.
+struct Fused {
+    const bf16_t* const* qkv;  // [LAYERS] -> [QKV, HID]
+    const bf16_t* const* o_t;  // [LAYERS] -> [ATT, HID] (the output product, transposed)
+    const bf16_t* const* gu;   // [LAYERS] -> [2 FFN, HID] (gate rows, then up rows)
+    const bf16_t* const* d_t;  // [LAYERS] -> [FFN, HID] (the down product, transposed)
+    float* r;                  // [2, HID]
+    float* d;                  // [3, HID]
+    unsigned* barrier;
+};
+
+#define FUSED_P (96 * 1024)
+#define FUSED_Q (64 * 1024)
+
+// Issues the bulk copy of `bytes` at src into dst, counted by mbarrier `bar` (thread 0 only).
+__device__ void bulk(unsigned char* dst, const void* src, unsigned bytes, unsigned long long* bar) {
+    const unsigned b = (unsigned)__cvta_generic_to_shared(bar);
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile(
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+        ::"r"(d), "l"(src), "r"(bytes), "r"(b) : "memory");
+}
+
+// Announces `bytes` to come into the buffer of mbarrier `bar`, after ordering earlier ordinary
+// reads of that buffer before the copies (thread 0 only).
+__device__ void expect(unsigned long long* bar, unsigned bytes) {
+    const unsigned b = (unsigned)__cvta_generic_to_shared(bar);
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(b), "r"(bytes) : "memory");
+}
+
+// Stage s's first-product rows into P: Q/K/V rows (even s) or gate and up rows (odd s).
+__device__ void fused_fill_p(const Fused& f, int s, unsigned char* p, unsigned long long* bar) {
+    if (threadIdx.x != 0 || s >= 2 * LAYERS) return;
+    const int l = s >> 1;
+    int c0, c1;
+    if ((s & 1) == 0) {
+        share(QKV, c0, c1);
+        expect(bar, (unsigned)(c1 - c0) * HID * 2);
+        bulk(p, f.qkv[l] + (size_t)c0 * HID, (unsigned)(c1 - c0) * HID * 2, bar);
+    } else {
+        share(FFN, c0, c1);
+        const unsigned half = (unsigned)(c1 - c0) * HID * 2;
+        expect(bar, 2 * half);
+        bulk(p, f.gu[l] + (size_t)c0 * HID, half, bar);
+        bulk(p + half, f.gu[l] + (size_t)(FFN + c0) * HID, half, bar);
+    }
+}
+
+// Stage s's second-product rows (transposed weights) into Q: the output product's rows of this
+// block's Q columns below 2,048 (even s), or the down product's rows of its intermediate share.
+__device__ void fused_fill_q(const Fused& f, int s, unsigned char* q, unsigned long long* bar) {
+    if (threadIdx.x != 0 || s >= 2 * LAYERS) return;
+    const int l = s >> 1;
+    int c0, c1;
+    const bf16_t* w;
+    if ((s & 1) == 0) {
+        share(QKV, c0, c1);
+        c1 = min(c1, ATT);
+        w = f.o_t[l];
+    } else {
+        share(FFN, c0, c1);
+        w = f.d_t[l];
+    }
+    const unsigned bytes = c1 > c0 ? (unsigned)(c1 - c0) * HID * 2 : 0u;
+    expect(bar, bytes);
+    if (bytes) bulk(q, w + (size_t)c0 * HID, bytes, bar);
+}
+
+__global__ void __launch_bounds__(THREADS, 1) fused(Fused f, unsigned epoch) {
+    extern __shared__ __align__(128) unsigned char smem[];
+    unsigned char* pbuf = smem;
+    unsigned char* qbuf = smem + FUSED_P;
+    float* xs = (float*)(smem + FUSED_P + FUSED_Q);  // the residual [HID]
+    float* ys = xs + HID;                             // first-product outputs [2 * 24]
+    __shared__ __align__(8) unsigned long long bars[2];
+    const int n_stages = 2 * LAYERS;
+    if (threadIdx.x == 0) {
+        for (int i = 0; i < 2; i++) {
+            const unsigned b = (unsigned)__cvta_generic_to_shared(&bars[i]);
+            asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(b) : "memory");
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+    fused_fill_p(f, 0, pbuf, &bars[0]);
+    fused_fill_q(f, 0, qbuf, &bars[1]);
+    int h0, h1;
+    share(HID, h0, h1);
+    for (int s = 0; s < n_stages; s++) {
+        if (s > 0) {
+            if (threadIdx.x == 0) {
+                const unsigned target = epoch + (unsigned)s * gridDim.x;
+                unsigned v;
+                do {
+                    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(f.barrier) : "memory");
+                } while ((int)(v - target) < 0);
+            }
+            __syncthreads();
+        }
+        // The residual: R[s & 1] + D[s % 3], loads issued together (one float4 per thread).
+        const float* rr = f.r + (s & 1) * HID;
+        const float* dd = f.d + (s % 3) * HID;
+        {
+            const float4 a = __ldcg((const float4*)rr + threadIdx.x);
+            const float4 b = __ldcg((const float4*)dd + threadIdx.x);
+            ((float4*)xs)[threadIdx.x] = make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w);
+        }
+        __syncthreads();
+        // This block's slice of the next R, and of the D two stages ahead zeroed.
+        for (int i = h0 + threadIdx.x; i < h1; i += THREADS) {
+            f.r[((s + 1) & 1) * HID + i] = xs[i];
+            f.d[((s + 2) % 3) * HID + i] = 0.0f;
+        }
+        // First product from P (1,024 values a row, inputs in registers).
+        wait_bulk(&bars[0], (unsigned)s);
+        __syncthreads();
+        int c0, c1;
+        share((s & 1) == 0 ? QKV : FFN, c0, c1);
+        const int rows = (s & 1) == 0 ? c1 - c0 : 2 * (c1 - c0);
+        rows_xreg<HID / 256>((const bf16_t*)pbuf, xs, rows, ys, false);
+        __syncthreads();
+        fused_fill_p(f, s + 1, pbuf, &bars[0]);
+        // The second product's inputs: Q values (the output product's k share) or SwiGLU.
+        int kk;
+        if ((s & 1) == 0) {
+            kk = max(0, min(c1, ATT) - c0);
+        } else {
+            kk = c1 - c0;
+            if (threadIdx.x < kk) ys[2 * kk + threadIdx.x] = swiglu_value(ys[threadIdx.x], ys[kk + threadIdx.x]);
+            __syncthreads();
+        }
+        const float* zs = (s & 1) == 0 ? ys : ys + 2 * kk;
+        // Second product from Q: thread t's four outputs 4t .. 4t + 3 over this block's kk rows.
+        wait_bulk(&bars[1], (unsigned)s);
+        __syncthreads();
+        if (kk > 0) {
+            float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            const uint2* w = (const uint2*)qbuf;
+            for (int r = 0; r < kk; r++) {
+                const uint2 v = w[r * (HID / 4) + threadIdx.x];
+                const float z = zs[r];
+                acc[0] += bf16_to_f32((bf16_t)(v.x & 0xffffu)) * z;
+                acc[1] += bf16_to_f32((bf16_t)(v.x >> 16)) * z;
+                acc[2] += bf16_to_f32((bf16_t)(v.y & 0xffffu)) * z;
+                acc[3] += bf16_to_f32((bf16_t)(v.y >> 16)) * z;
+            }
+            float* out = f.d + ((s + 1) % 3) * HID + 4 * threadIdx.x;
+            for (int j = 0; j < 4; j++) atomicAdd(out + j, acc[j]);
+        }
+        __syncthreads();
+        fused_fill_q(f, s + 1, qbuf, &bars[1]);
+        if (threadIdx.x == 0) {
+            __threadfence();
+            atomicAdd(f.barrier, 1u);
+        }
+    }
+}
+
 // The reference: one plain kernel per stage (block per output column), in stream order.
 __global__ void ref_stage(Net net, int s) {
     const Stage& st = net.st[s];
@@ -320,6 +490,7 @@ int main(int argc, char** argv) {
     const int shapes[4][2] = {{QKV, HID}, {HID, ATT}, {2 * FFN, HID}, {HID, FFN}};
     Net net{};
     std::vector<Stage> stages(4 * LAYERS);
+    std::vector<const bf16_t*> transposed(2 * LAYERS);
     size_t bytes = 0;
     unsigned seed = 12345;
     for (int l = 0; l < LAYERS; l++)
@@ -339,6 +510,16 @@ int main(int argc, char** argv) {
             CK(cudaMemcpy(d, host.data(), host.size() * 2, cudaMemcpyHostToDevice));
             stages[4 * l + p] = Stage{d, n, k, p};
             bytes += host.size() * 2;
+            // The output and down products transposed ([k, n]) for the two-point layer.
+            if (p == 1 || p == 3) {
+                std::vector<bf16_t> t((size_t)n * k);
+                for (int r = 0; r < n; r++)
+                    for (int c = 0; c < k; c++) t[(size_t)c * n + r] = host[(size_t)r * k + c];
+                bf16_t* dt;
+                CK(cudaMalloc(&dt, t.size() * 2));
+                CK(cudaMemcpy(dt, t.data(), t.size() * 2, cudaMemcpyHostToDevice));
+                transposed[2 * l + (p == 3)] = dt;
+            }
         }
     // The largest share must fit a weight buffer.
     for (int p = 0; p < 4; p++) {
@@ -431,6 +612,69 @@ int main(int argc, char** argv) {
             printf("28 layers' products, persistent, %s: %.3f ms (%.2f us a layer; %.0f GB/s of "
                    "%.2f GB), median of %d\n", names[mode], med, 1e3 * med / LAYERS,
                    bytes / (med * 1e6), bytes / 1e9, runs);
+    }
+    // Two grid-wide points a layer (`fused`): checked against the same chain, then timed.
+    {
+        std::vector<const bf16_t*> ptrs(4 * LAYERS);
+        for (int l = 0; l < LAYERS; l++) {
+            ptrs[l] = stages[4 * l].w;
+            ptrs[LAYERS + l] = transposed[2 * l];
+            ptrs[2 * LAYERS + l] = stages[4 * l + 2].w;
+            ptrs[3 * LAYERS + l] = transposed[2 * l + 1];
+        }
+        const bf16_t** dp;
+        CK(cudaMalloc(&dp, ptrs.size() * sizeof(void*)));
+        CK(cudaMemcpy(dp, ptrs.data(), ptrs.size() * sizeof(void*), cudaMemcpyHostToDevice));
+        Fused fu{dp, dp + LAYERS, dp + 2 * LAYERS, dp + 3 * LAYERS, nullptr, nullptr, nullptr};
+        CK(cudaMalloc(&fu.r, 2 * HID * 4));
+        CK(cudaMalloc(&fu.d, 3 * HID * 4));
+        CK(cudaMalloc(&fu.barrier, 4));
+        CK(cudaMemset(fu.barrier, 0, 4));
+        const int fsmem = FUSED_P + FUSED_Q + (HID + 96) * 4;
+        CK(cudaFuncSetAttribute(fused, cudaFuncAttributeMaxDynamicSharedMemorySize, fsmem));
+        int fres = 0;
+        CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fres, fused, THREADS, fsmem));
+        if (fres < 1 || (QKV + sms - 1) / sms > 32 || (FFN + sms - 1) / sms > 24) {
+            printf("two points a layer: does not fit this GPU (%d resident)\n", fres);
+        } else {
+            unsigned fepoch = 0;
+            auto frun = [&]() {
+                CK(cudaMemcpy(fu.r, h0.data(), HID * 4, cudaMemcpyHostToDevice));
+                CK(cudaMemset(fu.d, 0, 3 * HID * 4));
+            };
+            frun();
+            fused<<<sms, THREADS, fsmem>>>(fu, fepoch);
+            fepoch += 2u * LAYERS * sms;
+            CK(cudaDeviceSynchronize());
+            // The residual after 2 * 28 stages: R[0] + D[56 % 3].
+            std::vector<float> r0(HID), d2(HID);
+            CK(cudaMemcpy(r0.data(), fu.r, HID * 4, cudaMemcpyDeviceToHost));
+            CK(cudaMemcpy(d2.data(), fu.d + ((2 * LAYERS) % 3) * HID, HID * 4, cudaMemcpyDeviceToHost));
+            double num = 0, den = 0;
+            for (int i = 0; i < HID; i++) {
+                const double g = (double)r0[i] + d2[i];
+                num += (g - want[i]) * (g - want[i]);
+                den += want[i] * (double)want[i];
+            }
+            printf("two points a layer: normalized error %.2e against one kernel per stage\n",
+                   sqrt(num / std::max(den, 1e-30)));
+            std::vector<float> ms;
+            for (int r = 0; r < runs; r++) {
+                frun();
+                CK(cudaEventRecord(a));
+                fused<<<sms, THREADS, fsmem>>>(fu, fepoch);
+                fepoch += 2u * LAYERS * sms;
+                CK(cudaEventRecord(b));
+                CK(cudaEventSynchronize(b));
+                float t;
+                CK(cudaEventElapsedTime(&t, a, b));
+                ms.push_back(t);
+            }
+            std::sort(ms.begin(), ms.end());
+            const float med = ms[ms.size() / 2];
+            printf("28 layers' products, two points a layer: %.3f ms (%.2f us a layer; %.0f GB/s), "
+                   "median of %d\n", med, 1e3 * med / LAYERS, bytes / (med * 1e6), runs);
+        }
     }
     // Where a stage's time goes (modes 2 and 3, one timed run each): per product, the mean over
     // blocks and layers of each part, and of the slowest block's wait for its weights.
