@@ -91,6 +91,55 @@ __device__ void prefetch(const Net& net, int s, int n_stages, unsigned char* buf
     asm volatile("cp.async.commit_group;" ::: "memory");
 }
 
+// Issues the bulk copy of `bytes` at src into dst, counted by mbarrier `bar` (thread 0 only).
+__device__ void bulk(unsigned char* dst, const void* src, unsigned bytes, unsigned long long* bar) {
+    const unsigned b = (unsigned)__cvta_generic_to_shared(bar);
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile(
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+        ::"r"(d), "l"(src), "r"(bytes), "r"(b) : "memory");
+}
+
+// Announces `bytes` to come into the buffer of mbarrier `bar`, after ordering earlier ordinary
+// reads of that buffer before the copies (thread 0 only).
+__device__ void expect(unsigned long long* bar, unsigned bytes) {
+    const unsigned b = (unsigned)__cvta_generic_to_shared(bar);
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(b), "r"(bytes) : "memory");
+}
+
+// Waits (thread 0, then the block) until every block has arrived `s` times in this launch.
+__device__ __forceinline__ void grid_wait(const unsigned* barrier, unsigned epoch, int s) {
+    if (threadIdx.x == 0) {
+        const unsigned target = epoch + (unsigned)s * gridDim.x;
+        unsigned v;
+        do {
+            asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(barrier) : "memory");
+        } while ((int)(v - target) < 0);
+    }
+    __syncthreads();
+}
+
+// This block's arrival (after a __syncthreads): its writes made visible first.
+__device__ __forceinline__ void grid_arrive(unsigned* barrier) {
+    if (threadIdx.x == 0) {
+        __threadfence();
+        atomicAdd(barrier, 1u);
+    }
+}
+
+// Makes the two mbarriers of a block's bulk copies (one arrival per fill), then syncs it.
+__device__ __forceinline__ void init_bars(unsigned long long* bars) {
+    if (threadIdx.x == 0) {
+        for (int i = 0; i < 2; i++) {
+            const unsigned b = (unsigned)__cvta_generic_to_shared(&bars[i]);
+            asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(b) : "memory");
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+}
+
 // The same copy as one bulk (TMA) copy of the block's contiguous share, issued by thread 0
 // and counted by the buffer's mbarrier (the Hopper copy engine instead of 16-byte copies per
 // thread).
@@ -101,15 +150,9 @@ __device__ void prefetch_bulk(const Net& net, int s, int n_stages, unsigned char
     int c0, c1;
     share(st.n, c0, c1);
     const unsigned bytes = (unsigned)(c1 - c0) * st.k * 2;
-    const unsigned char* src = (const unsigned char*)(st.w + (size_t)c0 * st.k);
-    const unsigned b = (unsigned)__cvta_generic_to_shared(bar);
-    const unsigned d = (unsigned)__cvta_generic_to_shared(buf);
-    // The buffer was last read by ordinary loads (stage s - 2): order them before the copy.
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(b), "r"(bytes) : "memory");
-    asm volatile(
-        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
-        ::"r"(d), "l"(src), "r"(bytes), "r"(b) : "memory");
+    // The buffer was last read by ordinary loads (stage s - 2): `expect` orders them first.
+    expect(bar, bytes);
+    bulk(buf, st.w + (size_t)c0 * st.k, bytes, bar);
 }
 
 // Waits until the bulk copy of the buffer's `use`-th fill has landed.
@@ -200,14 +243,7 @@ __global__ void __launch_bounds__(THREADS, 1) persistent(Net net, unsigned epoch
     const int n_stages = 4 * LAYERS;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     if (BULK) {
-        if (threadIdx.x == 0) {
-            for (int i = 0; i < 2; i++) {
-                const unsigned b = (unsigned)__cvta_generic_to_shared(&bars[i]);
-                asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(b) : "memory");
-            }
-            asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-        }
-        __syncthreads();
+        init_bars(bars);
         prefetch_bulk(net, 0, n_stages, wbuf[0], &bars[0]);
     } else if (!EMPTY) {
         prefetch(net, 0, n_stages, wbuf[0]);
@@ -217,16 +253,7 @@ __global__ void __launch_bounds__(THREADS, 1) persistent(Net net, unsigned epoch
         if (BULK) prefetch_bulk(net, s + 1, n_stages, wbuf[(s + 1) & 1], &bars[(s + 1) & 1]);
         else if (!EMPTY) prefetch(net, s + 1, n_stages, wbuf[(s + 1) & 1]);
         // The barrier of stage s: every block has finished stage s - 1.
-        if (s > 0) {
-            if (threadIdx.x == 0) {
-                const unsigned target = epoch + (unsigned)s * gridDim.x;
-                unsigned v;
-                do {
-                    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(net.barrier) : "memory");
-                } while ((int)(v - target) < 0);
-            }
-            __syncthreads();
-        }
+        if (s > 0) grid_wait(net.barrier, epoch, s);
         mark(net, s, 1);
         if (!EMPTY) {
             const Stage& st = net.st[s];
@@ -277,10 +304,7 @@ __global__ void __launch_bounds__(THREADS, 1) persistent(Net net, unsigned epoch
         // Done with stage s: make the outputs visible, then arrive.
         __syncthreads();
         mark(net, s, 4);
-        if (threadIdx.x == 0) {
-            __threadfence();
-            atomicAdd(net.barrier, 1u);
-        }
+        grid_arrive(net.barrier);
         mark(net, s, 5);
     }
 }
@@ -308,23 +332,6 @@ struct Fused {
 
 #define FUSED_P (96 * 1024)
 #define FUSED_Q (64 * 1024)
-
-// Issues the bulk copy of `bytes` at src into dst, counted by mbarrier `bar` (thread 0 only).
-__device__ void bulk(unsigned char* dst, const void* src, unsigned bytes, unsigned long long* bar) {
-    const unsigned b = (unsigned)__cvta_generic_to_shared(bar);
-    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile(
-        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
-        ::"r"(d), "l"(src), "r"(bytes), "r"(b) : "memory");
-}
-
-// Announces `bytes` to come into the buffer of mbarrier `bar`, after ordering earlier ordinary
-// reads of that buffer before the copies (thread 0 only).
-__device__ void expect(unsigned long long* bar, unsigned bytes) {
-    const unsigned b = (unsigned)__cvta_generic_to_shared(bar);
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(b), "r"(bytes) : "memory");
-}
 
 // Stage s's first-product rows into P: Q/K/V rows (even s) or gate and up rows (odd s).
 __device__ void fused_fill_p(const Fused& f, int s, unsigned char* p, unsigned long long* bar) {
@@ -372,29 +379,13 @@ __global__ void __launch_bounds__(THREADS, 1) fused(Fused f, unsigned epoch) {
     float* ys = xs + HID;                             // first-product outputs [2 * 24]
     __shared__ __align__(8) unsigned long long bars[2];
     const int n_stages = 2 * LAYERS;
-    if (threadIdx.x == 0) {
-        for (int i = 0; i < 2; i++) {
-            const unsigned b = (unsigned)__cvta_generic_to_shared(&bars[i]);
-            asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(b) : "memory");
-        }
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    }
-    __syncthreads();
+    init_bars(bars);
     fused_fill_p(f, 0, pbuf, &bars[0]);
     fused_fill_q(f, 0, qbuf, &bars[1]);
     int h0, h1;
     share(HID, h0, h1);
     for (int s = 0; s < n_stages; s++) {
-        if (s > 0) {
-            if (threadIdx.x == 0) {
-                const unsigned target = epoch + (unsigned)s * gridDim.x;
-                unsigned v;
-                do {
-                    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(f.barrier) : "memory");
-                } while ((int)(v - target) < 0);
-            }
-            __syncthreads();
-        }
+        if (s > 0) grid_wait(f.barrier, epoch, s);
         // The residual: R[s & 1] + D[s % 3], loads issued together (one float4 per thread).
         const float* rr = f.r + (s & 1) * HID;
         const float* dd = f.d + (s % 3) * HID;
@@ -447,10 +438,7 @@ __global__ void __launch_bounds__(THREADS, 1) fused(Fused f, unsigned epoch) {
         }
         __syncthreads();
         fused_fill_q(f, s + 1, qbuf, &bars[1]);
-        if (threadIdx.x == 0) {
-            __threadfence();
-            atomicAdd(f.barrier, 1u);
-        }
+        grid_arrive(f.barrier);
     }
 }
 
@@ -574,6 +562,33 @@ int main(int argc, char** argv) {
     for (int s = 0; s < 4 * LAYERS; s++) ref_stage<<<stages[s].n, 256>>>(net, s);
     CK(cudaDeviceSynchronize());
     CK(cudaMemcpy(want.data(), net.h, HID * 4, cudaMemcpyDeviceToHost));
+    double want2 = 0;
+    for (float w : want) want2 += w * (double)w;
+    // The normalized error of a final residual against the reference's.
+    auto error_of = [&](const std::vector<float>& g) {
+        double num = 0;
+        for (int i = 0; i < HID; i++) num += (g[i] - want[i]) * (double)(g[i] - want[i]);
+        return sqrt(num / std::max(want2, 1e-30));
+    };
+    cudaEvent_t a, b;
+    CK(cudaEventCreate(&a));
+    CK(cudaEventCreate(&b));
+    // The median time of `runs` launches, `prepare` run before each, outside the timing.
+    auto median_ms = [&](auto prepare, auto launch) {
+        std::vector<float> ms;
+        for (int r = 0; r < runs; r++) {
+            prepare();
+            CK(cudaEventRecord(a));
+            launch();
+            CK(cudaEventRecord(b));
+            CK(cudaEventSynchronize(b));
+            float t;
+            CK(cudaEventElapsedTime(&t, a, b));
+            ms.push_back(t);
+        }
+        std::sort(ms.begin(), ms.end());
+        return ms[ms.size() / 2];
+    };
     const char* names[4] = {"inputs from shared memory", "inputs in registers",
                             "inputs in registers, weights by bulk copies",
                             "and inputs staged with their loads together"};
@@ -582,30 +597,11 @@ int main(int argc, char** argv) {
         run(mode);
         CK(cudaDeviceSynchronize());
         CK(cudaMemcpy(got.data(), net.h, HID * 4, cudaMemcpyDeviceToHost));
-        double num = 0, den = 0;
-        for (int i = 0; i < HID; i++) {
-            num += (got[i] - want[i]) * (double)(got[i] - want[i]);
-            den += want[i] * (double)want[i];
-        }
         printf("%s: residual after 28 layers (rms %.3g): normalized error %.2e against one "
-               "kernel per stage\n", names[mode], sqrt(den / HID), sqrt(num / std::max(den, 1e-30)));
+               "kernel per stage\n", names[mode], sqrt(want2 / HID), error_of(got));
     }
-    cudaEvent_t a, b;
-    CK(cudaEventCreate(&a));
-    CK(cudaEventCreate(&b));
     for (int mode = 0; mode < 5; mode++) {
-        std::vector<float> ms;
-        for (int r = 0; r < runs; r++) {
-            CK(cudaEventRecord(a));
-            run(mode);
-            CK(cudaEventRecord(b));
-            CK(cudaEventSynchronize(b));
-            float t;
-            CK(cudaEventElapsedTime(&t, a, b));
-            ms.push_back(t);
-        }
-        std::sort(ms.begin(), ms.end());
-        const float med = ms[ms.size() / 2];
+        const float med = median_ms([] {}, [&] { run(mode); });
         if (mode == 4)
             printf("112 barriers alone: %.3f ms (%.2f us a barrier)\n", med, 1e3 * med / (4 * LAYERS));
         else
@@ -638,40 +634,26 @@ int main(int argc, char** argv) {
             printf("two points a layer: does not fit this GPU (%d resident)\n", fres);
         } else {
             unsigned fepoch = 0;
-            auto frun = [&]() {
+            // The residual back to h0 (R[0]) with no deltas.
+            auto reset = [&]() {
                 CK(cudaMemcpy(fu.r, h0.data(), HID * 4, cudaMemcpyHostToDevice));
                 CK(cudaMemset(fu.d, 0, 3 * HID * 4));
             };
-            frun();
-            fused<<<sms, THREADS, fsmem>>>(fu, fepoch);
-            fepoch += 2u * LAYERS * sms;
-            CK(cudaDeviceSynchronize());
-            // The residual after 2 * 28 stages: R[0] + D[56 % 3].
-            std::vector<float> r0(HID), d2(HID);
-            CK(cudaMemcpy(r0.data(), fu.r, HID * 4, cudaMemcpyDeviceToHost));
-            CK(cudaMemcpy(d2.data(), fu.d + ((2 * LAYERS) % 3) * HID, HID * 4, cudaMemcpyDeviceToHost));
-            double num = 0, den = 0;
-            for (int i = 0; i < HID; i++) {
-                const double g = (double)r0[i] + d2[i];
-                num += (g - want[i]) * (g - want[i]);
-                den += want[i] * (double)want[i];
-            }
-            printf("two points a layer: normalized error %.2e against one kernel per stage\n",
-                   sqrt(num / std::max(den, 1e-30)));
-            std::vector<float> ms;
-            for (int r = 0; r < runs; r++) {
-                frun();
-                CK(cudaEventRecord(a));
+            auto launch = [&]() {
                 fused<<<sms, THREADS, fsmem>>>(fu, fepoch);
                 fepoch += 2u * LAYERS * sms;
-                CK(cudaEventRecord(b));
-                CK(cudaEventSynchronize(b));
-                float t;
-                CK(cudaEventElapsedTime(&t, a, b));
-                ms.push_back(t);
-            }
-            std::sort(ms.begin(), ms.end());
-            const float med = ms[ms.size() / 2];
+            };
+            reset();
+            launch();
+            CK(cudaDeviceSynchronize());
+            // The residual after 2 * 28 stages: R[0] + D[56 % 3].
+            std::vector<float> d2(HID);
+            CK(cudaMemcpy(got.data(), fu.r, HID * 4, cudaMemcpyDeviceToHost));
+            CK(cudaMemcpy(d2.data(), fu.d + ((2 * LAYERS) % 3) * HID, HID * 4, cudaMemcpyDeviceToHost));
+            for (int i = 0; i < HID; i++) got[i] += d2[i];
+            printf("two points a layer: normalized error %.2e against one kernel per stage\n",
+                   error_of(got));
+            const float med = median_ms(reset, launch);
             printf("28 layers' products, two points a layer: %.3f ms (%.2f us a layer; %.0f GB/s), "
                    "median of %d\n", med, 1e3 * med / LAYERS, bytes / (med * 1e6), runs);
         }
