@@ -13,7 +13,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Mutex;
 
-use cudarc::driver::{sys, CudaGraph, CudaSlice};
+use cudarc::driver::{result, sys, CudaSlice};
 
 use super::{err, CudaDevice};
 use crate::{Error, Result};
@@ -30,12 +30,25 @@ const MAX_RECORDED: usize = 256;
 
 type Key = (u64, usize);
 
-/// A recorded step.
-struct Recording(CudaGraph);
+/// A recorded step: the captured graph (relinked, see `relink`) and its executable.
+struct Recording {
+    graph: sys::CUgraph,
+    exec: sys::CUgraphExec,
+}
 
 // SAFETY: a CUDA graph may be used from any thread as long as no two use it at once; every use
 // here happens under `Graphs::recorded`'s lock, inside `Graphs::step`'s.
 unsafe impl Send for Recording {}
+
+impl Drop for Recording {
+    fn drop(&mut self) {
+        // SAFETY: both handles were made by this recording and are used by nothing else.
+        unsafe {
+            let _ = result::graph::exec_destroy(self.exec);
+            let _ = result::graph::destroy(self.graph);
+        }
+    }
+}
 
 #[derive(Default)]
 struct Recorded {
@@ -46,6 +59,8 @@ struct Recorded {
     refused: HashSet<Key>,
     /// Step-input copies made while recording, applied before the recording first runs.
     deferred: Vec<(u64, Vec<u8>)>,
+    /// Functions launched as programmatic dependents while recording (CUfunction addresses).
+    dependents: HashSet<usize>,
 }
 
 /// The recorded steps of one device and the mode of the step in flight.
@@ -92,6 +107,20 @@ impl Graphs {
             r.deferred.push((p, bytes));
         }
     }
+
+    /// Notes that function `f` was launched as a programmatic dependent while recording.
+    pub(super) fn note_dependent(&self, f: sys::CUfunction) {
+        if let Ok(mut r) = self.recorded.lock() {
+            r.dependents.insert(f as usize);
+        }
+    }
+}
+
+/// `LATTICE_CUDA_RELINK=0` keeps a recorded step's dependencies as captured (to measure what
+/// relinking saves).
+fn relink_enabled() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("LATTICE_CUDA_RELINK").map_or(true, |v| v != "0"))
 }
 
 /// `LATTICE_CUDA_TRACE=1` prints, every 64th step, where a step's time goes: the host pass
@@ -273,10 +302,7 @@ impl CudaDevice {
                     .lock()
                     .map_err(|_| Error::Device("cuda: graph table poisoned".into()))?;
                 match r.graphs.get(&k) {
-                    Some(g) => {
-                        g.0.launch()
-                            .map_err(|e| err("replaying a decode step", e))?
-                    }
+                    Some(g) => self.launch_recording(g, "replaying a decode step")?,
                     None => {
                         return Err(Error::Device(
                             "cuda: a recorded decode step vanished while it was replayed".into(),
@@ -308,27 +334,25 @@ impl CudaDevice {
                 self.graphs.mode.store(RECORD, Ordering::Release);
                 let done = step();
                 self.graphs.mode.store(EAGER, Ordering::Release);
-                let graph = self.stream().end_capture(
-                    sys::CUgraphInstantiate_flags::CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH,
-                );
+                let graph = self.end_recording(rows);
                 let mut r = self
                     .graphs
                     .recorded
                     .lock()
                     .map_err(|_| Error::Device("cuda: graph table poisoned".into()))?;
                 let deferred = std::mem::take(&mut r.deferred);
+                r.dependents.clear();
                 let graph = match (done, graph) {
-                    (Ok(_), Ok(Some(g))) => g,
+                    (Ok(_), Ok(g)) => g,
                     (Err(e), _) => {
                         r.refused.insert(k);
                         return Err(e);
                     }
-                    (Ok(_), failed) => {
+                    (Ok(_), Err(failed)) => {
                         r.refused.insert(k);
                         return Err(Error::Device(format!(
-                            "cuda: recording a decode step of {rows} rows failed ({:?}); later \
-                             steps of this shape run without a graph",
-                            failed.err()
+                            "cuda: recording a decode step of {rows} rows failed ({failed}); \
+                             later steps of this shape run without a graph"
                         )));
                     }
                 };
@@ -344,19 +368,86 @@ impl CudaDevice {
                     }
                     .map_err(|e| err("copying a step input", e))?;
                 }
-                graph
-                    .launch()
-                    .map_err(|e| err("running a recorded decode step", e))?;
+                self.launch_recording(&graph, "running a recorded decode step")?;
                 // Keys also tell the rows' LoRA picks apart: a long-serving process records
                 // new ones as batches change, so the table is bounded.
                 if r.graphs.len() >= MAX_RECORDED {
                     r.graphs.clear();
                     r.warmed.clear();
                 }
-                r.graphs.insert(k, Recording(graph));
+                r.graphs.insert(k, graph);
                 drop(r);
                 self.read_output(rows)
             }
         }
+    }
+
+    /// Ends the capture of a step of `rows` rows: relinks the graph (see `relink`) and
+    /// instantiates it.
+    fn end_recording(&self, rows: usize) -> std::result::Result<Recording, String> {
+        let cu = self.stream().cu_stream();
+        // SAFETY: the device's stream was put in capture mode by this step.
+        let graph = unsafe { result::stream::end_capture(cu) }.map_err(|e| format!("{e:?}"))?;
+        if graph.is_null() {
+            return Err("the capture made no graph".into());
+        }
+        let dependents = self
+            .graphs
+            .recorded
+            .lock()
+            .map(|r| r.dependents.clone())
+            .unwrap_or_default();
+        // SAFETY: `graph` was just made by the capture and is not instantiated yet; only this
+        // thread holds it.
+        let relinked = unsafe { super::relink::relink(graph, &dependents, relink_enabled()) };
+        let shape = match relinked {
+            Ok(s) => s,
+            Err(e) => {
+                // SAFETY: as above; nothing else refers to the graph.
+                let _ = unsafe { result::graph::destroy(graph) };
+                return Err(format!("relinking: {e}"));
+            }
+        };
+        if tracing() {
+            eprintln!(
+                "cuda trace: recorded step of {rows} rows: {} kernels ({} dependents), {} \
+                 allocations ({:.1} MB), {} frees, {} other nodes; {} edges, {} programmatic as \
+                 captured, {} after relinking",
+                shape.kernels,
+                shape.dependents,
+                shape.allocations,
+                shape.allocated as f64 / 1e6,
+                shape.frees,
+                shape.others,
+                shape.edges,
+                shape.programmatic_captured,
+                shape.programmatic
+            );
+        }
+        // SAFETY: `graph` is valid; on failure it is destroyed here and never used again.
+        match unsafe {
+            result::graph::instantiate(
+                graph,
+                sys::CUgraphInstantiate_flags::CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH,
+            )
+        } {
+            Ok(exec) => Ok(Recording { graph, exec }),
+            Err(e) => {
+                // SAFETY: as above.
+                let _ = unsafe { result::graph::destroy(graph) };
+                Err(format!("instantiating: {e:?}"))
+            }
+        }
+    }
+
+    /// Launches a recorded step on the device's stream.
+    fn launch_recording(&self, g: &Recording, what: &str) -> Result<()> {
+        self.stream()
+            .context()
+            .bind_to_thread()
+            .map_err(|e| err(what, e))?;
+        // SAFETY: `g.exec` is a live executable graph; the stream belongs to its context.
+        unsafe { result::graph::launch(g.exec, self.stream().cu_stream()) }
+            .map_err(|e| err(what, e))
     }
 }

@@ -166,6 +166,9 @@ impl CudaDevice {
         if self.replaying() {
             return Ok(());
         }
+        if self.dependent_launch() && self.graphs.recording() {
+            self.graphs.note_dependent(b.f.cu_function());
+        }
         // Programmatic dependent launch (compute capability 9.0 and later): the kernel may
         // start while the one before it finishes; every kernel of the .cu files waits
         // (`DEP_WAIT`) before it touches memory that an earlier kernel writes or reads.
@@ -395,16 +398,11 @@ impl CudaDevice {
     }
 
     /// The m input rows of a product as two bf16 halves [hi; lo] ([2m, k], see `split_bf16`
-    /// in kernels.cu), `input` applied to them first: hi + lo holds 16 significant bits.
-    fn split_bf16(
-        &self,
-        x: &Buf,
-        m: usize,
-        k: usize,
-        input: GemvInput<'_>,
-    ) -> Result<CudaSlice<u16>> {
+    /// in kernels.cu), `input` applied to them first: hi + lo holds 16 significant bits. (The
+    /// 2mk bf16 values in mk f32-sized slots: a Buf, so that recordings take it from their pool.)
+    fn split_bf16(&self, x: &Buf, m: usize, k: usize, input: GemvInput<'_>) -> Result<Buf> {
         let (pn, eps, sw) = self.input_args(input, x, m, k);
-        let mut hl = self.alloc::<u16>(2 * m * k)?;
+        let mut hl = self.alloc_buf(m * k)?;
         let (px, ph) = (self.ptr(x), self.mptr(&mut hl));
         let ki = k as i32;
         let mut b = self.args(&self.kernels().split_bf16);
@@ -520,7 +518,8 @@ impl CudaDevice {
             .min((2 * self.sm_count()).div_ceil(rows))
             .max(1);
         let mut part_v = self.alloc_buf(rows * slices)?;
-        let mut part_i = self.alloc::<i32>(rows * slices)?;
+        // (i32 indices in f32-sized slots: a Buf, so that recordings take it from their pool.)
+        let mut part_i = self.alloc_buf(rows * slices)?;
         let (pv, pi) = (self.mptr(&mut part_v), self.mptr(&mut part_i));
         let mut b = self.args(&self.kernels().argmax_part);
         b.arg(&px).arg(&pv).arg(&pi).arg(&n_i);

@@ -16,6 +16,7 @@ pub(crate) mod launch;
 mod lowrank;
 mod paged;
 mod quant;
+mod relink;
 mod sample;
 
 use std::collections::HashMap;
@@ -203,6 +204,15 @@ pub struct CudaDevice {
     graphs: graph::Graphs,
     /// What replayed steps' host passes allocate (see [`Buf`]).
     replay_pool: Arc<ReplayPool>,
+    /// What recorded steps' kernels use: allocated outside the capture (on `side`), so that a
+    /// recording holds no allocation or free nodes, which would stand between its kernels
+    /// and keep each from starting while the one before it finishes (backend/cuda/relink.rs).
+    /// Lent again to later recordings: recorded steps run one at a time on the stream, and
+    /// their kernels, one after another, each wait for the one before them before touching
+    /// memory, so a buffer given back in one recording is free for the next kernel on.
+    record_pool: Arc<ReplayPool>,
+    /// The stream that allocates `record_pool`'s buffers (made on first use).
+    side: OnceLock<Arc<CudaStream>>,
     /// Tickets of split decode attention, one per (row, head) (`attn_decode` in attention.cu):
     /// zero between launches.
     decode_tickets: CudaSlice<u32>,
@@ -505,6 +515,8 @@ impl CudaDevice {
             inputs: Mutex::new(HashMap::new()),
             graphs: graph::Graphs::default(),
             replay_pool: Arc::default(),
+            record_pool: Arc::default(),
+            side: OnceLock::new(),
             dependent_launch: cc.0 >= 9
                 && std::env::var("LATTICE_CUDA_PDL").map_or(true, |v| v != "0"),
             gemv_blocks_per_sm,
@@ -574,10 +586,20 @@ impl CudaDevice {
     /// f32 memory for `n` values (see [`Buf`]: lent from the replay pool while a recorded
     /// step is replayed). Every caller writes it (by a kernel or a copy) before reading it.
     pub fn alloc_buf(&self, n: usize) -> Result<Buf> {
+        let n = n.max(1);
+        if self.graphs.recording() {
+            let slice = match self.record_pool.take(n) {
+                Some(s) => s,
+                None => self.alloc_aside(n)?,
+            };
+            return Ok(Buf {
+                slice: Some(slice),
+                lent: Some(Arc::clone(&self.record_pool)),
+            });
+        }
         if !self.replaying() {
             return Ok(self.alloc::<f32>(n)?.into());
         }
-        let n = n.max(1);
         let slice = match self.replay_pool.take(n) {
             Some(s) => s,
             None => self.alloc::<f32>(n)?,
@@ -586,6 +608,27 @@ impl CudaDevice {
             slice: Some(slice),
             lent: Some(Arc::clone(&self.replay_pool)),
         })
+    }
+
+    /// `n` f32 values allocated on the side stream and ready (outside any capture of the
+    /// device's stream).
+    fn alloc_aside(&self, n: usize) -> Result<CudaSlice<f32>> {
+        let side = match self.side.get() {
+            Some(s) => s,
+            None => {
+                let s = self
+                    .stream
+                    .context()
+                    .new_stream()
+                    .map_err(|e| err("making the allocation stream", e))?;
+                self.side.get_or_init(|| s)
+            }
+        };
+        // SAFETY: every caller writes the buffer (by a kernel or a copy) before reading it.
+        let slice = unsafe { side.alloc::<f32>(n) }.map_err(|e| err("allocating", e))?;
+        side.synchronize()
+            .map_err(|e| err("allocating (waiting for the allocation stream)", e))?;
+        Ok(slice)
     }
 
     /// A device copy of `host`.
