@@ -30,7 +30,7 @@ const MAX_RECORDED: usize = 256;
 
 type Key = (u64, usize);
 
-/// A recorded step: the captured graph (relinked, see `relink`) and its executable.
+/// A recorded step: the captured graph and its executable.
 struct Recording {
     graph: sys::CUgraph,
     exec: sys::CUgraphExec,
@@ -61,6 +61,8 @@ struct Recorded {
     deferred: Vec<(u64, Vec<u8>)>,
     /// Functions launched as programmatic dependents while recording (CUfunction addresses).
     dependents: HashSet<usize>,
+    /// What the last recording held.
+    last: Option<super::RecordingShape>,
 }
 
 /// The recorded steps of one device and the mode of the step in flight.
@@ -116,13 +118,6 @@ impl Graphs {
     }
 }
 
-/// `LATTICE_CUDA_RELINK=0` keeps a recorded step's dependencies as captured (to measure what
-/// relinking saves).
-fn relink_enabled() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("LATTICE_CUDA_RELINK").map_or(true, |v| v != "0"))
-}
-
 /// `LATTICE_CUDA_TRACE=1` prints, every 64th step, where a step's time goes: the host pass
 /// (model code; launches skipped when replaying), the device time of the graph, the total.
 pub(crate) fn tracing() -> bool {
@@ -174,6 +169,11 @@ impl CudaDevice {
         self.graphs.mode.load(Ordering::Acquire) != EAGER
     }
 
+    /// What the last recorded step held (kernels, memory nodes, programmatic edges).
+    pub fn last_recording(&self) -> Option<super::RecordingShape> {
+        self.graphs.recorded.lock().ok()?.last
+    }
+
     /// The address of the fixed output buffer, holding at least `rows` ids.
     pub(crate) fn output(&self, rows: usize) -> Result<u64> {
         let mut out = self
@@ -188,7 +188,7 @@ impl CudaDevice {
                 )));
             }
             *out = Some(self.alloc::<u32>(rows.max(OUTPUT_ROWS))?);
-            self.graphs.clear();
+            self.clear_recordings();
         }
         Ok(self.ptr(out.as_ref().expect("allocated above")))
     }
@@ -328,6 +328,17 @@ impl CudaDevice {
                 Ok(ids)
             }
             Plan::Record => {
+                // Keys also tell the rows' LoRA picks apart: a long-serving process records
+                // new ones as batches change, so the table (and the buffers of its
+                // recordings) is bounded.
+                let full = self
+                    .graphs
+                    .recorded
+                    .lock()
+                    .is_ok_and(|r| r.graphs.len() >= MAX_RECORDED);
+                if full {
+                    self.clear_recordings();
+                }
                 self.stream()
                     .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED)
                     .map_err(|e| err("recording a decode step", e))?;
@@ -369,12 +380,6 @@ impl CudaDevice {
                     .map_err(|e| err("copying a step input", e))?;
                 }
                 self.launch_recording(&graph, "running a recorded decode step")?;
-                // Keys also tell the rows' LoRA picks apart: a long-serving process records
-                // new ones as batches change, so the table is bounded.
-                if r.graphs.len() >= MAX_RECORDED {
-                    r.graphs.clear();
-                    r.warmed.clear();
-                }
                 r.graphs.insert(k, graph);
                 drop(r);
                 self.read_output(rows)
@@ -382,8 +387,7 @@ impl CudaDevice {
         }
     }
 
-    /// Ends the capture of a step of `rows` rows: relinks the graph (see `relink`) and
-    /// instantiates it.
+    /// Ends the capture of a step of `rows` rows and instantiates it.
     fn end_recording(&self, rows: usize) -> std::result::Result<Recording, String> {
         let cu = self.stream().cu_stream();
         // SAFETY: the device's stream was put in capture mode by this step.
@@ -397,22 +401,22 @@ impl CudaDevice {
             .lock()
             .map(|r| r.dependents.clone())
             .unwrap_or_default();
-        // SAFETY: `graph` was just made by the capture and is not instantiated yet; only this
-        // thread holds it.
-        let relinked = unsafe { super::relink::relink(graph, &dependents, relink_enabled()) };
-        let shape = match relinked {
+        // SAFETY: `graph` was just made by the capture; only this thread holds it.
+        let shape = match unsafe { super::shape::count(graph, &dependents) } {
             Ok(s) => s,
             Err(e) => {
                 // SAFETY: as above; nothing else refers to the graph.
                 let _ = unsafe { result::graph::destroy(graph) };
-                return Err(format!("relinking: {e}"));
+                return Err(format!("reading the recording: {e}"));
             }
         };
+        if let Ok(mut r) = self.graphs.recorded.lock() {
+            r.last = Some(shape);
+        }
         if tracing() {
             eprintln!(
                 "cuda trace: recorded step of {rows} rows: {} kernels ({} dependents), {} \
-                 allocations ({:.1} MB), {} frees, {} other nodes; {} edges, {} programmatic as \
-                 captured, {} after relinking",
+                 allocations ({:.1} MB), {} frees, {} other nodes; {} edges, {} programmatic",
                 shape.kernels,
                 shape.dependents,
                 shape.allocations,
@@ -420,7 +424,6 @@ impl CudaDevice {
                 shape.frees,
                 shape.others,
                 shape.edges,
-                shape.programmatic_captured,
                 shape.programmatic
             );
         }

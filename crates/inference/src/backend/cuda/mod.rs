@@ -16,7 +16,9 @@ pub(crate) mod launch;
 mod lowrank;
 mod paged;
 mod quant;
-mod relink;
+mod shape;
+
+pub use shape::Shape as RecordingShape;
 mod sample;
 
 use std::collections::HashMap;
@@ -106,6 +108,20 @@ impl ReplayPool {
             m.entry(slice.len()).or_default().push(slice);
         }
     }
+
+    /// Frees every buffer held (lent ones come back later).
+    fn clear(&self) {
+        if let Ok(mut m) = self.0.lock() {
+            m.clear();
+        }
+    }
+}
+
+/// `LATTICE_CUDA_RECORD_POOL=0`: recordings allocate on the stream as eager steps do (to
+/// measure the pool).
+fn record_pool_enabled() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| std::env::var("LATTICE_CUDA_RECORD_POOL").map_or(true, |v| v != "0"))
 }
 
 /// Whether the CUDA backend implements `op`.
@@ -206,7 +222,7 @@ pub struct CudaDevice {
     replay_pool: Arc<ReplayPool>,
     /// What recorded steps' kernels use: allocated outside the capture (on `side`), so that a
     /// recording holds no allocation or free nodes, which would stand between its kernels
-    /// and keep each from starting while the one before it finishes (backend/cuda/relink.rs).
+    /// and keep each from starting while the one before it finishes (backend/cuda/shape.rs).
     /// Lent again to later recordings: recorded steps run one at a time on the stream, and
     /// their kernels, one after another, each wait for the one before them before touching
     /// memory, so a buffer given back in one recording is free for the next kernel on.
@@ -279,7 +295,12 @@ pub fn compile_kernels(cc: (i32, i32)) -> Result<cudarc::nvrtc::Ptx> {
     let arch: &'static str = Box::leak(format!("compute_{}{}", cc.0, cc.1).into_boxed_str());
     let opts = cudarc::nvrtc::CompileOptions {
         arch: Some(arch),
-        options: vec!["--std=c++17".into()],
+        // `LATTICE_CUDA_EARLY_TRIGGER=1`: see DEP_ENTER in kernels.cu.
+        options: if std::env::var("LATTICE_CUDA_EARLY_TRIGGER").is_ok_and(|v| v == "1") {
+            vec!["--std=c++17".into(), "-DLATTICE_EARLY_TRIGGER".into()]
+        } else {
+            vec!["--std=c++17".into()]
+        },
         ..Default::default()
     };
     cudarc::nvrtc::compile_ptx_with_opts(KERNELS, opts)
@@ -587,7 +608,7 @@ impl CudaDevice {
     /// step is replayed). Every caller writes it (by a kernel or a copy) before reading it.
     pub fn alloc_buf(&self, n: usize) -> Result<Buf> {
         let n = n.max(1);
-        if self.graphs.recording() {
+        if self.graphs.recording() && record_pool_enabled() {
             let slice = match self.record_pool.take(n) {
                 Some(s) => s,
                 None => self.alloc_aside(n)?,
@@ -608,6 +629,16 @@ impl CudaDevice {
             slice: Some(slice),
             lent: Some(Arc::clone(&self.replay_pool)),
         })
+    }
+
+    /// Drops every recorded step, and the buffers their kernels used once the device is done
+    /// with them (kept if it cannot tell).
+    pub(crate) fn clear_recordings(&self) {
+        let idle = self.synchronize().is_ok();
+        self.graphs.clear();
+        if idle {
+            self.record_pool.clear();
+        }
     }
 
     /// `n` f32 values allocated on the side stream and ready (outside any capture of the
@@ -742,7 +773,7 @@ impl CudaDevice {
                 .map_err(|e| err("copying a step input", e))?;
         }
         inputs.insert(slot, (bytes.to_vec(), dev));
-        self.graphs.clear();
+        self.clear_recordings();
         Ok(p)
     }
 
@@ -753,7 +784,7 @@ impl CudaDevice {
             let before = inputs.len();
             inputs.retain(|slot, _| !matches!(slot, Input::LowRank(p, _) if *p == plan));
             if inputs.len() != before {
-                self.graphs.clear();
+                self.clear_recordings();
             }
         }
     }
@@ -786,7 +817,7 @@ impl CudaDevice {
         let dev = self.alloc::<u8>((2 * bytes).max(64 << 10))?;
         // No host bytes: the next upload copies whatever it holds.
         inputs.insert(slot, (Vec::new(), dev));
-        self.graphs.clear();
+        self.clear_recordings();
         Ok(())
     }
 
