@@ -16,10 +16,10 @@ pub(crate) mod launch;
 mod lowrank;
 mod paged;
 mod quant;
+mod sample;
 mod shape;
 
 pub use shape::Shape as RecordingShape;
-mod sample;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -604,8 +604,10 @@ impl CudaDevice {
         unsafe { self.stream.alloc::<T>(n.max(1)) }.map_err(|e| err("allocating", e))
     }
 
-    /// f32 memory for `n` values (see [`Buf`]: lent from the replay pool while a recorded
-    /// step is replayed). Every caller writes it (by a kernel or a copy) before reading it.
+    /// f32 memory for `n` values. While a step is recorded it comes from the record pool
+    /// (allocated outside the capture, so the graph holds no allocation nodes between kernels);
+    /// while a recorded step is replayed, from the replay pool (see [`Buf`]). Every caller writes
+    /// it (by a kernel or a copy) before reading it.
     pub fn alloc_buf(&self, n: usize) -> Result<Buf> {
         let n = n.max(1);
         if self.graphs.recording() && record_pool_enabled() {
