@@ -87,6 +87,7 @@ fn recorded_decode_steps_keep_programmatic_launches() {
     assert!(shape.dependents > 10, "{shape:?}");
     if cuda.dependent_launch() {
         assert!(shape.programmatic + 1 >= shape.dependents, "{shape:?}");
+        assert_eq!(shape.full_into_dependents, 0, "{shape:?}");
     }
 }
 

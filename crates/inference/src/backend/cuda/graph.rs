@@ -402,7 +402,7 @@ impl CudaDevice {
             .map(|r| r.dependents.clone())
             .unwrap_or_default();
         // SAFETY: `graph` was just made by the capture; only this thread holds it.
-        let shape = match unsafe { super::shape::count(graph, &dependents) } {
+        let (shape, full) = match unsafe { super::shape::count(graph, &dependents, tracing()) } {
             Ok(s) => s,
             Err(e) => {
                 // SAFETY: as above; nothing else refers to the graph.
@@ -416,7 +416,8 @@ impl CudaDevice {
         if tracing() {
             eprintln!(
                 "cuda trace: recorded step of {rows} rows: {} kernels ({} dependents), {} \
-                 allocations ({:.1} MB), {} frees, {} other nodes; {} edges, {} programmatic",
+                 allocations ({:.1} MB), {} frees, {} other nodes; {} edges, {} programmatic, \
+                 {} full edges from a kernel into a dependent",
                 shape.kernels,
                 shape.dependents,
                 shape.allocations,
@@ -424,8 +425,16 @@ impl CudaDevice {
                 shape.frees,
                 shape.others,
                 shape.edges,
-                shape.programmatic
+                shape.programmatic,
+                shape.full_into_dependents
             );
+            let mut pairs = std::collections::BTreeMap::<String, usize>::new();
+            for f in full {
+                *pairs.entry(f).or_default() += 1;
+            }
+            for (pair, n) in pairs {
+                eprintln!("cuda trace:   full edge {pair} (x{n})");
+            }
         }
         // SAFETY: `graph` is valid; on failure it is destroyed here and never used again.
         match unsafe {

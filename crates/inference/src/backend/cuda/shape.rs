@@ -8,7 +8,7 @@
 //! tells whether a recording still has nodes between its kernels (`LATTICE_CUDA_TRACE`,
 //! [`super::CudaDevice::last_recording`]).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use cudarc::driver::sys;
 
@@ -31,6 +31,9 @@ pub struct Shape {
     pub edges: usize,
     /// Programmatic edges.
     pub programmatic: usize,
+    /// Full (not programmatic) edges from a kernel into a kernel launched as a dependent: the
+    /// later kernel waits for the whole earlier one though it could start early.
+    pub full_into_dependents: usize,
 }
 
 fn check(r: sys::CUresult, what: &str) -> Result<(), String> {
@@ -41,14 +44,16 @@ fn check(r: sys::CUresult, what: &str) -> Result<(), String> {
 }
 
 /// Counts `graph`'s nodes and edges; `dependents` holds the functions (CUfunction addresses)
-/// that were launched as programmatic dependents.
+/// that were launched as programmatic dependents. With `name`, also the full edges into
+/// dependents as "earlier kernel -> later kernel" (function names, for `LATTICE_CUDA_TRACE`).
 ///
 /// # Safety
 /// `graph` must be a valid graph that no other thread uses.
 pub(super) unsafe fn count(
     graph: sys::CUgraph,
     dependents: &HashSet<usize>,
-) -> Result<Shape, String> {
+    name: bool,
+) -> Result<(Shape, Vec<String>), String> {
     // SAFETY (every call below): `graph` is valid (the caller's guarantee) and the output
     // arrays are sized by the count the first call of each pair returned.
     let mut n = 0usize;
@@ -63,6 +68,8 @@ pub(super) unsafe fn count(
     )?;
     nodes.truncate(n);
     let mut shape = Shape::default();
+    // The function of every kernel node.
+    let mut funcs: HashMap<usize, sys::CUfunction> = HashMap::new();
     for &node in &nodes {
         let mut t = sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_EMPTY;
         check(
@@ -78,6 +85,7 @@ pub(super) unsafe fn count(
                 )?;
                 shape.kernels += 1;
                 shape.dependents += usize::from(dependents.contains(&(p.func as usize)));
+                funcs.insert(node as usize, p.func);
             }
             sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_MEM_ALLOC => {
                 let mut p: sys::CUDA_MEM_ALLOC_NODE_PARAMS = unsafe { std::mem::zeroed() };
@@ -117,5 +125,36 @@ pub(super) unsafe fn count(
     shape.edges = m;
     let programmatic = sys::CUgraphDependencyType::CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC as u8;
     shape.programmatic = data.iter().filter(|e| e.type_ == programmatic).count();
-    Ok(shape)
+    let mut full = Vec::new();
+    for ((f, t), e) in from.iter().zip(&to).zip(&data) {
+        let (Some(&ff), Some(&tf)) = (funcs.get(&(*f as usize)), funcs.get(&(*t as usize))) else {
+            continue;
+        };
+        if e.type_ != programmatic && dependents.contains(&(tf as usize)) {
+            shape.full_into_dependents += 1;
+            if name {
+                // SAFETY: both are functions of kernel nodes of the valid graph.
+                full.push(format!("{} -> {}", unsafe { func_name(ff) }, unsafe {
+                    func_name(tf)
+                }));
+            }
+        }
+    }
+    Ok((shape, full))
+}
+
+/// A function's name ("?" where the driver gives none).
+///
+/// # Safety
+/// `f` must be a valid function handle.
+unsafe fn func_name(f: sys::CUfunction) -> String {
+    let mut p: *const std::ffi::c_char = std::ptr::null();
+    // SAFETY: `f` is valid (the caller's guarantee); the driver returns a NUL-terminated name
+    // that lives as long as the function's module.
+    match unsafe { sys::cuFuncGetName(&mut p, f) } {
+        sys::CUresult::CUDA_SUCCESS if !p.is_null() => unsafe { std::ffi::CStr::from_ptr(p) }
+            .to_string_lossy()
+            .into_owned(),
+        _ => "?".into(),
+    }
 }
