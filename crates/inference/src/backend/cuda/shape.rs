@@ -78,21 +78,21 @@ pub(super) unsafe fn count(
         )?;
         match t {
             sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_KERNEL => {
-                let mut p: sys::CUDA_KERNEL_NODE_PARAMS = unsafe { std::mem::zeroed() };
-                check(
-                    unsafe { sys::cuGraphKernelNodeGetParams_v2(node, &mut p) },
-                    "a kernel node",
-                )?;
+                let p = unsafe {
+                    node_params(node, sys::cuGraphKernelNodeGetParams_v2, "a kernel node")
+                }?;
                 shape.kernels += 1;
                 shape.dependents += usize::from(dependents.contains(&(p.func as usize)));
                 funcs.insert(node as usize, p.func);
             }
             sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_MEM_ALLOC => {
-                let mut p: sys::CUDA_MEM_ALLOC_NODE_PARAMS = unsafe { std::mem::zeroed() };
-                check(
-                    unsafe { sys::cuGraphMemAllocNodeGetParams(node, &mut p) },
-                    "an allocation node",
-                )?;
+                let p = unsafe {
+                    node_params(
+                        node,
+                        sys::cuGraphMemAllocNodeGetParams,
+                        "an allocation node",
+                    )
+                }?;
                 shape.allocations += 1;
                 shape.allocated += p.bytesize;
             }
@@ -141,6 +141,22 @@ pub(super) unsafe fn count(
         }
     }
     Ok((shape, full))
+}
+
+/// A node's parameters, read by `get` (the driver call for the node's type).
+///
+/// # Safety
+/// `node` must be a valid node of the type `get` reads; `P` a plain C struct (all zeros valid).
+unsafe fn node_params<P>(
+    node: sys::CUgraphNode,
+    get: unsafe fn(sys::CUgraphNode, *mut P) -> sys::CUresult,
+    what: &str,
+) -> Result<P, String> {
+    // SAFETY: `P` is a C struct of integers and pointers, for which all zeros is a value.
+    let mut p: P = unsafe { std::mem::zeroed() };
+    // SAFETY: `node` is valid and of `get`'s type (the caller's guarantee); `p` is writable.
+    check(unsafe { get(node, &mut p) }, what)?;
+    Ok(p)
 }
 
 /// A function's name ("?" where the driver gives none).
