@@ -39,6 +39,30 @@ fn nerr(got: &[f32], want: &[f32]) -> f64 {
     (num / den.max(1e-30)).sqrt()
 }
 
+/// A layer of weights `w` [n, k] on the CPU and on `dev` (bf16 there when `bf16`): bf16 weights
+/// on the GPU multiply f32 activations, so the CPU's f32 product of the same (rounded) weights
+/// is the reference.
+fn linear_pair(
+    dev: &Device,
+    w: &[f32],
+    n: usize,
+    k: usize,
+    bias: Option<Vec<f32>>,
+    bf16: bool,
+) -> (Linear, Linear) {
+    if bf16 {
+        (
+            Linear::from_f32(&bf16_values(w), n, k, bias.clone()).unwrap(),
+            Linear::from_bf16_on(dev, w, n, k, bias).unwrap(),
+        )
+    } else {
+        (
+            Linear::from_f32(w, n, k, bias.clone()).unwrap(),
+            Linear::from_f32_on(dev, w, n, k, bias).unwrap(),
+        )
+    }
+}
+
 fn pair(dev: &Device, rows: usize, cols: usize, data: Vec<f32>) -> (Tensor, Tensor) {
     (
         Tensor::cpu(rows, cols, data.clone()),
@@ -210,19 +234,7 @@ fn linear_f32_and_bf16_match_the_cpu() {
         let x = rng.vec(m * k, 1.0);
         let res = rng.vec(m * n, 1.0);
         for bf16 in [false, true] {
-            // bf16 weights on the GPU multiply f32 activations: the CPU's f32 product of the
-            // same (rounded) weights is the reference.
-            let (cpu_l, gpu_l) = if bf16 {
-                (
-                    Linear::from_f32(&bf16_values(&w), n, k, bias.clone()).unwrap(),
-                    Linear::from_bf16_on(&dev, &w, n, k, bias.clone()).unwrap(),
-                )
-            } else {
-                (
-                    Linear::from_f32(&w, n, k, bias.clone()).unwrap(),
-                    Linear::from_f32_on(&dev, &w, n, k, bias.clone()).unwrap(),
-                )
-            };
+            let (cpu_l, gpu_l) = linear_pair(&dev, &w, n, k, bias.clone(), bf16);
             let tol = if bf16 { 1e-5 } else { 1e-6 };
             let (xc, xg) = pair(&dev, m, k, x.clone());
             let tag = format!("linear {m}x{n}x{k} bf16={bf16}");
@@ -369,15 +381,7 @@ fn fused_products_and_qkv_preparation_match_the_cpu() {
     let mut rng = Rng(0x5eed_0fca_fe00_0001);
     for &(m, n, k) in &[(1, 3072, 1024), (3, 1000, 2048), (8, 1024, 3072)] {
         for bf16 in [false, true] {
-            let w = rng.vec(n * k, 0.05);
-            // The reference: the CPU's f32 product of the weights the GPU holds.
-            let lc = Linear::from_f32(&if bf16 { bf16_values(&w) } else { w.clone() }, n, k, None)
-                .unwrap();
-            let lg = if bf16 {
-                Linear::from_bf16_on(&dev, &w, n, k, None).unwrap()
-            } else {
-                Linear::from_f32_on(&dev, &w, n, k, None).unwrap()
-            };
+            let (lc, lg) = linear_pair(&dev, &rng.vec(n * k, 0.05), n, k, None, bf16);
             let norm = RmsNorm::new(Weight::from_vec(rng.vec(k, 1.0), vec![k]), 1e-6);
             let (xc, xg) = pair(&dev, m, k, rng.vec(m * k, 2.0));
             let tag = format!("{m}x{n}x{k} bf16={bf16}");
@@ -1062,5 +1066,69 @@ fn low_rank_updates_match_the_cpu() {
         assert!(d
             .add_low_rank(&xd, in_dim, input, &mut yd, out_dim, &bad, key)
             .is_err());
+    }
+}
+
+/// Matrix-vector products whose block holds its slice of the weights in shared memory
+/// (`gemv_held`, copied in before the kernel waits for the one before it) give the streaming
+/// kernel's results bit for bit, and the CPU's within the products' tolerance: one and two
+/// rows, plain, normed and SwiGLU inputs, f32 and bf16 weights, slices of one column to many
+/// and output counts that leave the last block short.
+#[test]
+fn held_products_equal_streamed_ones() {
+    let Some(dev) = gpu("held_products_equal_streamed_ones") else {
+        return;
+    };
+    let Device::Cuda(cuda) = &dev else {
+        unreachable!("gpu() opens a CUDA device")
+    };
+    let mut rng = Rng(0x0de1_a7ed_5eed_0002);
+    for &(m, n, k) in &[
+        (1, 67, 64),
+        (2, 1000, 136),
+        (1, 4096, 1024),
+        (2, 6144, 1024),
+        (1, 1024, 3072),
+        (2, 2053, 2048),
+    ] {
+        for bf16 in [false, true] {
+            let (lc, lg) = linear_pair(&dev, &rng.vec(n * k, 0.05), n, k, None, bf16);
+            let norm = RmsNorm::new(Weight::from_vec(rng.vec(k, 1.0), vec![k]), 1e-6);
+            let (xc, xg) = pair(&dev, m, k, rng.vec(m * k, 2.0));
+            let (gc, gg) = pair(&dev, m, 2 * k, rng.vec(m * 2 * k, 3.0));
+            let res = rng.vec(m * n, 1.0);
+            let run = |held: bool| {
+                cuda.set_gemv_held(held);
+                let rg = Tensor::from_host(&dev, m, n, res.clone()).unwrap();
+                let out = [
+                    lg.apply(&xg).unwrap(),
+                    lg.apply_normed(&xg, &norm).unwrap(),
+                    lg.apply_swiglu_residual(&gg, rg).unwrap(),
+                ];
+                out.map(|t| t.to_host().unwrap())
+            };
+            let was = cuda.gemv_held();
+            let (held, streamed) = (run(true), run(false));
+            cuda.set_gemv_held(was);
+            let want = [
+                lc.apply(&xc).unwrap(),
+                lc.apply_normed(&xc, &norm).unwrap(),
+                lc.apply_swiglu_residual(&gc, Tensor::cpu(m, n, res.clone()))
+                    .unwrap(),
+            ];
+            for (i, what) in ["plain", "normed", "swiglu"].iter().enumerate() {
+                let tag = format!("held {what} {m}x{n}x{k} bf16={bf16}");
+                assert!(
+                    held[i]
+                        .iter()
+                        .zip(&streamed[i])
+                        .all(|(a, b)| a.to_bits() == b.to_bits()),
+                    "{tag}: held and streamed products differ"
+                );
+                let e = nerr(&held[i], &want[i].to_host().unwrap());
+                eprintln!("{tag}: bit-equal to the streaming kernel, normalized error {e:.2e}");
+                assert!(e < 1e-5, "{tag}: normalized error {e:e}");
+            }
+        }
     }
 }

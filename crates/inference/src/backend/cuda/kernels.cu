@@ -662,6 +662,91 @@ extern "C" __global__ void gemv_f32(const float* x, const float* w, float* y, in
     gemv<false>(x, w, y, m, n, k, accumulate, norm_w, eps, swiglu);
 }
 
+// The same product with the block's whole slice of W held in shared memory: block b takes
+// columns [b * cols, (b + 1) * cols) (contiguous rows of W), and thread 0 issues one bulk copy
+// (cp.async.bulk, the copy engine; completion counted in bytes on an mbarrier) of the slice
+// before the kernel waits for the one before it. Launched as a dependent, the kernel's weights
+// stream in while the kernel before it still runs, and its own time after the wait is the
+// staging of x and arithmetic on shared memory. One wave of blocks (at most one per SM); the
+// launcher takes it where a slice fits beside another kernel's on an SM (launch.rs,
+// GEMV_HELD_BYTES). Sums as gemv does (gemv_chunk, chunks lane, lane + 32, ... per lane), so
+// the two are bit-equal. Shared memory: the slice (cols * k weights), then x (m * k f32).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define GEMV_HELD 1
+#endif
+
+__device__ __forceinline__ unsigned smem_addr(const void* p) {
+    return (unsigned)__cvta_generic_to_shared(p);
+}
+
+template <bool BF16>
+__device__ void gemv_held(const float* x, const void* w, float* y, int m, int n, int k,
+                          int accumulate, const float* norm_w, float eps, int swiglu,
+                          int cols) {
+    extern __shared__ __align__(128) unsigned char held_smem[];
+    const int chunks = BF16 ? k / 8 : k / 4;
+    const size_t row_bytes = (size_t)k * (BF16 ? 2 : 4);
+    const int c0 = blockIdx.x * cols, c1 = min(n, c0 + cols);
+    const uint4* ws = (const uint4*)held_smem;
+    float4* xs4 = (float4*)(held_smem + (size_t)cols * row_bytes);
+#ifdef GEMV_HELD
+    __shared__ __align__(8) unsigned long long bar;
+    const unsigned bar_a = smem_addr(&bar);
+    if (threadIdx.x == 0) {
+        const unsigned bytes = (unsigned)((size_t)(c1 - c0) * row_bytes);
+        asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar_a) : "memory");
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar_a),
+                     "r"(bytes)
+                     : "memory");
+        asm volatile(
+            "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, "
+            "[%3];" ::"r"(smem_addr(held_smem)),
+            "l"((const char*)w + (size_t)c0 * row_bytes), "r"(bytes), "r"(bar_a)
+            : "memory");
+    }
+    // The slice streams in while this kernel waits for the one before it.
+    DEP_ENTER();
+    gemv_stage<BF16>(x, xs4, m, k, norm_w, eps, swiglu);
+    unsigned done = 0;
+    while (!done) {
+        asm volatile(
+            "{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], 0; "
+            "selp.u32 %0, 1, 0, p; }"
+            : "=r"(done)
+            : "r"(bar_a)
+            : "memory");
+    }
+#else
+    // Without the copy engine (before compute capability 9.0): the slice as plain loads.
+    DEP_ENTER();
+    for (int i = threadIdx.x; i < (c1 - c0) * chunks; i += blockDim.x)
+        ((uint4*)held_smem)[i] = ((const uint4*)((const char*)w + (size_t)c0 * row_bytes))[i];
+    gemv_stage<BF16>(x, xs4, m, k, norm_w, eps, swiglu);
+#endif
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    for (int col = c0 + warp; col < c1; col += blockDim.x >> 5) {
+        const uint4* wr = ws + (size_t)(col - c0) * chunks;
+        float acc[GEMV_ROWS];
+#pragma unroll
+        for (int j = 0; j < GEMV_ROWS; j++) acc[j] = 0.0f;
+        for (int c = lane; c < chunks; c += 32) gemv_chunk<BF16>(acc, wr[c], xs4, c, m, k);
+        gemv_store(acc, y, m, n, col, lane, accumulate);
+    }
+}
+
+extern "C" __global__ void gemv_held_bf16(const float* x, const bf16_t* w, float* y, int m, int n,
+                                          int k, int accumulate, const float* norm_w, float eps,
+                                          int swiglu, int cols) {
+    gemv_held<true>(x, w, y, m, n, k, accumulate, norm_w, eps, swiglu, cols);
+}
+
+extern "C" __global__ void gemv_held_f32(const float* x, const float* w, float* y, int m, int n,
+                                         int k, int accumulate, const float* norm_w, float eps,
+                                         int swiglu, int cols) {
+    gemv_held<false>(x, w, y, m, n, k, accumulate, norm_w, eps, swiglu, cols);
+}
+
 // The larger of two (value, index) candidates: the larger value, the lower index on ties;
 // index 0x7fffffff stands for "no number yet" (NaN never wins).
 __device__ __forceinline__ void arg_better(float& v, int& i, float ov, int oi) {
