@@ -1072,8 +1072,9 @@ fn low_rank_updates_match_the_cpu() {
 /// Matrix-vector products whose block holds its slice of the weights in shared memory
 /// (`gemv_held`, copied in before the kernel waits for the one before it) give the streaming
 /// kernel's results bit for bit, and the CPU's within the products' tolerance: one and two
-/// rows, plain, normed and SwiGLU inputs, f32 and bf16 weights, slices of one column to many
-/// and output counts that leave the last block short.
+/// rows, plain, normed and SwiGLU inputs, f32 and bf16 weights, slices of one column to many,
+/// output counts that leave the last block short, and inputs held in registers (one row of
+/// at most 1,024 bf16 weights) or read from shared memory.
 #[test]
 fn held_products_equal_streamed_ones() {
     let Some(dev) = gpu("held_products_equal_streamed_ones") else {
@@ -1088,6 +1089,7 @@ fn held_products_equal_streamed_ones() {
         (2, 1000, 136),
         (1, 4096, 1024),
         (2, 6144, 1024),
+        (1, 6144, 1000),
         (1, 1024, 3072),
         (2, 2053, 2048),
     ] {

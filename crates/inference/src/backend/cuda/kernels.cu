@@ -552,13 +552,11 @@ __device__ void gemv_stage(const float* x, float4* xs4, int m, int k, const floa
     __syncthreads();
 }
 
-// acc[j] += chunk c of the weight row (16 bytes: 8 bf16 or 4 f32 values) · chunk c of staged
-// row j, for j < m. Both matrix-vector kernels sum through this, in the same order per lane
-// (chunks lane, lane + 32, ...), so their results are bit-equal.
+// acc + chunk pk of a weight row (16 bytes: 8 bf16 or 4 f32 values) · the input values it
+// multiplies (bf16: a then b; f32: a). Every matrix-vector kernel sums through this, in the same
+// order per lane (chunks lane, lane + 32, ...), so their results are bit-equal.
 template <bool BF16>
-__device__ __forceinline__ void gemv_chunk(float (&acc)[GEMV_ROWS], uint4 pk, const float4* xs4,
-                                           int c, int m, int k) {
-    const int k8 = k / 8, k4 = k / 4;
+__device__ __forceinline__ float gemv_dot(float acc, uint4 pk, float4 a, float4 b) {
     if (BF16) {
         const unsigned parts[4] = {pk.x, pk.y, pk.z, pk.w};
         float wv[8];
@@ -567,26 +565,36 @@ __device__ __forceinline__ void gemv_chunk(float (&acc)[GEMV_ROWS], uint4 pk, co
             wv[2 * q] = __uint_as_float(parts[q] << 16);
             wv[2 * q + 1] = __uint_as_float(parts[q] & 0xffff0000u);
         }
-#pragma unroll
-        for (int j = 0; j < GEMV_ROWS; j++) {
-            if (j < m) {
-                const float4 a = xs4[(2 * j) * k8 + c], b = xs4[(2 * j + 1) * k8 + c];
-                acc[j] += wv[0] * a.x + wv[1] * a.y + wv[2] * a.z + wv[3] * a.w
-                        + wv[4] * b.x + wv[5] * b.y + wv[6] * b.z + wv[7] * b.w;
-            }
-        }
+        return acc + (wv[0] * a.x + wv[1] * a.y + wv[2] * a.z + wv[3] * a.w
+                      + wv[4] * b.x + wv[5] * b.y + wv[6] * b.z + wv[7] * b.w);
+    }
+    return acc + (__uint_as_float(pk.x) * a.x + __uint_as_float(pk.y) * a.y
+                  + __uint_as_float(pk.z) * a.z + __uint_as_float(pk.w) * a.w);
+}
+
+// The input values chunk c of a weight row multiplies in staged row j (see gemv_stage): bf16
+// a and b, f32 a (b unused).
+template <bool BF16>
+__device__ __forceinline__ void gemv_input(const float4* xs4, int j, int c, int k, float4& a,
+                                           float4& b) {
+    if (BF16) {
+        a = xs4[(2 * j) * (k / 8) + c];
+        b = xs4[(2 * j + 1) * (k / 8) + c];
     } else {
-        float4 wf;
-        wf.x = __uint_as_float(pk.x);
-        wf.y = __uint_as_float(pk.y);
-        wf.z = __uint_as_float(pk.z);
-        wf.w = __uint_as_float(pk.w);
+        a = b = xs4[j * (k / 4) + c];
+    }
+}
+
+// acc[j] += chunk c of the weight row · chunk c of staged row j, for j < m.
+template <bool BF16>
+__device__ __forceinline__ void gemv_chunk(float (&acc)[GEMV_ROWS], uint4 pk, const float4* xs4,
+                                           int c, int m, int k) {
 #pragma unroll
-        for (int j = 0; j < GEMV_ROWS; j++) {
-            if (j < m) {
-                const float4 a = xs4[j * k4 + c];
-                acc[j] += wf.x * a.x + wf.y * a.y + wf.z * a.z + wf.w * a.w;
-            }
+    for (int j = 0; j < GEMV_ROWS; j++) {
+        if (j < m) {
+            float4 a, b;
+            gemv_input<BF16>(xs4, j, c, k, a, b);
+            acc[j] = gemv_dot<BF16>(acc[j], pk, a, b);
         }
     }
 }
@@ -674,6 +682,10 @@ extern "C" __global__ void gemv_f32(const float* x, const float* w, float* y, in
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 #define GEMV_HELD 1
 #endif
+// Chunks per lane a one-row held product keeps its input in registers for (bf16: k <= 1024;
+// f32: k <= 512); LATTICE_GEMV_HELD_SMEM_X (`LATTICE_CUDA_HELD_SMEM_X=1`) reads it from shared
+// memory for every column instead, to measure what this saves.
+#define GEMV_HELD_RX 4
 
 __device__ __forceinline__ unsigned smem_addr(const void* p) {
     return (unsigned)__cvta_generic_to_shared(p);
@@ -725,6 +737,29 @@ __device__ void gemv_held(const float* x, const void* w, float* y, int m, int n,
     gemv_stage<BF16>(x, xs4, m, k, norm_w, eps, swiglu);
 #endif
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+#ifndef LATTICE_GEMV_HELD_SMEM_X
+    if (m == 1 && chunks <= 32 * GEMV_HELD_RX) {
+        // One row of at most 32 * GEMV_HELD_RX chunks: each lane keeps its input values in
+        // registers across the block's columns, so shared memory serves only the weights.
+        float4 xa[GEMV_HELD_RX], xb[GEMV_HELD_RX];
+#pragma unroll
+        for (int i = 0; i < GEMV_HELD_RX; i++) {
+            const int c = lane + 32 * i;
+            if (c < chunks) gemv_input<BF16>(xs4, 0, c, k, xa[i], xb[i]);
+        }
+        for (int col = c0 + warp; col < c1; col += blockDim.x >> 5) {
+            const uint4* wr = ws + (size_t)(col - c0) * chunks;
+            float acc[GEMV_ROWS] = {};
+#pragma unroll
+            for (int i = 0; i < GEMV_HELD_RX; i++) {
+                const int c = lane + 32 * i;
+                if (c < chunks) acc[0] = gemv_dot<BF16>(acc[0], wr[c], xa[i], xb[i]);
+            }
+            gemv_store(acc, y, 1, n, col, lane, accumulate);
+        }
+        return;
+    }
+#endif
     for (int col = c0 + warp; col < c1; col += blockDim.x >> 5) {
         const uint4* wr = ws + (size_t)(col - c0) * chunks;
         float acc[GEMV_ROWS];

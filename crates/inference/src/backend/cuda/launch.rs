@@ -176,7 +176,7 @@ impl CudaDevice {
         }
         // Programmatic dependent launch (compute capability 9.0 and later): the kernel may
         // start while the one before it finishes; every kernel of the .cu files waits
-        // (`DEP_WAIT`) before it touches memory that an earlier kernel writes or reads.
+        // (`DEP_ENTER`) before it touches memory that an earlier kernel writes or reads.
         let mut attr = drv::CUlaunchAttribute {
             id: drv::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
             pad: [0; 4],

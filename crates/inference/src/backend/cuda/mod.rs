@@ -302,12 +302,19 @@ pub fn compile_kernels(cc: (i32, i32)) -> Result<cudarc::nvrtc::Ptx> {
     let arch: &'static str = Box::leak(format!("compute_{}{}", cc.0, cc.1).into_boxed_str());
     let opts = cudarc::nvrtc::CompileOptions {
         arch: Some(arch),
-        // `LATTICE_CUDA_EARLY_TRIGGER=1`: see DEP_ENTER in kernels.cu.
-        options: if std::env::var("LATTICE_CUDA_EARLY_TRIGGER").is_ok_and(|v| v == "1") {
-            vec!["--std=c++17".into(), "-DLATTICE_EARLY_TRIGGER".into()]
-        } else {
-            vec!["--std=c++17".into()]
-        },
+        // Switches for measuring (kernels.cu): `LATTICE_CUDA_EARLY_TRIGGER=1` (DEP_ENTER),
+        // `LATTICE_CUDA_HELD_SMEM_X=1` (gemv_held).
+        options: std::iter::once("--std=c++17".to_string())
+            .chain(
+                [
+                    ("LATTICE_CUDA_EARLY_TRIGGER", "-DLATTICE_EARLY_TRIGGER"),
+                    ("LATTICE_CUDA_HELD_SMEM_X", "-DLATTICE_GEMV_HELD_SMEM_X"),
+                ]
+                .into_iter()
+                .filter(|(var, _)| std::env::var(var).is_ok_and(|v| v == "1"))
+                .map(|(_, define)| define.to_string()),
+            )
+            .collect(),
         ..Default::default()
     };
     cudarc::nvrtc::compile_ptx_with_opts(KERNELS, opts)
