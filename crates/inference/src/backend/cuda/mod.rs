@@ -245,6 +245,8 @@ pub struct CudaDevice {
     /// Whether matrix-vector products whose slices fit take `gemv_held` (compute capability
     /// 9.0 and later, unless `LATTICE_CUDA_GEMV_HELD=0`; see [`CudaDevice::gemv_held_cols`]).
     gemv_held: AtomicBool,
+    /// Blocks per SM of a held product (1; `LATTICE_CUDA_HELD_BLOCKS` to measure others).
+    held_blocks_per_sm: usize,
 }
 
 /// A step input's last bytes on the host and its device buffer.
@@ -559,6 +561,11 @@ impl CudaDevice {
             dependent_launch: cc.0 >= 9
                 && std::env::var("LATTICE_CUDA_PDL").map_or(true, |v| v != "0"),
             gemv_blocks_per_sm,
+            held_blocks_per_sm: std::env::var("LATTICE_CUDA_HELD_BLOCKS")
+                .ok()
+                .and_then(|v| v.parse::<usize>().ok())
+                .unwrap_or(1)
+                .max(1),
             gemv_held: AtomicBool::new(
                 cc.0 >= 9 && std::env::var("LATTICE_CUDA_GEMV_HELD").map_or(true, |v| v != "0"),
             ),
@@ -585,7 +592,7 @@ impl CudaDevice {
     /// weights in shared memory (`gemv_held` in kernels.cu): one block per SM, where the
     /// slice and the staged input fit in [`launch::GEMV_HELD_BYTES`]; `None` to stream them.
     pub(crate) fn gemv_held_cols(&self, m: usize, n: usize, k: usize, elt: usize) -> Option<usize> {
-        let cols = n.div_ceil(self.sms);
+        let cols = n.div_ceil(self.sms * self.held_blocks_per_sm);
         let fits = cols * k * elt + m * k * 4 <= launch::GEMV_HELD_BYTES;
         (self.gemv_held() && fits && self.smem_optin >= launch::GEMV_HELD_BYTES).then_some(cols)
     }
