@@ -14,15 +14,15 @@ typedef unsigned long long u64;
 
 // Programmatic dependent launch (compute capability 9.0 and later; backend/cuda/launch.rs):
 // a kernel may be started while the kernel before it in the stream is still running. Every
-// kernel therefore begins with DEP_ENTER: wait until the kernels before it have finished and
-// their writes are visible, then let the next kernel start (it waits in turn). Only reads of
+// kernel therefore begins with DEP_ENTER: let the next kernel start (it waits in turn), then
+// wait until the kernels before it have finished and their writes are visible. Only reads of
 // what no kernel of the step writes may come before it: weights (the matrix-vector product's
 // first loads), step inputs, and key and value rows of earlier steps (decode attention's
-// staging). Without the launch attribute both instructions return at once. Compiled with
-// LATTICE_EARLY_TRIGGER (`LATTICE_CUDA_EARLY_TRIGGER=1`, opt-in until the parity tests run
-// with it) a kernel lets the next one start before it waits itself (H100: batch-1 step 1.6%
-// shorter); every kernel still waits before it touches memory.
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(LATTICE_EARLY_TRIGGER)
+// staging). Without the launch attribute both instructions return at once. Triggering before
+// the wait lets the next kernel's blocks start (and load their weights) while this one waits
+// (H100, 2026-12-06: batch-1 step 0.966 -> 0.950 ms); compiled with LATTICE_LATE_TRIGGER
+// (`LATTICE_CUDA_EARLY_TRIGGER=0`) a kernel triggers only after its own wait.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && !defined(LATTICE_LATE_TRIGGER)
 #define DEP_ENTER()                                                \
     do {                                                           \
         asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); \
@@ -552,11 +552,13 @@ __device__ void gemv_stage(const float* x, float4* xs4, int m, int k, const floa
     __syncthreads();
 }
 
-// acc + chunk pk of a weight row (16 bytes: 8 bf16 or 4 f32 values) · the input values it
-// multiplies (bf16: a then b; f32: a). Every matrix-vector kernel sums through this, in the same
-// order per lane (chunks lane, lane + 32, ...), so their results are bit-equal.
+// acc[j] += chunk c of the weight row (16 bytes: 8 bf16 or 4 f32 values) · chunk c of staged
+// row j, for j < m. Both matrix-vector kernels sum through this, in the same order per lane
+// (chunks lane, lane + 32, ...), so their results are bit-equal.
 template <bool BF16>
-__device__ __forceinline__ float gemv_dot(float acc, uint4 pk, float4 a, float4 b) {
+__device__ __forceinline__ void gemv_chunk(float (&acc)[GEMV_ROWS], uint4 pk, const float4* xs4,
+                                           int c, int m, int k) {
+    const int k8 = k / 8, k4 = k / 4;
     if (BF16) {
         const unsigned parts[4] = {pk.x, pk.y, pk.z, pk.w};
         float wv[8];
@@ -565,36 +567,26 @@ __device__ __forceinline__ float gemv_dot(float acc, uint4 pk, float4 a, float4 
             wv[2 * q] = __uint_as_float(parts[q] << 16);
             wv[2 * q + 1] = __uint_as_float(parts[q] & 0xffff0000u);
         }
-        return acc + (wv[0] * a.x + wv[1] * a.y + wv[2] * a.z + wv[3] * a.w
-                      + wv[4] * b.x + wv[5] * b.y + wv[6] * b.z + wv[7] * b.w);
-    }
-    return acc + (__uint_as_float(pk.x) * a.x + __uint_as_float(pk.y) * a.y
-                  + __uint_as_float(pk.z) * a.z + __uint_as_float(pk.w) * a.w);
-}
-
-// The input values chunk c of a weight row multiplies in staged row j (see gemv_stage): bf16
-// a and b, f32 a (b unused).
-template <bool BF16>
-__device__ __forceinline__ void gemv_input(const float4* xs4, int j, int c, int k, float4& a,
-                                           float4& b) {
-    if (BF16) {
-        a = xs4[(2 * j) * (k / 8) + c];
-        b = xs4[(2 * j + 1) * (k / 8) + c];
-    } else {
-        a = b = xs4[j * (k / 4) + c];
-    }
-}
-
-// acc[j] += chunk c of the weight row · chunk c of staged row j, for j < m.
-template <bool BF16>
-__device__ __forceinline__ void gemv_chunk(float (&acc)[GEMV_ROWS], uint4 pk, const float4* xs4,
-                                           int c, int m, int k) {
 #pragma unroll
-    for (int j = 0; j < GEMV_ROWS; j++) {
-        if (j < m) {
-            float4 a, b;
-            gemv_input<BF16>(xs4, j, c, k, a, b);
-            acc[j] = gemv_dot<BF16>(acc[j], pk, a, b);
+        for (int j = 0; j < GEMV_ROWS; j++) {
+            if (j < m) {
+                const float4 a = xs4[(2 * j) * k8 + c], b = xs4[(2 * j + 1) * k8 + c];
+                acc[j] += wv[0] * a.x + wv[1] * a.y + wv[2] * a.z + wv[3] * a.w
+                        + wv[4] * b.x + wv[5] * b.y + wv[6] * b.z + wv[7] * b.w;
+            }
+        }
+    } else {
+        float4 wf;
+        wf.x = __uint_as_float(pk.x);
+        wf.y = __uint_as_float(pk.y);
+        wf.z = __uint_as_float(pk.z);
+        wf.w = __uint_as_float(pk.w);
+#pragma unroll
+        for (int j = 0; j < GEMV_ROWS; j++) {
+            if (j < m) {
+                const float4 a = xs4[j * k4 + c];
+                acc[j] += wf.x * a.x + wf.y * a.y + wf.z * a.z + wf.w * a.w;
+            }
         }
     }
 }
@@ -668,118 +660,6 @@ extern "C" __global__ void gemv_bf16(const float* x, const bf16_t* w, float* y, 
 extern "C" __global__ void gemv_f32(const float* x, const float* w, float* y, int m, int n, int k,
                                     int accumulate, const float* norm_w, float eps, int swiglu) {
     gemv<false>(x, w, y, m, n, k, accumulate, norm_w, eps, swiglu);
-}
-
-// The same product with the block's whole slice of W held in shared memory: block b takes
-// columns [b * cols, (b + 1) * cols) (contiguous rows of W), and thread 0 issues one bulk copy
-// (cp.async.bulk, the copy engine; completion counted in bytes on an mbarrier) of the slice
-// before the kernel waits for the one before it. Launched as a dependent, the kernel's weights
-// stream in while the kernel before it still runs, and its own time after the wait is the
-// staging of x and arithmetic on shared memory. One wave of blocks (at most one per SM); the
-// launcher takes it where a slice fits beside another kernel's on an SM (launch.rs,
-// GEMV_HELD_BYTES). Sums as gemv does (gemv_chunk, chunks lane, lane + 32, ... per lane), so
-// the two are bit-equal. Shared memory: the slice (cols * k weights), then x (m * k f32).
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-#define GEMV_HELD 1
-#endif
-// Chunks per lane a one-row held product keeps its input in registers for (bf16: k <= 1024;
-// f32: k <= 512); LATTICE_GEMV_HELD_SMEM_X (`LATTICE_CUDA_HELD_SMEM_X=1`) reads it from shared
-// memory for every column instead, to measure what this saves.
-#define GEMV_HELD_RX 4
-
-__device__ __forceinline__ unsigned smem_addr(const void* p) {
-    return (unsigned)__cvta_generic_to_shared(p);
-}
-
-template <bool BF16>
-__device__ void gemv_held(const float* x, const void* w, float* y, int m, int n, int k,
-                          int accumulate, const float* norm_w, float eps, int swiglu,
-                          int cols) {
-    extern __shared__ __align__(128) unsigned char held_smem[];
-    const int chunks = BF16 ? k / 8 : k / 4;
-    const size_t row_bytes = (size_t)k * (BF16 ? 2 : 4);
-    const int c0 = blockIdx.x * cols, c1 = min(n, c0 + cols);
-    const uint4* ws = (const uint4*)held_smem;
-    float4* xs4 = (float4*)(held_smem + (size_t)cols * row_bytes);
-#ifdef GEMV_HELD
-    __shared__ __align__(8) unsigned long long bar;
-    const unsigned bar_a = smem_addr(&bar);
-    if (threadIdx.x == 0) {
-        const unsigned bytes = (unsigned)((size_t)(c1 - c0) * row_bytes);
-        asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar_a) : "memory");
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar_a),
-                     "r"(bytes)
-                     : "memory");
-        asm volatile(
-            "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, "
-            "[%3];" ::"r"(smem_addr(held_smem)),
-            "l"((const char*)w + (size_t)c0 * row_bytes), "r"(bytes), "r"(bar_a)
-            : "memory");
-    }
-    // The slice streams in while this kernel waits for the one before it.
-    DEP_ENTER();
-    gemv_stage<BF16>(x, xs4, m, k, norm_w, eps, swiglu);
-    unsigned done = 0;
-    while (!done) {
-        asm volatile(
-            "{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], 0; "
-            "selp.u32 %0, 1, 0, p; }"
-            : "=r"(done)
-            : "r"(bar_a)
-            : "memory");
-    }
-#else
-    // Without the copy engine (before compute capability 9.0): the slice as plain loads.
-    DEP_ENTER();
-    for (int i = threadIdx.x; i < (c1 - c0) * chunks; i += blockDim.x)
-        ((uint4*)held_smem)[i] = ((const uint4*)((const char*)w + (size_t)c0 * row_bytes))[i];
-    gemv_stage<BF16>(x, xs4, m, k, norm_w, eps, swiglu);
-#endif
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-#ifndef LATTICE_GEMV_HELD_SMEM_X
-    if (m == 1 && chunks <= 32 * GEMV_HELD_RX) {
-        // One row of at most 32 * GEMV_HELD_RX chunks: each lane keeps its input values in
-        // registers across the block's columns, so shared memory serves only the weights.
-        float4 xa[GEMV_HELD_RX], xb[GEMV_HELD_RX];
-#pragma unroll
-        for (int i = 0; i < GEMV_HELD_RX; i++) {
-            const int c = lane + 32 * i;
-            if (c < chunks) gemv_input<BF16>(xs4, 0, c, k, xa[i], xb[i]);
-        }
-        for (int col = c0 + warp; col < c1; col += blockDim.x >> 5) {
-            const uint4* wr = ws + (size_t)(col - c0) * chunks;
-            float acc[GEMV_ROWS] = {};
-#pragma unroll
-            for (int i = 0; i < GEMV_HELD_RX; i++) {
-                const int c = lane + 32 * i;
-                if (c < chunks) acc[0] = gemv_dot<BF16>(acc[0], wr[c], xa[i], xb[i]);
-            }
-            gemv_store(acc, y, 1, n, col, lane, accumulate);
-        }
-        return;
-    }
-#endif
-    for (int col = c0 + warp; col < c1; col += blockDim.x >> 5) {
-        const uint4* wr = ws + (size_t)(col - c0) * chunks;
-        float acc[GEMV_ROWS];
-#pragma unroll
-        for (int j = 0; j < GEMV_ROWS; j++) acc[j] = 0.0f;
-        for (int c = lane; c < chunks; c += 32) gemv_chunk<BF16>(acc, wr[c], xs4, c, m, k);
-        gemv_store(acc, y, m, n, col, lane, accumulate);
-    }
-}
-
-extern "C" __global__ void gemv_held_bf16(const float* x, const bf16_t* w, float* y, int m, int n,
-                                          int k, int accumulate, const float* norm_w, float eps,
-                                          int swiglu, int cols) {
-    gemv_held<true>(x, w, y, m, n, k, accumulate, norm_w, eps, swiglu, cols);
-}
-
-extern "C" __global__ void gemv_held_f32(const float* x, const float* w, float* y, int m, int n,
-                                         int k, int accumulate, const float* norm_w, float eps,
-                                         int swiglu, int cols) {
-    gemv_held<false>(x, w, y, m, n, k, accumulate, norm_w, eps, swiglu, cols);
 }
 
 // The larger of two (value, index) candidates: the larger value, the lower index on ties;

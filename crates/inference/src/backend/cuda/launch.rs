@@ -104,11 +104,6 @@ const SPLIT_HELD: usize = 4;
 /// Shared memory the matrix-vector kernels may stage their input in (m * k f32 values).
 pub const GEMV_SMEM_BYTES: usize = 96 * 1024;
 
-/// Shared memory of a `gemv_held` block at most (its slice of the weights and the staged
-/// input): small enough that the next kernel's blocks fit beside it on an SM (228 KiB on
-/// Hopper) and load their own weights while it runs.
-pub const GEMV_HELD_BYTES: usize = 112 * 1024;
-
 /// The kernel variant (index into [`ATTN_HEAD_DIMS`]) of heads of `hd` dimensions: the
 /// smallest class that holds them; heads must be a multiple of 4 and at most 256.
 fn attn_variant(hd: usize) -> Result<usize> {
@@ -1010,9 +1005,7 @@ impl CudaDevice {
 
     /// [`CudaDevice::matmul`] for m <= GEMV_ROWS rows and k a multiple of 8 ([`gemv_fits`]):
     /// one warp per output column streaming W once (decode is bound by reading the weights),
-    /// with `input` applied to the rows as they are staged. Where a block's slice of W fits
-    /// ([`CudaDevice::gemv_held_cols`]), the slice is copied into shared memory before the
-    /// kernel waits for the one before it (the same sums, bit-equal).
+    /// with `input` applied to the rows as they are staged.
     ///
     /// [`gemv_fits`]: CudaDevice::gemv_fits
     #[allow(clippy::too_many_arguments)]
@@ -1029,16 +1022,14 @@ impl CudaDevice {
     ) -> Result<()> {
         assert!(self.gemv_fits(m, n, k) && y.len() >= m * n);
         let (pn, eps, sw) = self.input_args(input, x, m, k);
-        let ks = self.kernels();
-        // (streaming kernel, held kernel, bytes per weight, W)
-        let (streamed, held_f, elt, pw) = match w {
+        let (f, pw) = match w {
             MatrixData::F32(b) => {
                 assert!(b.len() >= n * k);
-                (&ks.gemv_f32, &ks.gemv_held_f32, 4, self.ptr(b))
+                (&self.kernels().gemv_f32, self.ptr(b))
             }
             MatrixData::Bf16(b) => {
                 assert!(b.len() >= n * k);
-                (&ks.gemv_bf16, &ks.gemv_held_bf16, 2, self.ptr(b))
+                (&self.kernels().gemv_bf16, self.ptr(b))
             }
             MatrixData::Q8 { q, d } => {
                 return self.matmul_q8(x, m, (q, d), n, k, y, accumulate, input);
@@ -1047,11 +1038,8 @@ impl CudaDevice {
                 return self.matmul_blocks(x, m, parts, n, k, y, accumulate, input);
             }
         };
-        let held = self.gemv_held_cols(m, n, k, elt);
-        let f = if held.is_some() { held_f } else { streamed };
         let (px, py) = (self.ptr(x), self.mptr(y));
         let (mi, ni, ki, acc) = (m as i32, n as i32, k as i32, i32::from(accumulate));
-        let cols_i = held.map_or(0, |c| c as i32);
         let mut b = self.args(f);
         b.arg(&px)
             .arg(&pw)
@@ -1063,25 +1051,14 @@ impl CudaDevice {
             .arg(&pn)
             .arg(&eps)
             .arg(&sw);
-        let cfg = match held {
-            Some(cols) => {
-                b.arg(&cols_i);
-                LaunchConfig {
-                    grid_dim: (n.div_ceil(cols) as u32, 1, 1),
-                    block_dim: (256, 1, 1),
-                    shared_mem_bytes: (cols * k * elt + m * k * 4) as u32,
-                }
-            }
-            None => LaunchConfig {
-                grid_dim: (self.gemv_blocks(n) as u32, 1, 1),
-                block_dim: (256, 1, 1),
-                shared_mem_bytes: (m * k * 4) as u32,
-            },
+        let cfg = LaunchConfig {
+            grid_dim: (self.gemv_blocks(n) as u32, 1, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: (m * k * 4) as u32,
         };
         // SAFETY: x holds the rows input_args checked, W n*k (16-byte aligned rows: k is a
         // multiple of 8 and device allocations are 256-byte aligned), y m*n; warp `col < n`
-        // writes y[j * n + col] for j < m. A held block copies rows [b * cols, min(n, (b + 1)
-        // * cols)) of W (within its n*k) into its shared memory, sized for `cols` rows and x.
+        // writes y[j * n + col] for j < m.
         unsafe { self.go(&mut b, cfg, "gemv") }
     }
 }

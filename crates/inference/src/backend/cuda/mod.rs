@@ -22,7 +22,6 @@ mod shape;
 pub use shape::Shape as RecordingShape;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use cudarc::cublas::CudaBlas;
@@ -165,9 +164,6 @@ pub(crate) struct Kernels {
     pub embed_f32: CudaFunction,
     pub gemv_bf16: CudaFunction,
     pub gemv_f32: CudaFunction,
-    /// The matrix-vector kernels that hold a block's slice of the weights in shared memory.
-    pub gemv_held_bf16: CudaFunction,
-    pub gemv_held_f32: CudaFunction,
     pub gemv_q8: CudaFunction,
     /// The block types' matrix-vector kernels (quant.rs `block_layout`: Q4_0, Q4_1, Q5_0,
     /// Q4_K, Q6_K, Q8_0).
@@ -242,11 +238,6 @@ pub struct CudaDevice {
     /// Most blocks per multiprocessor of a matrix-vector product: as many as fit at once
     /// (one wave; `LATTICE_CUDA_GEMV_BLOCKS` overrides, 0 = one block per 8 output columns).
     gemv_blocks_per_sm: usize,
-    /// Whether matrix-vector products whose slices fit take `gemv_held` (compute capability
-    /// 9.0 and later, unless `LATTICE_CUDA_GEMV_HELD=0`; see [`CudaDevice::gemv_held_cols`]).
-    gemv_held: AtomicBool,
-    /// Blocks per SM of a held product (1; `LATTICE_CUDA_HELD_BLOCKS` to measure others).
-    held_blocks_per_sm: usize,
 }
 
 /// A step input's last bytes on the host and its device buffer.
@@ -304,19 +295,12 @@ pub fn compile_kernels(cc: (i32, i32)) -> Result<cudarc::nvrtc::Ptx> {
     let arch: &'static str = Box::leak(format!("compute_{}{}", cc.0, cc.1).into_boxed_str());
     let opts = cudarc::nvrtc::CompileOptions {
         arch: Some(arch),
-        // Switches for measuring (kernels.cu): `LATTICE_CUDA_EARLY_TRIGGER=1` (DEP_ENTER),
-        // `LATTICE_CUDA_HELD_SMEM_X=1` (gemv_held).
-        options: std::iter::once("--std=c++17".to_string())
-            .chain(
-                [
-                    ("LATTICE_CUDA_EARLY_TRIGGER", "-DLATTICE_EARLY_TRIGGER"),
-                    ("LATTICE_CUDA_HELD_SMEM_X", "-DLATTICE_GEMV_HELD_SMEM_X"),
-                ]
-                .into_iter()
-                .filter(|(var, _)| std::env::var(var).is_ok_and(|v| v == "1"))
-                .map(|(_, define)| define.to_string()),
-            )
-            .collect(),
+        // `LATTICE_CUDA_EARLY_TRIGGER=0`: see DEP_ENTER in kernels.cu.
+        options: if std::env::var("LATTICE_CUDA_EARLY_TRIGGER").is_ok_and(|v| v == "0") {
+            vec!["--std=c++17".into(), "-DLATTICE_LATE_TRIGGER".into()]
+        } else {
+            vec!["--std=c++17".into()]
+        },
         ..Default::default()
     };
     cudarc::nvrtc::compile_ptx_with_opts(KERNELS, opts)
@@ -406,8 +390,6 @@ impl CudaDevice {
             embed_f32: f("embed_f32")?,
             gemv_bf16: f("gemv_bf16")?,
             gemv_f32: f("gemv_f32")?,
-            gemv_held_bf16: f("gemv_held_bf16")?,
-            gemv_held_f32: f("gemv_held_f32")?,
             gemv_q8: f("gemv_q8")?,
             gemv_blocks: [
                 f("gemv_q4_0")?,
@@ -508,8 +490,6 @@ impl CudaDevice {
             (&kernels.gemv_bf16, launch::GEMV_SMEM_BYTES),
             (&kernels.gemv_f32, launch::GEMV_SMEM_BYTES),
             (&kernels.gemv_q8, launch::GEMV_SMEM_BYTES),
-            (&kernels.gemv_held_bf16, launch::GEMV_HELD_BYTES),
-            (&kernels.gemv_held_f32, launch::GEMV_HELD_BYTES),
             (&kernels.pick_rows, sample::PICK_SMEM_BYTES),
         ]) {
             if bytes > smem_optin {
@@ -561,14 +541,6 @@ impl CudaDevice {
             dependent_launch: cc.0 >= 9
                 && std::env::var("LATTICE_CUDA_PDL").map_or(true, |v| v != "0"),
             gemv_blocks_per_sm,
-            held_blocks_per_sm: std::env::var("LATTICE_CUDA_HELD_BLOCKS")
-                .ok()
-                .and_then(|v| v.parse::<usize>().ok())
-                .unwrap_or(1)
-                .max(1),
-            gemv_held: AtomicBool::new(
-                cc.0 >= 9 && std::env::var("LATTICE_CUDA_GEMV_HELD").map_or(true, |v| v != "0"),
-            ),
         })
     }
 
@@ -586,27 +558,6 @@ impl CudaDevice {
             0 => all,
             b => all.min(b * self.sms),
         }
-    }
-
-    /// Output columns per block of a matrix-vector product that holds its slice of the
-    /// weights in shared memory (`gemv_held` in kernels.cu): one block per SM, where the
-    /// slice and the staged input fit in [`launch::GEMV_HELD_BYTES`]; `None` to stream them.
-    pub(crate) fn gemv_held_cols(&self, m: usize, n: usize, k: usize, elt: usize) -> Option<usize> {
-        let cols = n.div_ceil(self.sms * self.held_blocks_per_sm);
-        let fits = cols * k * elt + m * k * 4 <= launch::GEMV_HELD_BYTES;
-        (self.gemv_held() && fits && self.smem_optin >= launch::GEMV_HELD_BYTES).then_some(cols)
-    }
-
-    /// Whether matrix-vector products take the held kernel where their slices fit.
-    pub fn gemv_held(&self) -> bool {
-        self.gemv_held.load(Ordering::Relaxed)
-    }
-
-    /// Turns the held matrix-vector kernel on or off (tests compare it with the streaming
-    /// one; the two are bit-equal). Before compute capability 9.0 a held block loads its
-    /// slice with plain loads after it waits (no copy engine).
-    pub fn set_gemv_held(&self, on: bool) {
-        self.gemv_held.store(on, Ordering::Relaxed);
     }
 
     /// The number of streaming multiprocessors.
