@@ -2,7 +2,7 @@
 # On the device, ~120 s of command time: checks a tree built here (scripts/gpu/pack_device.sh,
 # .device/serve.txz and .device/wheels as serve_tests.sh says): op and model parity (the NVRTC
 # compile test is left to this machine), greedy text of both random Qwen3-0.6B checkpoints on
-# the GPU and the CPU (must be equal), the server's tests, then, while under 200 s, an A/B of
+# the GPU and the CPU (printed "equal", or "DIFFER" with both texts), the server's tests, then, while under 200 s, an A/B of
 # the trigger (one round, 8 streams). Logs in $OUT/logs.tgz. Run: `bash scripts/gpu/check_tree.sh`.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -12,8 +12,7 @@ O=${OUT:-/tmp/gpu-out}; D=/tmp/check_tree; mkdir -p "$O" $D
 SECONDS=0
 pack() { tar -czf $O/logs.tgz -C $D . 2>/dev/null; }
 nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader
-([ -f /tmp/gpu-models/qwen3-0.6b-bf16/model.safetensors ] || python3 scripts/gpu/make_models.py --out /tmp/gpu-models --device cuda \
-  --tokenizer .device/qwen3-tokenizer/tokenizer.json.gz > $D/models.log 2>&1) &
+(STEPS=models bash scripts/gpu/lattice_device.sh > $D/models.log 2>&1) &
 mp=$!
 .device/cuda_ops --nocapture --test-threads=1 --skip kernels_compile_with_nvrtc > $D/cuda_ops.log 2>&1
 .device/cuda_parity --nocapture --test-threads=1 > $D/cuda_parity.log 2>&1
@@ -22,11 +21,15 @@ grep -h "recorded step of tiny" $D/cuda_parity.log
 pack
 wait $mp
 echo "### greedy text ($SECONDS s)"
-for run in "qwen3-0.6b-f32 cuda" "qwen3-0.6b-f32 cpu" "qwen3-0.6b-bf16 cuda --bf16" "qwen3-0.6b-bf16 cpu"; do
-  set -- $run
-  printf '%s: ' "$run"
-  timeout 40 .device/lattice generate --model /tmp/gpu-models/$1 --device $2 ${3:-} --temperature 0 \
-    --prompt "The capital of France is" --max-tokens 12 2>/dev/null | tr '\n' ' '; echo
+greedy() {
+  timeout 40 .device/lattice generate --model "/tmp/gpu-models/$1" --device "$2" ${3:-} \
+    --temperature 0 --prompt "The capital of France is" --max-tokens 12 2>/dev/null | tr '\n' ' '
+}
+for m in qwen3-0.6b-f32 qwen3-0.6b-bf16; do
+  flag=; [ $m = qwen3-0.6b-bf16 ] && flag=--bf16
+  gpu=$(greedy $m cuda $flag); cpu=$(greedy $m cpu)
+  [ -n "$gpu" ] && [ "$gpu" = "$cpu" ] && verdict="equal" || verdict="DIFFER (cpu: '$cpu')"
+  echo "$m: GPU '$gpu' $verdict"
 done
 pack
 echo "### serve ($SECONDS s)"

@@ -428,11 +428,7 @@ impl CudaDevice {
                 shape.programmatic,
                 shape.full_into_dependents
             );
-            let mut pairs = std::collections::BTreeMap::<String, usize>::new();
-            for f in full {
-                *pairs.entry(f).or_default() += 1;
-            }
-            for (pair, n) in pairs {
+            for (pair, n) in full {
                 eprintln!("cuda trace:   full edge {pair} (x{n})");
             }
         }

@@ -8,7 +8,7 @@
 //! tells whether a recording still has nodes between its kernels (`LATTICE_CUDA_TRACE`,
 //! [`super::CudaDevice::last_recording`]).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use cudarc::driver::sys;
 
@@ -44,8 +44,9 @@ fn check(r: sys::CUresult, what: &str) -> Result<(), String> {
 }
 
 /// Counts `graph`'s nodes and edges; `dependents` holds the functions (CUfunction addresses)
-/// that were launched as programmatic dependents. With `name`, also the full edges into
-/// dependents as "earlier kernel -> later kernel" (function names, for `LATTICE_CUDA_TRACE`).
+/// that were launched as programmatic dependents. With `name`, also how many full edges into
+/// dependents join each "earlier kernel -> later kernel" pair (function names, for
+/// `LATTICE_CUDA_TRACE`).
 ///
 /// # Safety
 /// `graph` must be a valid graph that no other thread uses.
@@ -53,7 +54,7 @@ pub(super) unsafe fn count(
     graph: sys::CUgraph,
     dependents: &HashSet<usize>,
     name: bool,
-) -> Result<(Shape, Vec<String>), String> {
+) -> Result<(Shape, BTreeMap<String, usize>), String> {
     // SAFETY (every call below): `graph` is valid (the caller's guarantee) and the output
     // arrays are sized by the count the first call of each pair returned.
     let mut n = 0usize;
@@ -125,7 +126,7 @@ pub(super) unsafe fn count(
     shape.edges = m;
     let programmatic = sys::CUgraphDependencyType::CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC as u8;
     shape.programmatic = data.iter().filter(|e| e.type_ == programmatic).count();
-    let mut full = Vec::new();
+    let mut full = BTreeMap::new();
     for ((f, t), e) in from.iter().zip(&to).zip(&data) {
         let (Some(&ff), Some(&tf)) = (funcs.get(&(*f as usize)), funcs.get(&(*t as usize))) else {
             continue;
@@ -134,9 +135,10 @@ pub(super) unsafe fn count(
             shape.full_into_dependents += 1;
             if name {
                 // SAFETY: both are functions of kernel nodes of the valid graph.
-                full.push(format!("{} -> {}", unsafe { func_name(ff) }, unsafe {
+                let pair = format!("{} -> {}", unsafe { func_name(ff) }, unsafe {
                     func_name(tf)
-                }));
+                });
+                *full.entry(pair).or_default() += 1;
             }
         }
     }
