@@ -4,7 +4,8 @@
 # concurrent build slows it). A variant is a binary and an environment:
 #   OLD=.device/lattice-old NEW=.device/lattice bash scripts/gpu/ab_decode.sh     (two binaries)
 #   VARIANTS="LATTICE_CUDA_PDL=0 LATTICE_CUDA_PDL=1" bash scripts/gpu/ab_decode.sh
-# (each VARIANTS entry: comma-separated VAR=VALUE settings for .device/lattice). MODEL defaults
+# (each VARIANTS entry: comma-separated VAR=VALUE settings for .device/lattice, or for the
+# binaries of BINS in turn, the last repeated). MODEL defaults
 # to the random Qwen3-0.6B bf16 checkpoint of scripts/gpu/make_models.py (made if missing; carry
 # .device/qwen3-tokenizer/), FLAGS to --bf16 for it; ROUNDS (2), STREAMS (64). With
 # LATTICE_CUDA_TRACE=1 in a variant, the graph's device time per step is printed too (a batch-1
@@ -22,7 +23,7 @@ flags=${FLAGS-"--bf16"}
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.draw,temperature.gpu --format=csv,noheader
 if [ -n "${VARIANTS:-}" ]; then
   variants=$VARIANTS
-  bins=.device/lattice
+  bins=${BINS:-.device/lattice}
 else
   variants="- -"
   bins="${OLD:-.device/lattice-old} ${NEW:-.device/lattice}"

@@ -372,7 +372,8 @@ fn paged_attention_matches_the_cpu() {
 }
 
 /// The fused paths decode steps take on a GPU (RMSNorm into the product, SwiGLU into the down
-/// product, split + head norms + RoPE + KV write in one kernel) against the separate CPU ops.
+/// product, split + head norms + RoPE + KV write in one kernel for a prompt, inside decode
+/// attention for a decode step) against the separate CPU ops.
 #[test]
 fn fused_products_and_qkv_preparation_match_the_cpu() {
     let Some(dev) = gpu("fused_products_and_qkv_preparation_match_the_cpu") else {
@@ -401,90 +402,141 @@ fn fused_products_and_qkv_preparation_match_the_cpu() {
             );
         }
     }
+    // A prompt long enough that the decode kernel's splits span more than 128 keys (the
+    // current key beyond the staged rows), then decode steps that read the rows earlier steps
+    // wrote.
+    let steps = [vec![1300usize, 5], vec![1, 1], vec![1, 1], vec![1, 1]];
     for (n_heads, n_kv_heads, hd, with_norms, dtype) in [
         (16, 8, 128, true, KvDtype::F32),
         (14, 2, 64, false, KvDtype::F16),
     ] {
-        let shape = CausalShape {
+        let heads = HeadsCase {
             n_heads,
             n_kv_heads,
-            head_dim: hd,
-            sliding_window: None,
-        };
-        let width = (n_heads + 2 * n_kv_heads) * hd;
-        let kv_dim = n_kv_heads * hd;
-        let rope = Rope::new(
-            &RopeConfig {
-                theta: 1_000_000.0,
-                rotary_dim: hd,
-                scaling: RopeScaling::None,
-            },
             hd,
-        )
-        .unwrap();
-        let qn = RmsNorm::new(Weight::from_vec(rng.vec(hd, 1.0), vec![hd]), 1e-6);
-        let kn = RmsNorm::new(Weight::from_vec(rng.vec(hd, 1.0), vec![hd]), 1e-6);
-        let kinds = [LayerKind::Attention];
-        let new =
-            |d: &Device| SeqState::with_layers_on(d, &kinds, kv_dim, 4096).with_kv_dtype(dtype);
-        let (mut c, mut g) = (
-            (new(&Device::Cpu), new(&Device::Cpu)),
-            (new(&dev), new(&dev)),
+            rotary_dim: hd,
+            with_norms,
+            dtype,
+        };
+        check_attend_qkv(&dev, &mut rng, &heads, &steps, 4096);
+    }
+}
+
+/// The heads of an [`attend_qkv`] case.
+struct HeadsCase {
+    n_heads: usize,
+    n_kv_heads: usize,
+    hd: usize,
+    rotary_dim: usize,
+    with_norms: bool,
+    dtype: KvDtype,
+}
+
+/// [`attend_qkv`] (per-head norms and RoPE of a layer's fused Q/K/V rows, the new keys and
+/// values into the pages, attention) on the GPU against the CPU, over passes of `steps` rows
+/// per sequence (one state per sequence, as long as the first step names).
+fn check_attend_qkv(
+    dev: &Device,
+    rng: &mut Rng,
+    case: &HeadsCase,
+    steps: &[Vec<usize>],
+    max_len: usize,
+) {
+    let HeadsCase {
+        n_heads,
+        n_kv_heads,
+        hd,
+        rotary_dim,
+        with_norms,
+        dtype,
+    } = *case;
+    let shape = CausalShape {
+        n_heads,
+        n_kv_heads,
+        head_dim: hd,
+        sliding_window: None,
+    };
+    let width = (n_heads + 2 * n_kv_heads) * hd;
+    let kv_dim = n_kv_heads * hd;
+    let rope = Rope::new(
+        &RopeConfig {
+            theta: 1_000_000.0,
+            rotary_dim,
+            scaling: RopeScaling::None,
+        },
+        hd,
+    )
+    .unwrap();
+    let qn = RmsNorm::new(Weight::from_vec(rng.vec(hd, 1.0), vec![hd]), 1e-6);
+    let kn = RmsNorm::new(Weight::from_vec(rng.vec(hd, 1.0), vec![hd]), 1e-6);
+    let kinds = [LayerKind::Attention];
+    let new =
+        |d: &Device| SeqState::with_layers_on(d, &kinds, kv_dim, max_len).with_kv_dtype(dtype);
+    let seqs = steps[0].len();
+    let mut cpu: Vec<SeqState> = (0..seqs).map(|_| new(&Device::Cpu)).collect();
+    let mut gpu: Vec<SeqState> = (0..seqs).map(|_| new(dev)).collect();
+    let scale = 1.0 / (hd as f32).sqrt();
+    for (step, lens) in steps.iter().enumerate() {
+        let rows: usize = lens.iter().sum();
+        let positions: Vec<usize> = (cpu.iter().zip(lens))
+            .flat_map(|(s, &n)| s.len()..s.len() + n)
+            .collect();
+        let heads = QkvHeads {
+            norms: with_norms.then_some((&qn, &kn)),
+            rope: &rope,
+            positions: &positions,
+            positions_3d: None,
+        };
+        let (xc, xg) = pair(dev, rows, width, rng.vec(rows * width, 1.5));
+        let run = |x: &Tensor, states: &mut [SeqState]| {
+            let mut refs: Vec<&mut SeqState> = states.iter_mut().collect();
+            attend_qkv(x, &heads, lens, &mut refs, 0, &shape, scale).unwrap()
+        };
+        let want = run(&xc, &mut cpu);
+        let got = run(&xg, &mut gpu);
+        check(
+            &format!(
+                "attend_qkv {seqs} sequences {n_heads}/{n_kv_heads}x{hd} rotary {rotary_dim} norms={with_norms} {dtype:?} step {step}"
+            ),
+            &got,
+            &want,
+            1e-5,
         );
-        let scale = 1.0 / (hd as f32).sqrt();
-        // A prompt long enough that the decode kernel's splits span more than 128 keys (the
-        // current key beyond the staged rows), then decode steps that read the rows earlier
-        // steps wrote.
-        for (step, lens) in [vec![1300usize, 5], vec![1, 1], vec![1, 1], vec![1, 1]]
-            .iter()
-            .enumerate()
-        {
-            let rows: usize = lens.iter().sum();
-            let mut positions = Vec::new();
-            for (i, &n) in lens.iter().enumerate() {
-                let start = if i == 0 { c.0.len() } else { c.1.len() };
-                positions.extend(start..start + n);
-            }
-            let heads = QkvHeads {
-                norms: with_norms.then_some((&qn, &kn)),
-                rope: &rope,
-                positions: &positions,
-                positions_3d: None,
-            };
-            let (xc, xg) = pair(&dev, rows, width, rng.vec(rows * width, 1.5));
-            let want = attend_qkv(
-                &xc,
-                &heads,
-                lens,
-                &mut [&mut c.0, &mut c.1],
-                0,
-                &shape,
-                scale,
-            )
-            .unwrap();
-            let got = attend_qkv(
-                &xg,
-                &heads,
-                lens,
-                &mut [&mut g.0, &mut g.1],
-                0,
-                &shape,
-                scale,
-            )
-            .unwrap();
-            check(
-                &format!("attend_qkv {n_heads}/{n_kv_heads}x{hd} norms={with_norms} {dtype:?} step {step}"),
-                &got,
-                &want,
-                1e-5,
-            );
-            for (s, &n) in [&mut c.0, &mut c.1].into_iter().zip(lens) {
-                s.commit(n);
-            }
-            for (s, &n) in [&mut g.0, &mut g.1].into_iter().zip(lens) {
-                s.commit(n);
-            }
-        }
+        commit_all(&mut cpu, lens);
+        commit_all(&mut gpu, lens);
+    }
+}
+
+/// Decode steps of many sequences from fused Q/K/V rows (the decode attention entries that
+/// prepare the heads themselves, in their one-head and many-heads forms), against the CPU.
+#[test]
+fn fused_decode_of_many_sequences_matches_the_cpu() {
+    let Some(dev) = gpu("fused_decode_of_many_sequences_matches_the_cpu") else {
+        return;
+    };
+    let mut rng = Rng(0x6675_7365_6444_6563);
+    let prompt: Vec<usize> = (0..72).map(|i| 1 + (i * 37) % 200).collect();
+    let steps: Vec<Vec<usize>> = std::iter::once(prompt)
+        .chain(std::iter::repeat_n(vec![1; 72], 3))
+        .collect();
+    for (n_heads, n_kv_heads, hd, rotary_dim, with_norms, dtype) in [
+        (16, 8, 128, 128, true, KvDtype::F32),
+        (8, 2, 256, 64, false, KvDtype::F16),
+        (14, 2, 80, 80, true, KvDtype::F32),
+        (6, 6, 32, 32, true, KvDtype::F16),
+    ] {
+        let heads = HeadsCase {
+            n_heads,
+            n_kv_heads,
+            hd,
+            rotary_dim,
+            with_norms,
+            dtype,
+        };
+        check_attend_qkv(&dev, &mut rng, &heads, &steps, 512);
+        // One sequence: a block per query head, the keys split over blocks.
+        let one = [vec![700usize], vec![1], vec![1]];
+        check_attend_qkv(&dev, &mut rng, &heads, &one, 1024);
     }
 }
 

@@ -307,13 +307,102 @@ __device__ void stage_rows(KV* sk, KV* sv, int ks, int c0, int r0, int r1, const
     }
 }
 
+// One head of a layer's fused Q/K/V row prepared for attention by one warp: src [hd] into x
+// [hd] (shared, the warp's own), the optional per-head RMSNorm (weight w, Qwen3), then with
+// `rotate` rotate-half RoPE at position p (`half` pairs, cos/sin scaled by `attn`). What
+// split_columns + RmsNorm + Rope compute; qkv_prep and decode attention's fused entries both
+// prepare heads through it, so their queries and keys are the same numbers. Ends with the warp
+// synchronized.
+__device__ void head_prep(const float* src, float* x, const float* w, float eps, float p,
+                          const float* inv_freq, int half, float attn, int hd, bool rotate,
+                          int lane) {
+    float ss = 0.0f;
+    for (int d = lane; d < hd; d += 32) {
+        const float v = src[d];
+        x[d] = v;
+        ss += v * v;
+    }
+    if (w != nullptr) {
+        const float rs = 1.0f / sqrtf(warp_sum(ss) / (float)hd + eps);
+        for (int d = lane; d < hd; d += 32) x[d] = w[d] * (x[d] * rs);
+    }
+    __syncwarp();
+    if (rotate) {
+        for (int i = lane; i < half; i += 32) {
+            const float angle = p * inv_freq[i];
+            const float c = cosf(angle) * attn, s = sinf(angle) * attn;
+            const float a = x[i], b = x[i + half];
+            x[i] = a * c - b * s;
+            x[i + half] = b * c + a * s;
+        }
+        __syncwarp();
+    }
+}
+
+// What decode attention's fused entries need to prepare their queries, keys and values from a
+// layer's fused Q/K/V rows (see qkv_prep); `qkv` null for entries given prepared queries.
+struct DecodePrep {
+    const float* qkv;
+    const u64* dst;
+    const int* pos;
+    const float* inv_freq;
+    int half;
+    float attn;
+    const float* q_w;
+    const float* k_w;
+    float eps;
+};
+
+// The attention input of one layer from its fused Q/K/V product, in one pass: per row r of
+// qkv [rows, (n_heads + 2 n_kv_heads) * hd] and per head, head_prep (queries and keys rotated,
+// values as they are), then the query to q_out [rows, n_heads * hd] and the key and value rows
+// straight into the KV page at dst[r] (+ k_off, + val_off). Decode steps prepare their heads
+// inside decode attention instead (attn_decode, `DecodePrep`). Grid: (rows, ceil((n_heads + 2
+// n_kv_heads) / QKV_PREP_WARPS)); block: a warp per head.
+#define QKV_PREP_WARPS 4
+template <typename KV>
+__device__ void qkv_prep(const float* qkv, float* q_out, const u64* dst, const int* pos,
+                         const float* inv_freq, int half, float attn, const float* q_w,
+                         const float* k_w, float eps, int n_heads, int n_kv_heads, int hd,
+                         long long k_off, long long val_off) {
+    __shared__ float xs[QKV_PREP_WARPS][256];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int r = blockIdx.x, h = blockIdx.y * QKV_PREP_WARPS + warp;
+    if (h >= n_heads + 2 * n_kv_heads) return;
+    const int width = (n_heads + 2 * n_kv_heads) * hd;
+    const int kind = h < n_heads ? 0 : (h < n_heads + n_kv_heads ? 1 : 2);  // q, k, v
+    float* x = xs[warp];
+    head_prep(qkv + (size_t)r * width + (size_t)h * hd, x,
+              kind == 0 ? q_w : (kind == 1 ? k_w : nullptr), eps, (float)pos[r], inv_freq,
+              half, attn, hd, kind != 2, lane);
+    if (kind == 0) {
+        float* o = q_out + (size_t)r * n_heads * hd + (size_t)h * hd;
+        for (int d = lane; d < hd; d += 32) o[d] = x[d];
+    } else {
+        const int kvh = kind == 1 ? h - n_heads : h - n_heads - n_kv_heads;
+        KV* o = (KV*)dst[r] + k_off + (kind == 2 ? val_off : 0) + (long long)kvh * hd;
+        for (int d = lane; d < hd; d += 32) store_kv(o + d, x[d]);
+    }
+}
+
+#define QKV_PREP_ENTRY(NAME, KV)                                                               \
+    extern "C" __global__ void __launch_bounds__(32 * QKV_PREP_WARPS) NAME(                   \
+        const float* qkv, float* q_out, const u64* dst, const int* pos, const float* inv_freq, \
+        int half, float attn, const float* q_w, const float* k_w, float eps, int n_heads,      \
+        int n_kv_heads, int hd, long long k_off, long long val_off) {                          \
+        DEP_ENTER();                                                                           \
+        qkv_prep<KV>(qkv, q_out, dst, pos, inv_freq, half, attn, q_w, k_w, eps, n_heads,       \
+                     n_kv_heads, hd, k_off, val_off);                                          \
+    }
+KV_ENTRIES(QKV_PREP_ENTRY, qkv_prep)
+
 // G query heads per block (grid y: KV heads x ceil(group / G) where group = n_heads /
 // n_kv_heads): the G heads of one KV head read each key and value row once for all of them.
 template <typename KV, int D, int G>
 __device__ void attn_decode(const float* q, float* out, const int* row_pos, const u64* pages,
                             const int* page0, int page_rows, long long k_off, long long val_off,
                             int n_heads, int n_kv_heads, int hd, float scale, int window,
-                            int splits, float* part, unsigned* counters) {
+                            int splits, float* part, unsigned* counters, DecodePrep prep) {
     __shared__ float qs[G][256];
     __shared__ float part_m[DECODE_WARPS][G], part_l[DECODE_WARPS][G];
     __shared__ float part_acc[DECODE_WARPS][G][256];
@@ -355,16 +444,56 @@ __device__ void attn_decode(const float* q, float* out, const int* row_pos, cons
                        kv_dim, kv_head * hd, hd, lane);
     }
     DEP_ENTER();
+    // Fused entries (prep.qkv set) take the layer's Q/K/V rows: each block prepares its query
+    // heads, a block whose keys reach the current position also its key and value row (into
+    // newk / newv, as stored, read there instead of from the page), and one such block per
+    // (row, KV head) writes them into the page for later steps.
+    const bool fused = prep.qkv != nullptr;
+    const bool has_pos = lo <= pos && pos <= hi;
+    __shared__ __align__(16) KV newk[256], newv[256];
     if (staged) {
-        if (c0 <= pos && pos <= c1) {
+        if (!fused && c0 <= pos && pos <= c1) {
             stage_rows<KV>(sk, sv, ks, c0, pos, pos, sp, page_rows, k_off, val_off, kv_dim,
                            kv_head * hd, hd, lane);
         }
         stage_wait();
     }
-    for (int i = threadIdx.x; i < G * hd; i += blockDim.x) {
-        const int g = i / hd, d = i - g * hd;
-        qs[g][d] = g < gh ? q[(size_t)seq * q_dim + (head0 + g) * hd + d] * scale : 0.0f;
+    if (fused) {
+        const float* row = prep.qkv + (size_t)seq * (q_dim + 2 * kv_dim);
+        const float p = (float)prep.pos[seq];
+        // Warp t < G prepares query head head0 + t, warp G the key, warp G + 1 the value (f32,
+        // in part_acc until the end of the block).
+        float* kv_x = &part_acc[0][0][0];
+        const bool writer = has_pos && blockIdx.y == kv_head * chunks;
+        for (int t = warp; t < G + 2; t += DECODE_WARPS) {
+            if (t < G) {
+                if (t < gh) {
+                    head_prep(row + (head0 + t) * hd, qs[t], prep.q_w, prep.eps, p,
+                              prep.inv_freq, prep.half, prep.attn, hd, true, lane);
+                    for (int d = lane; d < hd; d += 32) qs[t][d] *= scale;
+                } else {
+                    for (int d = lane; d < hd; d += 32) qs[t][d] = 0.0f;
+                }
+            } else if (has_pos) {
+                const bool key_row = t == G;
+                float* x = kv_x + (key_row ? 0 : 256);
+                head_prep(row + q_dim + (key_row ? 0 : kv_dim) + kv_head * hd, x,
+                          key_row ? prep.k_w : nullptr, prep.eps, p, prep.inv_freq, prep.half,
+                          prep.attn, hd, key_row, lane);
+                KV* local = key_row ? newk : newv;
+                KV* page = (KV*)prep.dst[seq] + k_off + (key_row ? 0 : val_off)
+                    + (long long)kv_head * hd;
+                for (int d = lane; d < hd; d += 32) {
+                    store_kv(local + d, x[d]);
+                    if (writer) store_kv(page + d, x[d]);
+                }
+            }
+        }
+    } else {
+        for (int i = threadIdx.x; i < G * hd; i += blockDim.x) {
+            const int g = i / hd, d = i - g * hd;
+            qs[g][d] = g < gh ? q[(size_t)seq * q_dim + (head0 + g) * hd + d] * scale : 0.0f;
+        }
     }
     __syncthreads();
     float m[G], l[G], acc[G][D];
@@ -381,7 +510,8 @@ __device__ void attn_decode(const float* q, float* out, const int* row_pos, cons
 #pragma unroll
         for (int g = 0; g < G; g++) s[g] = -INFINITY;
         if (key <= hi) {
-            const KV* kr = staged && key <= c1 ? sk + (key - c0) * ks
+            const KV* kr = fused && key == pos ? newk
+                : staged && key <= c1 ? sk + (key - c0) * ks
                 : (const KV*)sp[key / page_rows] + k_off
                     + (long long)(key % page_rows) * kv_dim + kv_head * hd;
             // Loads in batches of 16 (64 dimensions), issued before they are used: a key
@@ -433,7 +563,8 @@ __device__ void attn_decode(const float* q, float* out, const int* row_pos, cons
             for (int u = 0; u < VB; u++) {
                 const int kj = base + j0 + u;
                 if (j0 + u < n_keys) {
-                    const KV* vr = staged && kj <= c1 ? sv + (kj - c0) * ks
+                    const KV* vr = fused && kj == pos ? newv
+                        : staged && kj <= c1 ? sv + (kj - c0) * ks
                         : (const KV*)sp[kj / page_rows] + k_off + val_off
                             + (long long)(kj % page_rows) * kv_dim + kv_head * hd;
 #pragma unroll
@@ -547,71 +678,16 @@ __device__ void attn_decode(const float* q, float* out, const int* row_pos, cons
     extern "C" __global__ void __launch_bounds__(32 * DECODE_WARPS, MIN_BLOCKS) NAME(          \
         const float* q, float* out, const int* row_pos, const u64* pages, const int* page0,    \
         int page_rows, long long k_off, long long val_off, int n_heads, int n_kv_heads,        \
-        int hd, float scale, int window, int splits, float* part, unsigned* counters) {       \
+        int hd, float scale, int window, int splits, float* part, unsigned* counters,         \
+        const float* qkv, const u64* dst, const int* pos, const float* inv_freq, int half,     \
+        float attn, const float* q_w, const float* k_w, float eps) {                           \
+        const DecodePrep prep = {qkv, dst, pos, inv_freq, half, attn, q_w, k_w, eps};          \
         attn_decode<KV, D, G>(q, out, row_pos, pages, page0, page_rows, k_off, val_off,       \
-                              n_heads, n_kv_heads, hd, scale, window, splits, part, counters); \
+                              n_heads, n_kv_heads, hd, scale, window, splits, part, counters, \
+                              prep);                                                           \
     }
 #define ATTN_DECODE(NAME, KV, D) ATTN_DECODE_ENTRY(NAME, KV, D, 1, 1)
 #define ATTN_DECODE_MANY(NAME, KV, D) ATTN_DECODE_ENTRY(NAME, KV, D, 2, DECODE_MANY_HEADS)
 ATTN_VARIANTS(ATTN_DECODE, attn_decode)
 ATTN_VARIANTS(ATTN_DECODE_MANY, attn_decode_many)
 
-// The attention input of one layer from its fused Q/K/V product, in one pass: per row r of
-// qkv [rows, (n_heads + 2 n_kv_heads) * hd] and per head, the optional per-head RMSNorm (Qwen3;
-// weights [hd]), rotate-half RoPE of queries and keys (row r at pos[r]; `half` pairs), then the
-// query to q_out [rows, n_heads * hd] and the key and value rows straight into the KV page at
-// dst[r] (+ k_off, + val_off). What split_columns + RmsNorm + Rope + kv_write compute, one
-// launch instead of eight. Grid: (rows, n_heads + 2 n_kv_heads); block: 128 threads.
-template <typename KV>
-__device__ void qkv_prep(const float* qkv, float* q_out, const u64* dst, const int* pos,
-                         const float* inv_freq, int half, float attn, const float* q_w,
-                         const float* k_w, float eps, int n_heads, int n_kv_heads, int hd,
-                         long long k_off, long long val_off) {
-    __shared__ float x[256];
-    const int r = blockIdx.x, h = blockIdx.y;
-    const int width = (n_heads + 2 * n_kv_heads) * hd;
-    const int kind = h < n_heads ? 0 : (h < n_heads + n_kv_heads ? 1 : 2);  // q, k, v
-    const float* src = qkv + (size_t)r * width + (size_t)h * hd;
-    for (int d = threadIdx.x; d < hd; d += blockDim.x) x[d] = src[d];
-    const float* w = kind == 0 ? q_w : (kind == 1 ? k_w : nullptr);
-    if (w != nullptr) {
-        __syncthreads();
-        float ss = 0.0f;
-        for (int d = threadIdx.x; d < hd; d += blockDim.x) ss += x[d] * x[d];
-        ss = block_sum(ss);
-        const float rs = 1.0f / sqrtf(ss / (float)hd + eps);
-        for (int d = threadIdx.x; d < hd; d += blockDim.x) x[d] = w[d] * (x[d] * rs);
-    }
-    __syncthreads();
-    if (kind != 2) {
-        const float p = (float)pos[r];
-        for (int i = threadIdx.x; i < half; i += blockDim.x) {
-            const float angle = p * inv_freq[i];
-            const float c = cosf(angle) * attn, s = sinf(angle) * attn;
-            const float a = x[i], b = x[i + half];
-            x[i] = a * c - b * s;
-            x[i + half] = b * c + a * s;
-        }
-        __syncthreads();
-    }
-    if (kind == 0) {
-        float* o = q_out + (size_t)r * n_heads * hd + (size_t)h * hd;
-        for (int d = threadIdx.x; d < hd; d += blockDim.x) o[d] = x[d];
-    } else {
-        const int kvh = kind == 1 ? h - n_heads : h - n_heads - n_kv_heads;
-        KV* o = (KV*)dst[r] + k_off + (kind == 2 ? val_off : 0) + (long long)kvh * hd;
-        for (int d = threadIdx.x; d < hd; d += blockDim.x) store_kv(o + d, x[d]);
-    }
-}
-
-#define QKV_PREP_ENTRY(NAME, KV)                                                               \
-    extern "C" __global__ void NAME(const float* qkv, float* q_out, const u64* dst,            \
-                                    const int* pos, const float* inv_freq, int half,           \
-                                    float attn, const float* q_w, const float* k_w, float eps, \
-                                    int n_heads, int n_kv_heads, int hd, long long k_off,      \
-                                    long long val_off) {                                       \
-        DEP_ENTER();                                                                           \
-        qkv_prep<KV>(qkv, q_out, dst, pos, inv_freq, half, attn, q_w, k_w, eps, n_heads,       \
-                     n_kv_heads, hd, k_off, val_off);                                          \
-    }
-KV_ENTRIES(QKV_PREP_ENTRY, qkv_prep)

@@ -591,16 +591,38 @@ __device__ __forceinline__ void gemv_chunk(float (&acc)[GEMV_ROWS], uint4 pk, co
     }
 }
 
-// Lane 0 of the warp gets the column's sums and writes (or adds) them: y[j * n + col].
-__device__ __forceinline__ void gemv_store(const float (&acc)[GEMV_ROWS], float* y, int m, int n,
-                                           int col, int lane, int accumulate) {
+// With `accumulate`, lane 0 reads the column's values y[j * n + col] that its sums add to:
+// called before the sums, so that the read's trip to memory overlaps them (compiled with
+// LATTICE_LATE_PRIOR, `LATTICE_CUDA_DEFINES`, the read waits until the sums are done, as it
+// did before, to measure what this saves).
+__device__ __forceinline__ void gemv_prior(float (&prior)[GEMV_ROWS], const float* y, int m,
+                                           int n, int col, int lane, int accumulate) {
+#pragma unroll
+    for (int j = 0; j < GEMV_ROWS; j++) {
+#ifdef LATTICE_LATE_PRIOR
+        prior[j] = 0.0f;
+#else
+        prior[j] = accumulate && lane == 0 && j < m ? y[(size_t)j * n + col] : 0.0f;
+#endif
+    }
+}
+
+// Lane 0 of the warp gets the column's sums and writes them, or adds them to `prior` (see
+// gemv_prior): y[j * n + col].
+__device__ __forceinline__ void gemv_store(const float (&acc)[GEMV_ROWS],
+                                           const float (&prior)[GEMV_ROWS], float* y, int m,
+                                           int n, int col, int lane, int accumulate) {
 #pragma unroll
     for (int j = 0; j < GEMV_ROWS; j++) {
         if (j < m) {
             const float s = warp_sum(acc[j]);
             if (lane == 0) {
                 float* out = y + (size_t)j * n + col;
+#ifdef LATTICE_LATE_PRIOR
                 *out = accumulate ? *out + s : s;
+#else
+                *out = accumulate ? prior[j] + s : s;
+#endif
             }
         }
     }
@@ -627,6 +649,8 @@ __device__ void gemv(const float* x, const void* w, float* y, int m, int n, int 
     gemv_stage<BF16>(x, xs4, m, k, norm_w, eps, swiglu);
     for (; col < n; col += stride) {
         const uint4* wr = (const uint4*)((const char*)w + col * row_bytes);
+        float prior[GEMV_ROWS];
+        gemv_prior(prior, y, m, n, col, lane, accumulate);
         float acc[GEMV_ROWS];
 #pragma unroll
         for (int j = 0; j < GEMV_ROWS; j++) acc[j] = 0.0f;
@@ -648,7 +672,7 @@ __device__ void gemv(const float* x, const void* w, float* y, int m, int n, int 
                 gemv_chunk<BF16>(acc, cur[i], xs4, c, m, k);
             }
         }
-        gemv_store(acc, y, m, n, col, lane, accumulate);
+        gemv_store(acc, prior, y, m, n, col, lane, accumulate);
     }
 }
 

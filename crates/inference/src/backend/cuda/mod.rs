@@ -235,6 +235,13 @@ pub struct CudaDevice {
     /// Whether kernels are launched as programmatic dependents of the one before them
     /// (compute capability 9.0 and later, unless `LATTICE_CUDA_PDL=0`).
     dependent_launch: bool,
+    /// Whether decode steps prepare queries, keys and values inside decode attention
+    /// (`DecodeQuery::Fused`) rather than in a launch of their own (`LATTICE_CUDA_DECODE_PREP=0`).
+    fused_decode_prep: bool,
+    /// Outputs beyond which a product of few rows takes cuBLAS ([`launch::GEMV_MAX_OUT`];
+    /// `LATTICE_CUDA_GEMV_MAX_OUT` overrides, to measure the LM head in the matrix-vector
+    /// kernel).
+    gemv_max_out: usize,
     /// Most blocks per multiprocessor of a matrix-vector product: as many as fit at once
     /// (one wave; `LATTICE_CUDA_GEMV_BLOCKS` overrides, 0 = one block per 8 output columns).
     gemv_blocks_per_sm: usize,
@@ -281,6 +288,27 @@ pub enum Input {
     LowRank(u64, usize),
 }
 
+/// NVRTC options: C++17, and the defines that select a kernel's earlier form for A/B
+/// measurements: `LATTICE_CUDA_EARLY_TRIGGER=0` (DEP_ENTER in kernels.cu), and the names in
+/// `LATTICE_CUDA_DEFINES` (comma-separated, e.g. `LATTICE_LATE_PRIOR`).
+fn kernel_options() -> Vec<String> {
+    let mut options = vec!["--std=c++17".to_string()];
+    if std::env::var("LATTICE_CUDA_EARLY_TRIGGER").is_ok_and(|v| v == "0") {
+        options.push("-DLATTICE_LATE_TRIGGER".into());
+    }
+    if let Ok(names) = std::env::var("LATTICE_CUDA_DEFINES") {
+        let valid =
+            |n: &str| !n.is_empty() && n.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        options.extend(
+            names
+                .split(',')
+                .filter(|n| valid(n))
+                .map(|n| format!("-D{n}")),
+        );
+    }
+    options
+}
+
 /// Compiles the kernel source for compute capability `cc` to PTX (also usable without a GPU,
 /// given NVRTC: tests compile the kernels on machines without one).
 pub fn compile_kernels(cc: (i32, i32)) -> Result<cudarc::nvrtc::Ptx> {
@@ -295,12 +323,7 @@ pub fn compile_kernels(cc: (i32, i32)) -> Result<cudarc::nvrtc::Ptx> {
     let arch: &'static str = Box::leak(format!("compute_{}{}", cc.0, cc.1).into_boxed_str());
     let opts = cudarc::nvrtc::CompileOptions {
         arch: Some(arch),
-        // `LATTICE_CUDA_EARLY_TRIGGER=0`: see DEP_ENTER in kernels.cu.
-        options: if std::env::var("LATTICE_CUDA_EARLY_TRIGGER").is_ok_and(|v| v == "0") {
-            vec!["--std=c++17".into(), "-DLATTICE_LATE_TRIGGER".into()]
-        } else {
-            vec!["--std=c++17".into()]
-        },
+        options: kernel_options(),
         ..Default::default()
     };
     cudarc::nvrtc::compile_ptx_with_opts(KERNELS, opts)
@@ -540,6 +563,11 @@ impl CudaDevice {
             side: OnceLock::new(),
             dependent_launch: cc.0 >= 9
                 && std::env::var("LATTICE_CUDA_PDL").map_or(true, |v| v != "0"),
+            fused_decode_prep: std::env::var("LATTICE_CUDA_DECODE_PREP").map_or(true, |v| v != "0"),
+            gemv_max_out: std::env::var("LATTICE_CUDA_GEMV_MAX_OUT")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(launch::GEMV_MAX_OUT),
             gemv_blocks_per_sm,
         })
     }
@@ -548,6 +576,13 @@ impl CudaDevice {
     /// launch; `LATTICE_CUDA_PDL=0` turns it off to measure what it saves).
     pub fn dependent_launch(&self) -> bool {
         self.dependent_launch
+    }
+
+    /// Whether decode attention prepares its queries, keys and values from the layer's fused
+    /// Q/K/V rows (one launch a layer fewer; `LATTICE_CUDA_DECODE_PREP=0` turns it off to
+    /// measure it).
+    pub fn fused_decode_prep(&self) -> bool {
+        self.fused_decode_prep
     }
 
     /// The grid of a matrix-vector product with `n` outputs (8 per block, fewer blocks
