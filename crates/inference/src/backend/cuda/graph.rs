@@ -120,6 +120,9 @@ impl Graphs {
 
 /// `LATTICE_CUDA_TRACE=1` prints, every 64th step, where a step's time goes: the host pass
 /// (model code; launches skipped when replaying), the device time of the graph, the total.
+/// Launch slots of the kernel clock (kernels.cu `KCLOCK_SLOTS`), four u64 each.
+const CLOCK_SLOTS: usize = 2048;
+
 pub(crate) fn tracing() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ON.get_or_init(|| std::env::var("LATTICE_CUDA_TRACE").is_ok_and(|v| v != "0"))
@@ -157,6 +160,81 @@ impl CudaDevice {
             *o = a.swap(0, Ordering::Relaxed) as f64 * 1e-6;
         }
         out
+    }
+
+    /// Clears the kernel clock (kernels.cu `LATTICE_KERNEL_CLOCK`) before a traced step, in
+    /// stream order.
+    fn clock_reset(&self) -> Result<()> {
+        let Some(m) = self.clock_module() else {
+            return Ok(());
+        };
+        let mut slots = m
+            .get_global("lattice_clock", self.stream())
+            .map_err(|e| err("the kernel clock", e))?;
+        let mut host = vec![0u8; CLOCK_SLOTS * 32];
+        for slot in host.chunks_mut(32) {
+            slot[..16].fill(0xff);
+        }
+        self.stream()
+            .memcpy_htod(&host, &mut slots)
+            .map_err(|e| err("clearing the kernel clock", e))
+    }
+
+    /// Prints the kernel clock of the traced step just run: each launch that waited (in the
+    /// order their first blocks' waits returned), its grid and block, when its first block
+    /// started and its first and last blocks' waits returned, and the time until the next
+    /// launch's wait returned (µs from the first launch's release).
+    fn clock_report(&self, rows: usize) -> Result<()> {
+        let Some(m) = self.clock_module() else {
+            return Ok(());
+        };
+        let slots = m
+            .get_global("lattice_clock", self.stream())
+            .map_err(|e| err("the kernel clock", e))?;
+        let mut host = vec![0u8; CLOCK_SLOTS * 32];
+        self.stream()
+            .memcpy_dtoh(&slots, &mut host)
+            .map_err(|e| err("reading the kernel clock", e))?;
+        self.synchronize()?;
+        let word = |b: &[u8]| u64::from_le_bytes(b.try_into().expect("8 bytes"));
+        let mut launches: Vec<[u64; 4]> = host
+            .chunks(32)
+            .map(|c| {
+                [
+                    word(&c[..8]),
+                    word(&c[8..16]),
+                    word(&c[16..24]),
+                    word(&c[24..]),
+                ]
+            })
+            .filter(|s| s[1] != u64::MAX)
+            .collect();
+        launches.sort_by_key(|s| s[1]);
+        let Some(first) = launches.first().map(|s| s[1]) else {
+            return Ok(());
+        };
+        let us = |t: u64| (t as i64 - first as i64) as f64 * 1e-3;
+        let last = launches.last().map_or(first, |s| s[2]);
+        eprintln!(
+            "cuda clock: step of {rows} rows: {} launches, {:.1} us from the first release to the last",
+            launches.len(),
+            us(last)
+        );
+        for (i, s) in launches.iter().enumerate() {
+            let next = launches
+                .get(i + 1)
+                .map_or(f64::NAN, |n| us(n[1]) - us(s[1]));
+            eprintln!(
+                "cuda clock: {i:4} grid {:6} block {:4} start {:9.2} release {:9.2} last {:9.2} next {:7.2}",
+                s[3] >> 32,
+                s[3] & 0xffff_ffff,
+                us(s[0]),
+                us(s[1]),
+                us(s[2]),
+                next
+            );
+        }
+        Ok(())
     }
 
     /// Whether launches are being skipped (a recorded step is being replayed).
@@ -291,6 +369,7 @@ impl CudaDevice {
                     let b = ctx
                         .new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))
                         .map_err(|e| err("event", e))?;
+                    self.clock_reset()?;
                     a.record(self.stream()).map_err(|e| err("event", e))?;
                     Some((a, b))
                 } else {
@@ -324,6 +403,7 @@ impl CudaDevice {
                         host.as_secs_f64() * 1e3,
                         t0.elapsed().as_secs_f64() * 1e3
                     );
+                    self.clock_report(rows)?;
                 }
                 Ok(ids)
             }

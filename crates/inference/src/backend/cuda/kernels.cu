@@ -23,19 +23,58 @@ typedef unsigned long long u64;
 // (H100, 2026-12-06: batch-1 step 0.966 -> 0.950 ms); compiled with LATTICE_LATE_TRIGGER
 // (`LATTICE_CUDA_EARLY_TRIGGER=0`) a kernel triggers only after its own wait.
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && !defined(LATTICE_LATE_TRIGGER)
-#define DEP_ENTER()                                                \
+#define DEP_SYNC()                                                 \
     do {                                                           \
         asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); \
         asm volatile("griddepcontrol.wait;" ::: "memory");         \
     } while (0)
 #elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-#define DEP_ENTER()                                                \
+#define DEP_SYNC()                                                 \
     do {                                                           \
         asm volatile("griddepcontrol.wait;" ::: "memory");         \
         asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); \
     } while (0)
 #else
-#define DEP_ENTER() do {} while (0)
+#define DEP_SYNC() do {} while (0)
+#endif
+
+#ifdef LATTICE_KERNEL_CLOCK
+// A timeline of the kernels of a step, to measure (`LATTICE_CUDA_DEFINES=LATTICE_KERNEL_CLOCK`
+// with `LATTICE_CUDA_TRACE=1`; backend/cuda/graph.rs reads and prints it): per launch, in slot
+// (grid id mod KCLOCK_SLOTS), the global timer (ns) when its first block started, when its
+// first block's wait returned (the kernels before it done), when its last block's did, and its
+// grid and block sizes. Before a traced step the host sets the first two of each slot to
+// all ones and the others to zero.
+#define KCLOCK_SLOTS 2048
+extern "C" {
+__device__ unsigned long long lattice_clock[KCLOCK_SLOTS][4];
+}
+__device__ __forceinline__ unsigned long long global_ns() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+__device__ __forceinline__ void kclock_mark(unsigned long long t0) {
+    if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0) {
+        const unsigned long long t1 = global_ns();
+        unsigned long long g;
+        asm volatile("mov.u64 %0, %%gridid;" : "=l"(g));
+        unsigned long long* c = lattice_clock[g % KCLOCK_SLOTS];
+        atomicMin(c, t0);
+        atomicMin(c + 1, t1);
+        atomicMax(c + 2, t1);
+        c[3] = ((unsigned long long)(gridDim.x * gridDim.y * gridDim.z) << 32)
+            | (blockDim.x * blockDim.y * blockDim.z);
+    }
+}
+#define DEP_ENTER()                                                \
+    do {                                                           \
+        const unsigned long long t0_ = global_ns();                \
+        DEP_SYNC();                                                \
+        kclock_mark(t0_);                                          \
+    } while (0)
+#else
+#define DEP_ENTER() DEP_SYNC()
 #endif
 
 __device__ __forceinline__ float bf16_to_f32(bf16_t x) {

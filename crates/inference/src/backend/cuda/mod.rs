@@ -242,6 +242,9 @@ pub struct CudaDevice {
     /// `LATTICE_CUDA_GEMV_MAX_OUT` overrides, to measure the LM head in the matrix-vector
     /// kernel).
     gemv_max_out: usize,
+    /// The kernels' module, kept where they were compiled with the kernel clock
+    /// (`LATTICE_CUDA_DEFINES=LATTICE_KERNEL_CLOCK`, read under `LATTICE_CUDA_TRACE`).
+    clock: Option<Arc<cudarc::driver::CudaModule>>,
     /// Most blocks per multiprocessor of a matrix-vector product: as many as fit at once
     /// (one wave; `LATTICE_CUDA_GEMV_BLOCKS` overrides, 0 = one block per 8 output columns).
     gemv_blocks_per_sm: usize,
@@ -568,6 +571,10 @@ impl CudaDevice {
                 .ok()
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(launch::GEMV_MAX_OUT),
+            clock: kernel_options()
+                .iter()
+                .any(|o| o == "-DLATTICE_KERNEL_CLOCK")
+                .then_some(module),
             gemv_blocks_per_sm,
         })
     }
@@ -583,6 +590,11 @@ impl CudaDevice {
     /// measure it).
     pub fn fused_decode_prep(&self) -> bool {
         self.fused_decode_prep
+    }
+
+    /// The module holding the kernel clock, where the kernels keep one.
+    pub(crate) fn clock_module(&self) -> Option<&Arc<cudarc::driver::CudaModule>> {
+        self.clock.as_ref()
     }
 
     /// The grid of a matrix-vector product with `n` outputs (8 per block, fewer blocks
