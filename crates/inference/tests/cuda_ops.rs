@@ -507,11 +507,12 @@ fn check_attend_qkv(
     }
 }
 
-/// Decode steps of many sequences from fused Q/K/V rows (the decode attention entries that
-/// prepare the heads themselves, in their one-head and many-heads forms), against the CPU.
+/// Decode steps from fused Q/K/V rows (`qkv_prep`, then decode attention in its one-head and
+/// many-heads entries) of many sequences and of one with its keys split over blocks, against
+/// the CPU; partial rotary, f16 pages, heads of 32 to 256.
 #[test]
-fn fused_decode_of_many_sequences_matches_the_cpu() {
-    let Some(dev) = gpu("fused_decode_of_many_sequences_matches_the_cpu") else {
+fn qkv_decode_steps_match_the_cpu() {
+    let Some(dev) = gpu("qkv_decode_steps_match_the_cpu") else {
         return;
     };
     let mut rng = Rng(0x6675_7365_6444_6563);

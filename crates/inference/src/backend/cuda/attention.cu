@@ -249,8 +249,8 @@ ATTN_VARIANTS(ATTN_PAGED, attn_paged)
 // lane j scores key j of a chunk for each head, each warp keeps its own online softmax per head,
 // and the warps' partial results are merged at the end. hd must be a multiple of 4 (16-byte rows
 // for f32 pages, 8-byte for f16) and at most 256. Grid: (rows, head blocks, splits). With splits
-// > 1 (few rows: flash-decoding), block z takes the z-th of `splits` equal spans (of 128 keys or
-// more) of the row's keys; where more than one span holds keys, each writes its unnormalized
+// > 1 (few rows: flash-decoding), block z takes the z-th of `splits` equal spans (of `min_span` keys
+// or more) of the row's keys; where more than one span holds keys, each writes its unnormalized
 // partial (max, sum, acc[hd]) per head to part[((row * n_heads + head) * splits + z) * (hd + 2)]
 // and the last of a (row, heads)'s blocks to finish (a ticket from counters[row * n_heads +
 // first head], zero between launches) merges them.
@@ -310,9 +310,7 @@ __device__ void stage_rows(KV* sk, KV* sv, int ks, int c0, int r0, int r1, const
 // One head of a layer's fused Q/K/V row prepared for attention by one warp: src [hd] into x
 // [hd] (shared, the warp's own), the optional per-head RMSNorm (weight w, Qwen3), then with
 // `rotate` rotate-half RoPE at position p (`half` pairs, cos/sin scaled by `attn`). What
-// split_columns + RmsNorm + Rope compute; qkv_prep and decode attention's fused entries both
-// prepare heads through it, so their queries and keys are the same numbers. Ends with the warp
-// synchronized.
+// split_columns + RmsNorm + Rope compute. Ends with the warp synchronized.
 __device__ void head_prep(const float* src, float* x, const float* w, float eps, float p,
                           const float* inv_freq, int half, float attn, int hd, bool rotate,
                           int lane) {
@@ -339,26 +337,13 @@ __device__ void head_prep(const float* src, float* x, const float* w, float eps,
     }
 }
 
-// What decode attention's fused entries need to prepare their queries, keys and values from a
-// layer's fused Q/K/V rows (see qkv_prep); `qkv` null for entries given prepared queries.
-struct DecodePrep {
-    const float* qkv;
-    const u64* dst;
-    const int* pos;
-    const float* inv_freq;
-    int half;
-    float attn;
-    const float* q_w;
-    const float* k_w;
-    float eps;
-};
-
 // The attention input of one layer from its fused Q/K/V product, in one pass: per row r of
 // qkv [rows, (n_heads + 2 n_kv_heads) * hd] and per head, head_prep (queries and keys rotated,
 // values as they are), then the query to q_out [rows, n_heads * hd] and the key and value rows
-// straight into the KV page at dst[r] (+ k_off, + val_off). Decode steps prepare their heads
-// inside decode attention instead (attn_decode, `DecodePrep`). Grid: (rows, ceil((n_heads + 2
-// n_kv_heads) / QKV_PREP_WARPS)); block: a warp per head.
+// straight into the KV page at dst[r] (+ k_off, + val_off). Grid: (rows, ceil((n_heads + 2
+// n_kv_heads) / QKV_PREP_WARPS)); block: a warp per head. (Preparing a decode step's heads inside
+// decode attention instead, one launch fewer, measured slower on an H100, 2026-12-06: batch-1
+// graph 1.021 -> 1.038 ms, 64-row graph 2.51 -> 2.76 ms.)
 #define QKV_PREP_WARPS 4
 template <typename KV>
 __device__ void qkv_prep(const float* qkv, float* q_out, const u64* dst, const int* pos,
@@ -402,7 +387,7 @@ template <typename KV, int D, int G>
 __device__ void attn_decode(const float* q, float* out, const int* row_pos, const u64* pages,
                             const int* page0, int page_rows, long long k_off, long long val_off,
                             int n_heads, int n_kv_heads, int hd, float scale, int window,
-                            int splits, float* part, unsigned* counters, DecodePrep prep) {
+                            int splits, float* part, unsigned* counters, int min_span) {
     __shared__ float qs[G][256];
     __shared__ float part_m[DECODE_WARPS][G], part_l[DECODE_WARPS][G];
     __shared__ float part_acc[DECODE_WARPS][G][256];
@@ -417,14 +402,14 @@ __device__ void attn_decode(const float* q, float* out, const int* row_pos, cons
     const int kv_dim = n_kv_heads * hd, q_dim = n_heads * hd;
     const int pos = row_pos[seq];
     const int lo0 = window > 0 ? max(0, pos - window + 1) : 0;
-    // At least 32 keys per warp of a block, so a short context keeps few blocks busy and a
-    // long one spreads over all: only the first `used` blocks of a (row, head) hold keys; the
-    // others return at once, and with one block used it writes the output itself (no
-    // partials, no ticket, no merge: the step of a short context is one block per head).
+    // At least `min_span` keys per block (a multiple of 32; launch.rs), so a short context
+    // keeps few blocks busy and a long one spreads over all: only the first `used` blocks of a
+    // (row, head) hold keys; the others return at once, and with one block used it writes the
+    // output itself (no partials, no ticket, no merge).
     const int keys = pos - lo0 + 1;
-    const int used = min(splits, max(1, (keys + 32 * DECODE_WARPS - 1) / (32 * DECODE_WARPS)));
+    const int used = min(splits, max(1, (keys + min_span - 1) / min_span));
     if (blockIdx.z >= used) return;
-    const int span = max(32 * DECODE_WARPS, (keys + splits - 1) / splits);
+    const int span = max(min_span, (keys + splits - 1) / splits);
     const int lo = lo0 + blockIdx.z * span;
     const int hi = min(pos, lo + span - 1);
     const u64* sp = pages + page0[seq];
@@ -444,56 +429,16 @@ __device__ void attn_decode(const float* q, float* out, const int* row_pos, cons
                        kv_dim, kv_head * hd, hd, lane);
     }
     DEP_ENTER();
-    // Fused entries (prep.qkv set) take the layer's Q/K/V rows: each block prepares its query
-    // heads, a block whose keys reach the current position also its key and value row (into
-    // newk / newv, as stored, read there instead of from the page), and one such block per
-    // (row, KV head) writes them into the page for later steps.
-    const bool fused = prep.qkv != nullptr;
-    const bool has_pos = lo <= pos && pos <= hi;
-    __shared__ __align__(16) KV newk[256], newv[256];
     if (staged) {
-        if (!fused && c0 <= pos && pos <= c1) {
+        if (c0 <= pos && pos <= c1) {
             stage_rows<KV>(sk, sv, ks, c0, pos, pos, sp, page_rows, k_off, val_off, kv_dim,
                            kv_head * hd, hd, lane);
         }
         stage_wait();
     }
-    if (fused) {
-        const float* row = prep.qkv + (size_t)seq * (q_dim + 2 * kv_dim);
-        const float p = (float)prep.pos[seq];
-        // Warp t < G prepares query head head0 + t, warp G the key, warp G + 1 the value (f32,
-        // in part_acc until the end of the block).
-        float* kv_x = &part_acc[0][0][0];
-        const bool writer = has_pos && blockIdx.y == kv_head * chunks;
-        for (int t = warp; t < G + 2; t += DECODE_WARPS) {
-            if (t < G) {
-                if (t < gh) {
-                    head_prep(row + (head0 + t) * hd, qs[t], prep.q_w, prep.eps, p,
-                              prep.inv_freq, prep.half, prep.attn, hd, true, lane);
-                    for (int d = lane; d < hd; d += 32) qs[t][d] *= scale;
-                } else {
-                    for (int d = lane; d < hd; d += 32) qs[t][d] = 0.0f;
-                }
-            } else if (has_pos) {
-                const bool key_row = t == G;
-                float* x = kv_x + (key_row ? 0 : 256);
-                head_prep(row + q_dim + (key_row ? 0 : kv_dim) + kv_head * hd, x,
-                          key_row ? prep.k_w : nullptr, prep.eps, p, prep.inv_freq, prep.half,
-                          prep.attn, hd, key_row, lane);
-                KV* local = key_row ? newk : newv;
-                KV* page = (KV*)prep.dst[seq] + k_off + (key_row ? 0 : val_off)
-                    + (long long)kv_head * hd;
-                for (int d = lane; d < hd; d += 32) {
-                    store_kv(local + d, x[d]);
-                    if (writer) store_kv(page + d, x[d]);
-                }
-            }
-        }
-    } else {
-        for (int i = threadIdx.x; i < G * hd; i += blockDim.x) {
-            const int g = i / hd, d = i - g * hd;
-            qs[g][d] = g < gh ? q[(size_t)seq * q_dim + (head0 + g) * hd + d] * scale : 0.0f;
-        }
+    for (int i = threadIdx.x; i < G * hd; i += blockDim.x) {
+        const int g = i / hd, d = i - g * hd;
+        qs[g][d] = g < gh ? q[(size_t)seq * q_dim + (head0 + g) * hd + d] * scale : 0.0f;
     }
     __syncthreads();
     float m[G], l[G], acc[G][D];
@@ -510,8 +455,7 @@ __device__ void attn_decode(const float* q, float* out, const int* row_pos, cons
 #pragma unroll
         for (int g = 0; g < G; g++) s[g] = -INFINITY;
         if (key <= hi) {
-            const KV* kr = fused && key == pos ? newk
-                : staged && key <= c1 ? sk + (key - c0) * ks
+            const KV* kr = staged && key <= c1 ? sk + (key - c0) * ks
                 : (const KV*)sp[key / page_rows] + k_off
                     + (long long)(key % page_rows) * kv_dim + kv_head * hd;
             // Loads in batches of 16 (64 dimensions), issued before they are used: a key
@@ -563,8 +507,7 @@ __device__ void attn_decode(const float* q, float* out, const int* row_pos, cons
             for (int u = 0; u < VB; u++) {
                 const int kj = base + j0 + u;
                 if (j0 + u < n_keys) {
-                    const KV* vr = fused && kj == pos ? newv
-                        : staged && kj <= c1 ? sv + (kj - c0) * ks
+                    const KV* vr = staged && kj <= c1 ? sv + (kj - c0) * ks
                         : (const KV*)sp[kj / page_rows] + k_off + val_off
                             + (long long)(kj % page_rows) * kv_dim + kv_head * hd;
 #pragma unroll
@@ -679,12 +622,10 @@ __device__ void attn_decode(const float* q, float* out, const int* row_pos, cons
         const float* q, float* out, const int* row_pos, const u64* pages, const int* page0,    \
         int page_rows, long long k_off, long long val_off, int n_heads, int n_kv_heads,        \
         int hd, float scale, int window, int splits, float* part, unsigned* counters,         \
-        const float* qkv, const u64* dst, const int* pos, const float* inv_freq, int half,     \
-        float attn, const float* q_w, const float* k_w, float eps) {                           \
-        const DecodePrep prep = {qkv, dst, pos, inv_freq, half, attn, q_w, k_w, eps};          \
+        int min_span) {                                                                        \
         attn_decode<KV, D, G>(q, out, row_pos, pages, page0, page_rows, k_off, val_off,       \
                               n_heads, n_kv_heads, hd, scale, window, splits, part, counters, \
-                              prep);                                                           \
+                              min_span);                                                       \
     }
 #define ATTN_DECODE(NAME, KV, D) ATTN_DECODE_ENTRY(NAME, KV, D, 1, 1)
 #define ATTN_DECODE_MANY(NAME, KV, D) ATTN_DECODE_ENTRY(NAME, KV, D, 2, DECODE_MANY_HEADS)

@@ -91,45 +91,22 @@ pub const DECODE_TICKETS: usize = 4096;
 /// one row they are even once the fused norm is counted, so only one or two rows take it.
 pub const GEMV_ROWS: usize = 2;
 
-/// Outputs beyond which products take cuBLAS even for one row: a 151,936-wide LM head ran at
-/// 1.8 TB/s in this kernel (19k blocks, each staging its input; blocks now loop over columns)
-/// and 3.7 TB/s in cuBLAS.
-pub const GEMV_MAX_OUT: usize = 32 * 1024;
+/// Outputs beyond which products take cuBLAS even for one row: LM heads of vocabularies up to
+/// 256 Ki take this kernel. Its blocks loop over columns (one wave), so a 151,936-wide bf16 LM
+/// head at batch 1 now takes it: H100, 2026-12-06, the decode step's graph 1.038 -> 0.987 ms
+/// against the split + cuBLAS product + sum of halves (when each block took 8 columns, 19k
+/// blocks each staging its input, it ran at 1.8 TB/s against cuBLAS's 3.7).
+pub const GEMV_MAX_OUT: usize = 256 * 1024;
 
 /// Query heads of one KV head per block of the many-rows decode attention entries (attention.cu
 /// `DECODE_MANY_HEADS`).
 const DECODE_MANY_HEADS: usize = 2;
 
+/// Fewest keys a decode attention block takes by default (its `min_span`): 32 per warp.
+pub const DECODE_SPAN: usize = 32 * DECODE_WARPS as usize;
+
 /// Heads a `qkv_prep` block prepares, a warp each (attention.cu `QKV_PREP_WARPS`).
 const QKV_PREP_WARPS: usize = 4;
-
-/// Where decode attention's queries come from ([`CudaDevice::attention_decode`]).
-pub enum DecodeQuery<'a> {
-    /// Queries ready [rows, n_heads * hd]; the new rows' keys and values are in the pages.
-    Ready(&'a Buf),
-    /// A layer's fused Q/K/V rows [rows, (n_heads + 2 n_kv_heads) * hd], prepared in the
-    /// kernel as `prep` says (one launch fewer per layer than [`CudaDevice::qkv_prep`] and
-    /// attention); row r's key and value go to the page row at `dst[r]`.
-    Fused {
-        qkv: &'a Buf,
-        dst: &'a [u64],
-        prep: &'a QkvPrep<'a>,
-    },
-}
-
-/// A [`QkvPrep`] as kernel arguments (null pointers: no preparation).
-#[derive(Default)]
-struct PrepArgs {
-    qkv: u64,
-    dst: u64,
-    pos: u64,
-    inv_freq: u64,
-    half: i32,
-    attn: f32,
-    q_w: u64,
-    k_w: u64,
-    eps: f32,
-}
 
 /// Values of a row each thread of `split_bf16` loads at once (kernels.cu `SPLIT_HELD`).
 const SPLIT_HELD: usize = 4;
@@ -731,21 +708,31 @@ impl CudaDevice {
         } else {
             &self.kernels().qkv_prep_f32
         };
-        let args = self.prep_args(qkv, dst, prep, hd)?;
-        let pq = self.mptr(&mut q);
-        let (h, kvh, d) = (n_heads as i32, n_kv_heads as i32, hd as i32);
+        let half = prep.inv_freq.len();
+        assert!(hd <= 256 && 2 * half <= hd && prep.positions.len() == rows);
+        let (qw, kw, eps) = match prep.norms {
+            Some((qn, kn, eps)) => {
+                assert!(qn.len() >= hd && kn.len() >= hd);
+                (self.ptr(qn), self.ptr(kn), eps)
+            }
+            None => (0u64, 0u64, 0.0f32),
+        };
+        let pd = self.input(Input::KvDst, dst)?;
+        let pp = self.input(Input::RopePositions, prep.positions)?;
+        let (px, pq, pf) = (self.ptr(qkv), self.mptr(&mut q), self.ptr(prep.inv_freq));
+        let (hf, h, kvh, d) = (half as i32, n_heads as i32, n_kv_heads as i32, hd as i32);
         let (ko, vo) = (k_off as i64, val_off as i64);
         let mut b = self.args(f);
-        b.arg(&args.qkv)
+        b.arg(&px)
             .arg(&pq)
-            .arg(&args.dst)
-            .arg(&args.pos)
-            .arg(&args.inv_freq)
-            .arg(&args.half)
-            .arg(&args.attn)
-            .arg(&args.q_w)
-            .arg(&args.k_w)
-            .arg(&args.eps)
+            .arg(&pd)
+            .arg(&pp)
+            .arg(&pf)
+            .arg(&hf)
+            .arg(&prep.attn)
+            .arg(&qw)
+            .arg(&kw)
+            .arg(&eps)
             .arg(&h)
             .arg(&kvh)
             .arg(&d)
@@ -766,45 +753,16 @@ impl CudaDevice {
         Ok(q)
     }
 
-    /// The device pointers and values of a [`QkvPrep`] as kernels take them (`attn_decode`'s
-    /// `DecodePrep`, `qkv_prep`), its step inputs uploaded.
-    fn prep_args(&self, qkv: &Buf, dst: &[u64], prep: &QkvPrep<'_>, hd: usize) -> Result<PrepArgs> {
-        let rows = dst.len();
-        let half = prep.inv_freq.len();
-        assert!(hd <= 256 && 2 * half <= hd && prep.positions.len() == rows);
-        let (q_w, k_w, eps) = match prep.norms {
-            Some((qn, kn, eps)) => {
-                assert!(qn.len() >= hd && kn.len() >= hd);
-                (self.ptr(qn), self.ptr(kn), eps)
-            }
-            None => (0u64, 0u64, 0.0f32),
-        };
-        Ok(PrepArgs {
-            qkv: self.ptr(qkv),
-            dst: self.input(Input::KvDst, dst)?,
-            pos: self.input(Input::RopePositions, prep.positions)?,
-            inv_freq: self.ptr(prep.inv_freq),
-            half: half as i32,
-            attn: prep.attn,
-            q_w,
-            k_w,
-            eps,
-        })
-    }
-
-    /// Decode attention: query row r is sequence r's one new row (see `attn_decode` in
-    /// attention.cu; hd a multiple of 4, at most 256), from `query`: ready queries, or the
-    /// layer's fused Q/K/V rows prepared in the kernel, which then also writes the new key and
-    /// value rows into the pages. `tiles` as for [`CudaDevice::attention`] (only its positions
-    /// and pages are read).
+    /// Decode attention: query row r of q [rows, n_heads * hd] is sequence r's one new row (see
+    /// `attn_decode` in attention.cu; hd a multiple of 4, at most 256); `tiles` as for
+    /// [`CudaDevice::attention`] (only its positions and pages are read).
     ///
     /// # Safety
-    /// As [`CudaDevice::attention`]; with [`DecodeQuery::Fused`], as [`CudaDevice::kv_write`]
-    /// for its destinations.
+    /// As [`CudaDevice::attention`].
     #[allow(clippy::too_many_arguments)]
     pub unsafe fn attention_decode(
         &self,
-        query: DecodeQuery<'_>,
+        q: &Buf,
         rows: usize,
         tiles: &AttnTiles,
         page_rows: usize,
@@ -818,17 +776,7 @@ impl CudaDevice {
         f16: bool,
     ) -> Result<Buf> {
         assert!(hd <= 256 && hd.is_multiple_of(4) && n_heads.is_multiple_of(n_kv_heads));
-        let (q, prep) = match query {
-            DecodeQuery::Ready(q) => {
-                assert!(q.len() >= rows * n_heads * hd);
-                (q, None)
-            }
-            DecodeQuery::Fused { qkv, dst, prep } => {
-                assert!(dst.len() == rows && qkv.len() >= rows * (n_heads + 2 * n_kv_heads) * hd);
-                (qkv, Some(self.prep_args(qkv, dst, prep, hd)?))
-            }
-        };
-        let prep = prep.unwrap_or_default();
+        assert!(q.len() >= rows * n_heads * hd);
         let mut out = self.alloc_buf(rows * n_heads * hd)?;
         if rows == 0 {
             return Ok(out);
@@ -861,6 +809,7 @@ impl CudaDevice {
             1
         })?;
         let (sp, pp) = (splits as i32, self.mptr(&mut part));
+        let min_span = self.decode_span() as i32;
         // Split launches have fewer (row, head) pairs than 2 SMs' worth, so the tickets fit.
         assert!(splits == 1 || rows * n_heads <= DECODE_TICKETS);
         let pt = self.ptr(&self.decode_tickets);
@@ -881,15 +830,7 @@ impl CudaDevice {
             .arg(&sp)
             .arg(&pp)
             .arg(&pt)
-            .arg(&prep.qkv)
-            .arg(&prep.dst)
-            .arg(&prep.pos)
-            .arg(&prep.inv_freq)
-            .arg(&prep.half)
-            .arg(&prep.attn)
-            .arg(&prep.q_w)
-            .arg(&prep.k_w)
-            .arg(&prep.eps);
+            .arg(&min_span);
         // Launches of at most one (row, head) pair per SM stage their first keys ahead (one
         // block per SM then fits; larger launches keep two or three resident instead), when
         // rows copy in 16-byte pieces. The kernel's shared memory was raised for its class's
@@ -903,8 +844,7 @@ impl CudaDevice {
             block_dim: (32 * DECODE_WARPS, 1, 1),
             shared_mem_bytes: if staged { stage as u32 } else { 0 },
         };
-        // SAFETY: the caller guarantees the pages (and with a fused query the destinations of
-        // the new rows, written by one block per (row, KV head)); q, out and part are sized above (block
+        // SAFETY: the caller guarantees the pages; q, out and part are sized above (block
         // (r, y, z) writes part's (r, h, z) entries of hd + 2 values for its heads h, at most
         // DECODE_MANY_HEADS of KV head y's group, and the last of (r, y)'s blocks, or the only
         // one, out's row r at those heads); ticket r * n_heads + h exists (asserted).

@@ -235,9 +235,9 @@ pub struct CudaDevice {
     /// Whether kernels are launched as programmatic dependents of the one before them
     /// (compute capability 9.0 and later, unless `LATTICE_CUDA_PDL=0`).
     dependent_launch: bool,
-    /// Whether decode steps prepare queries, keys and values inside decode attention
-    /// (`DecodeQuery::Fused`) rather than in a launch of their own (`LATTICE_CUDA_DECODE_PREP=0`).
-    fused_decode_prep: bool,
+    /// Fewest keys a block of decode attention takes (a multiple of 32; `attn_decode`'s
+    /// `min_span`): 128, or `LATTICE_CUDA_DECODE_SPAN`.
+    decode_span: usize,
     /// Outputs beyond which a product of few rows takes cuBLAS ([`launch::GEMV_MAX_OUT`];
     /// `LATTICE_CUDA_GEMV_MAX_OUT` overrides, to measure the LM head in the matrix-vector
     /// kernel).
@@ -566,7 +566,12 @@ impl CudaDevice {
             side: OnceLock::new(),
             dependent_launch: cc.0 >= 9
                 && std::env::var("LATTICE_CUDA_PDL").map_or(true, |v| v != "0"),
-            fused_decode_prep: std::env::var("LATTICE_CUDA_DECODE_PREP").map_or(true, |v| v != "0"),
+            decode_span: std::env::var("LATTICE_CUDA_DECODE_SPAN")
+                .ok()
+                .and_then(|v| v.parse::<usize>().ok())
+                .map_or(launch::DECODE_SPAN, |n| {
+                    n.clamp(1, 1 << 20).div_ceil(32) * 32
+                }),
             gemv_max_out: std::env::var("LATTICE_CUDA_GEMV_MAX_OUT")
                 .ok()
                 .and_then(|v| v.parse().ok())
@@ -585,11 +590,9 @@ impl CudaDevice {
         self.dependent_launch
     }
 
-    /// Whether decode attention prepares its queries, keys and values from the layer's fused
-    /// Q/K/V rows (one launch a layer fewer; `LATTICE_CUDA_DECODE_PREP=0` turns it off to
-    /// measure it).
-    pub fn fused_decode_prep(&self) -> bool {
-        self.fused_decode_prep
+    /// Fewest keys a decode attention block takes (splits of a short context).
+    pub(crate) fn decode_span(&self) -> usize {
+        self.decode_span
     }
 
     /// The module holding the kernel clock, where the kernels keep one.

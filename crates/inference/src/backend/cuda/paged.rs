@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use super::graph::HostPart;
-use super::launch::{DecodeQuery, ATTN_ROWS};
+use super::launch::ATTN_ROWS;
 use super::{AttnTiles, Buf, CudaDevice, Input};
 use crate::attention::CausalShape;
 use crate::state::{KvDtype, SeqState};
@@ -202,7 +202,7 @@ fn plan(
 fn run(
     dev: &Arc<CudaDevice>,
     plan: &Plan,
-    query: DecodeQuery<'_>,
+    q: &Buf,
     shape: &CausalShape,
     scale: f32,
 ) -> Result<Buf> {
@@ -220,19 +220,12 @@ fn run(
         &plan.tiles,
     );
     // SAFETY: the plan's pages hold, per sequence, every row its positions reach (committed,
-    // and written for this pass or by a fused query at the plan's destinations, the new rows'
-    // slots), all of one pool and so one layout (k_off, val_off, page_rows).
+    // and written for this pass), all of one pool and so one layout (k_off, val_off, page_rows).
     unsafe {
-        match query {
-            _ if plan.decode => {
-                dev.attention_decode(query, rows, t, pr, ko, vo, h, kvh, hd, scale, win, plan.f16)
-            }
-            DecodeQuery::Ready(q) => {
-                dev.attention(q, rows, t, pr, ko, vo, h, kvh, hd, scale, win, plan.f16)
-            }
-            DecodeQuery::Fused { .. } => Err(Error::Device(
-                "cuda: fused queries are for decode steps only".into(),
-            )),
+        if plan.decode {
+            dev.attention_decode(q, rows, t, pr, ko, vo, h, kvh, hd, scale, win, plan.f16)
+        } else {
+            dev.attention(q, rows, t, pr, ko, vo, h, kvh, hd, scale, win, plan.f16)
         }
     }
 }
@@ -256,7 +249,7 @@ pub fn attend_paged(
     // SAFETY: every destination is a row of a live page that `append_slots` made exclusive to
     // its sequence; `k_off` and `val_off` are this layer's keys and values within a page.
     unsafe { dev.kv_write(k, v, &plan.dst, kv_dim, plan.k_off, plan.val_off, plan.f16)? };
-    run(dev, &plan, DecodeQuery::Ready(q), shape, scale)
+    run(dev, &plan, q, shape, scale)
 }
 
 /// The per-head norms and rotary embedding [`attend_qkv_paged`] applies on the way.
@@ -287,14 +280,6 @@ pub fn attend_qkv_paged(
 ) -> Result<Buf> {
     let plan = plan(dev, seq_lens, states, layer, shape)?;
     let (h, kvh, hd) = (shape.n_heads, shape.n_kv_heads, shape.head_dim);
-    if plan.decode && dev.fused_decode_prep() {
-        let query = DecodeQuery::Fused {
-            qkv,
-            dst: &plan.dst,
-            prep,
-        };
-        return run(dev, &plan, query, shape, scale);
-    }
     // SAFETY: as in `attend_paged`.
     let q = unsafe {
         dev.qkv_prep(
@@ -309,7 +294,7 @@ pub fn attend_qkv_paged(
             plan.f16,
         )?
     };
-    run(dev, &plan, DecodeQuery::Ready(&q), shape, scale)
+    run(dev, &plan, &q, shape, scale)
 }
 
 /// Bidirectional attention of an encoder over packed sequences (`cu_seqlens`): qkv [n_tokens,
