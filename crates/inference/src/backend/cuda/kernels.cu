@@ -485,6 +485,20 @@ __device__ __forceinline__ uint4 ld_stream(const uint4* p) {
     return r;
 }
 
+// Lane `lane`'s chunks of pass `base` (chunk base + lane + 32 i), zero past the row's end.
+__device__ __forceinline__ void gemv_fetch(uint4 (&v)[GEMV_PF], const uint4* wr, int base,
+                                           int lane, int chunks) {
+#pragma unroll
+    for (int i = 0; i < GEMV_PF; i++) {
+        const int c = base + lane + 32 * i;
+        if (c < chunks) {
+            v[i] = ld_stream(wr + c);
+        } else {
+            v[i].x = v[i].y = v[i].z = v[i].w = 0u;
+        }
+    }
+}
+
 // Where values 4 e4 .. 4 e4 + 3 of row j go in the staged x (float4 units; see gemv).
 template <bool BF16>
 __device__ __forceinline__ int gemv_slot(int j, int e4, int k) {
@@ -653,34 +667,10 @@ __device__ __forceinline__ void gemv_store(const float (&acc)[GEMV_ROWS],
     }
 }
 
-// Lane `lane`'s loads of one pass over CPP columns col + j * stride (j < CPP), GEMV_PF / CPP
-// slots each (chunks base + lane + 32 i of the column's row), zero past a row's end or past the
-// last column.
-template <int CPP>
-__device__ __forceinline__ void gemv_fetch_cols(uint4 (&v)[GEMV_PF], const void* w,
-                                                size_t row_bytes, int col, int stride, int n,
-                                                int base, int lane, int chunks) {
-    constexpr int PER = GEMV_PF / CPP;
-#pragma unroll
-    for (int i = 0; i < GEMV_PF; i++) {
-        const int cj = col + (i / PER) * stride, c = base + lane + 32 * (i % PER);
-        if (cj < n && c < chunks) {
-            v[i] = ld_stream((const uint4*)((const char*)w + cj * row_bytes) + c);
-        } else {
-            v[i].x = v[i].y = v[i].z = v[i].w = 0u;
-        }
-    }
-}
-
-// CPP columns per pass: rows of at most 32 GEMV_PF / CPP chunks share a pass's load slots with
-// the warp's next columns, so more of the weights are in flight before the kernel waits (k =
-// 1,024 bf16 fills half the slots with one column). Each column's sums are the one-column
-// sums, in the same order.
-template <bool BF16, int CPP>
+template <bool BF16>
 __device__ void gemv(const float* x, const void* w, float* y, int m, int n, int k, int accumulate,
                      const float* norm_w, float eps, int swiglu) {
     extern __shared__ float4 xs4[];
-    constexpr int PER = GEMV_PF / CPP;
     const int chunks = BF16 ? k / 8 : k / 4;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     // Warp `warp` of block b takes columns b * 8 + warp, then every gridDim.x * 8-th: a grid
@@ -689,76 +679,50 @@ __device__ void gemv(const float* x, const void* w, float* y, int m, int n, int 
     // before the previous pass multiplies (also across columns).
     const int stride = gridDim.x * 8;
     const size_t row_bytes = (size_t)k * (BF16 ? 2 : 4);
-    const int passes = (chunks + 32 * PER - 1) / (32 * PER);
+    const int passes = (chunks + 32 * GEMV_PF - 1) / (32 * GEMV_PF);
     int col = blockIdx.x * 8 + warp;
     uint4 next[GEMV_PF];
-    gemv_fetch_cols<CPP>(next, w, row_bytes, col, stride, n, 0, lane, chunks);
+    if (col < n) gemv_fetch(next, (const uint4*)((const char*)w + col * row_bytes), 0, lane, chunks);
     // The first loads of the weights are in flight while the kernel before finishes.
     DEP_ENTER();
     gemv_stage<BF16>(x, xs4, m, k, norm_w, eps, swiglu);
-    for (; col < n; col += CPP * stride) {
-        float prior[CPP][GEMV_ROWS], acc[CPP][GEMV_ROWS];
+    for (; col < n; col += stride) {
+        const uint4* wr = (const uint4*)((const char*)w + col * row_bytes);
+        float prior[GEMV_ROWS];
+        gemv_prior(prior, y, m, n, col, lane, accumulate);
+        float acc[GEMV_ROWS];
 #pragma unroll
-        for (int j = 0; j < CPP; j++) {
-            const bool here = col + j * stride < n;
-            gemv_prior(prior[j], y, m, n, col + j * stride, lane, here ? accumulate : 0);
-#pragma unroll
-            for (int r = 0; r < GEMV_ROWS; r++) acc[j][r] = 0.0f;
-        }
+        for (int j = 0; j < GEMV_ROWS; j++) acc[j] = 0.0f;
         for (int p = 0; p < passes; p++) {
-            const int base = p * 32 * PER;
+            const int base = p * 32 * GEMV_PF;
             uint4 cur[GEMV_PF];
 #pragma unroll
             for (int i = 0; i < GEMV_PF; i++) cur[i] = next[i];
             if (p + 1 < passes) {
-                gemv_fetch_cols<CPP>(next, w, row_bytes, col, stride, n, base + 32 * PER, lane,
-                                     chunks);
-            } else if (col + CPP * stride < n) {
-                gemv_fetch_cols<CPP>(next, w, row_bytes, col + CPP * stride, stride, n, 0, lane,
-                                     chunks);
+                gemv_fetch(next, wr, base + 32 * GEMV_PF, lane, chunks);
+            } else if (col + stride < n) {
+                gemv_fetch(next, (const uint4*)((const char*)w + (col + stride) * row_bytes), 0,
+                           lane, chunks);
             }
 #pragma unroll
             for (int i = 0; i < GEMV_PF; i++) {
-                const int j = i / PER, c = base + lane + 32 * (i % PER);
-                if (c < chunks && col + j * stride < n) {
-                    gemv_chunk<BF16>(acc[j], cur[i], xs4, c, m, k);
-                }
+                const int c = base + lane + 32 * i;
+                if (c >= chunks) break;
+                gemv_chunk<BF16>(acc, cur[i], xs4, c, m, k);
             }
         }
-#pragma unroll
-        for (int j = 0; j < CPP; j++) {
-            if (col + j * stride < n) {
-                gemv_store(acc[j], prior[j], y, m, n, col + j * stride, lane, accumulate);
-            }
-        }
+        gemv_store(acc, prior, y, m, n, col, lane, accumulate);
     }
 }
 
-// Two columns per pass where a row fills at most half the load slots (compiled with
-// LATTICE_GEMV_ONE_COLUMN, `LATTICE_CUDA_DEFINES`, always one, to measure it).
-template <bool BF16>
-__device__ void gemv_entry(const float* x, const void* w, float* y, int m, int n, int k,
-                           int accumulate, const float* norm_w, float eps, int swiglu) {
-#ifndef LATTICE_GEMV_ONE_COLUMN
-    if ((BF16 ? k / 8 : k / 4) <= 16 * GEMV_PF) {
-        gemv<BF16, 2>(x, w, y, m, n, k, accumulate, norm_w, eps, swiglu);
-        return;
-    }
-#endif
-    gemv<BF16, 1>(x, w, y, m, n, k, accumulate, norm_w, eps, swiglu);
+extern "C" __global__ void gemv_bf16(const float* x, const bf16_t* w, float* y, int m, int n, int k,
+                                     int accumulate, const float* norm_w, float eps, int swiglu) {
+    gemv<true>(x, w, y, m, n, k, accumulate, norm_w, eps, swiglu);
 }
 
-// Two blocks per SM (launch.rs `gemv_blocks`): at most 128 registers a thread.
-extern "C" __global__ void __launch_bounds__(256, 2)
-gemv_bf16(const float* x, const bf16_t* w, float* y, int m, int n, int k, int accumulate,
-          const float* norm_w, float eps, int swiglu) {
-    gemv_entry<true>(x, w, y, m, n, k, accumulate, norm_w, eps, swiglu);
-}
-
-extern "C" __global__ void __launch_bounds__(256, 2)
-gemv_f32(const float* x, const float* w, float* y, int m, int n, int k, int accumulate,
-         const float* norm_w, float eps, int swiglu) {
-    gemv_entry<false>(x, w, y, m, n, k, accumulate, norm_w, eps, swiglu);
+extern "C" __global__ void gemv_f32(const float* x, const float* w, float* y, int m, int n, int k,
+                                    int accumulate, const float* norm_w, float eps, int swiglu) {
+    gemv<false>(x, w, y, m, n, k, accumulate, norm_w, eps, swiglu);
 }
 
 // The larger of two (value, index) candidates: the larger value, the lower index on ties;
