@@ -249,11 +249,11 @@ ATTN_VARIANTS(ATTN_PAGED, attn_paged)
 // lane j scores key j of a chunk for each head, each warp keeps its own online softmax per head,
 // and the warps' partial results are merged at the end. hd must be a multiple of 4 (16-byte rows
 // for f32 pages, 8-byte for f16) and at most 256. Grid: (rows, head blocks, splits). With splits
-// > 1 (few rows: flash-decoding), block z takes the z-th of `splits` equal spans (of `min_span` keys
-// or more) of the row's keys; where more than one span holds keys, each writes its unnormalized
-// partial (max, sum, acc[hd]) per head to part[((row * n_heads + head) * splits + z) * (hd + 2)]
-// and the last of a (row, heads)'s blocks to finish (a ticket from counters[row * n_heads +
-// first head], zero between launches) merges them.
+// > 1 (few rows: flash-decoding), block z takes the z-th of `splits` equal spans (of `min_span`
+// keys or more) of the row's keys; where more than one span holds keys, each writes its
+// unnormalized partial (max, sum, acc[hd]) per head to part[((row * n_heads + head) * splits +
+// z) * (hd + 2)] and the last of a (row, heads)'s blocks to finish (a ticket from
+// counters[row * n_heads + first head], zero between launches) merges them.
 
 // 4 warps: small blocks, so that many (row, head) blocks are resident at once (a batch of 64
 // rows x 16 heads ran in 4 waves of 8-warp blocks).

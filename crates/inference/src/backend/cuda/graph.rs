@@ -118,11 +118,11 @@ impl Graphs {
     }
 }
 
-/// `LATTICE_CUDA_TRACE=1` prints, every 64th step, where a step's time goes: the host pass
-/// (model code; launches skipped when replaying), the device time of the graph, the total.
 /// Launch slots of the kernel clock (kernels.cu `KCLOCK_SLOTS`), four u64 each.
 const CLOCK_SLOTS: usize = 2048;
 
+/// `LATTICE_CUDA_TRACE=1` prints, every 64th step, where a step's time goes: the host pass
+/// (model code; launches skipped when replaying), the device time of the graph, the total.
 pub(crate) fn tracing() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ON.get_or_init(|| std::env::var("LATTICE_CUDA_TRACE").is_ok_and(|v| v != "0"))

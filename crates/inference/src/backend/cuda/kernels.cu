@@ -631,18 +631,13 @@ __device__ __forceinline__ void gemv_chunk(float (&acc)[GEMV_ROWS], uint4 pk, co
 }
 
 // With `accumulate`, lane 0 reads the column's values y[j * n + col] that its sums add to:
-// called before the sums, so that the read's trip to memory overlaps them (compiled with
-// LATTICE_LATE_PRIOR, `LATTICE_CUDA_DEFINES`, the read waits until the sums are done, as it
-// did before, to measure what this saves).
+// called before the sums, so that the read's trip to memory overlaps them (H100, 2026-12-06:
+// within the noise of reading them after the sums, 0-3 us a step).
 __device__ __forceinline__ void gemv_prior(float (&prior)[GEMV_ROWS], const float* y, int m,
                                            int n, int col, int lane, int accumulate) {
 #pragma unroll
     for (int j = 0; j < GEMV_ROWS; j++) {
-#ifdef LATTICE_LATE_PRIOR
-        prior[j] = 0.0f;
-#else
         prior[j] = accumulate && lane == 0 && j < m ? y[(size_t)j * n + col] : 0.0f;
-#endif
     }
 }
 
@@ -655,14 +650,7 @@ __device__ __forceinline__ void gemv_store(const float (&acc)[GEMV_ROWS],
     for (int j = 0; j < GEMV_ROWS; j++) {
         if (j < m) {
             const float s = warp_sum(acc[j]);
-            if (lane == 0) {
-                float* out = y + (size_t)j * n + col;
-#ifdef LATTICE_LATE_PRIOR
-                *out = accumulate ? *out + s : s;
-#else
-                *out = accumulate ? prior[j] + s : s;
-#endif
-            }
+            if (lane == 0) y[(size_t)j * n + col] = accumulate ? prior[j] + s : s;
         }
     }
 }

@@ -93,8 +93,8 @@ pub const GEMV_ROWS: usize = 2;
 
 /// Outputs beyond which products take cuBLAS even for one row: LM heads of vocabularies up to
 /// 256 Ki take this kernel. Its blocks loop over columns (one wave), so a 151,936-wide bf16 LM
-/// head at batch 1 now takes it: H100, 2026-12-06, the decode step's graph 1.038 -> 0.987 ms
-/// against the split + cuBLAS product + sum of halves (when each block took 8 columns, 19k
+/// head at batch 1 now takes it: H100, 2026-12-06, the decode step's graph 0.958-0.965 ->
+/// 0.915-0.918 ms against the split + cuBLAS product + sum of halves (when each block took 8 columns, 19k
 /// blocks each staging its input, it ran at 1.8 TB/s against cuBLAS's 3.7).
 pub const GEMV_MAX_OUT: usize = 256 * 1024;
 

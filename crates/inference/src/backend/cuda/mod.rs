@@ -293,7 +293,7 @@ pub enum Input {
 
 /// NVRTC options: C++17, and the defines that select a kernel's earlier form for A/B
 /// measurements: `LATTICE_CUDA_EARLY_TRIGGER=0` (DEP_ENTER in kernels.cu), and the names in
-/// `LATTICE_CUDA_DEFINES` (comma-separated, e.g. `LATTICE_LATE_PRIOR`).
+/// `LATTICE_CUDA_DEFINES` (comma-separated, e.g. `LATTICE_KERNEL_CLOCK`).
 fn kernel_options() -> Vec<String> {
     let mut options = vec!["--std=c++17".to_string()];
     if std::env::var("LATTICE_CUDA_EARLY_TRIGGER").is_ok_and(|v| v == "0") {
