@@ -410,31 +410,17 @@ fn fused_products_and_qkv_preparation_match_the_cpu() {
     // current key beyond the staged rows), then decode steps that read the rows earlier steps
     // wrote.
     let steps = [vec![1300usize, 5], vec![1, 1], vec![1, 1], vec![1, 1]];
-    for (n_heads, n_kv_heads, hd, with_norms, dtype) in [
-        (16, 8, 128, true, KvDtype::F32),
-        (14, 2, 64, false, KvDtype::F16),
+    for case in [
+        (16, 8, 128, 128, true, KvDtype::F32),
+        (14, 2, 64, 64, false, KvDtype::F16),
     ] {
-        let heads = HeadsCase {
-            n_heads,
-            n_kv_heads,
-            hd,
-            rotary_dim: hd,
-            with_norms,
-            dtype,
-        };
-        check_attend_qkv(&dev, &mut rng, &heads, &steps, 4096);
+        check_attend_qkv(&dev, &mut rng, case, &steps, 4096);
     }
 }
 
-/// The heads of an [`attend_qkv`] case.
-struct HeadsCase {
-    n_heads: usize,
-    n_kv_heads: usize,
-    hd: usize,
-    rotary_dim: usize,
-    with_norms: bool,
-    dtype: KvDtype,
-}
+/// The heads of an [`attend_qkv`] case: (query heads, KV heads, head size, rotary dimensions,
+/// per-head norms, page type).
+type HeadsCase = (usize, usize, usize, usize, bool, KvDtype);
 
 /// [`attend_qkv`] (per-head norms and RoPE of a layer's fused Q/K/V rows, the new keys and
 /// values into the pages, attention) on the GPU against the CPU, over passes of `steps` rows
@@ -442,18 +428,11 @@ struct HeadsCase {
 fn check_attend_qkv(
     dev: &Device,
     rng: &mut Rng,
-    case: &HeadsCase,
+    case: HeadsCase,
     steps: &[Vec<usize>],
     max_len: usize,
 ) {
-    let HeadsCase {
-        n_heads,
-        n_kv_heads,
-        hd,
-        rotary_dim,
-        with_norms,
-        dtype,
-    } = *case;
+    let (n_heads, n_kv_heads, hd, rotary_dim, with_norms, dtype) = case;
     let shape = CausalShape {
         n_heads,
         n_kv_heads,
@@ -524,24 +503,16 @@ fn qkv_decode_steps_match_the_cpu() {
     let steps: Vec<Vec<usize>> = std::iter::once(prompt)
         .chain(std::iter::repeat_n(vec![1; 72], 3))
         .collect();
-    for (n_heads, n_kv_heads, hd, rotary_dim, with_norms, dtype) in [
+    for case in [
         (16, 8, 128, 128, true, KvDtype::F32),
         (8, 2, 256, 64, false, KvDtype::F16),
         (14, 2, 80, 80, true, KvDtype::F32),
         (6, 6, 32, 32, true, KvDtype::F16),
     ] {
-        let heads = HeadsCase {
-            n_heads,
-            n_kv_heads,
-            hd,
-            rotary_dim,
-            with_norms,
-            dtype,
-        };
-        check_attend_qkv(&dev, &mut rng, &heads, &steps, 512);
+        check_attend_qkv(&dev, &mut rng, case, &steps, 512);
         // One sequence: a block per query head, the keys split over blocks.
         let one = [vec![700usize], vec![1], vec![1]];
-        check_attend_qkv(&dev, &mut rng, &heads, &one, 1024);
+        check_attend_qkv(&dev, &mut rng, case, &one, 1024);
     }
 }
 

@@ -294,22 +294,35 @@ pub enum Input {
 /// NVRTC options: C++17, and the defines that select a kernel's earlier form for A/B
 /// measurements: `LATTICE_CUDA_EARLY_TRIGGER=0` (DEP_ENTER in kernels.cu), and the names in
 /// `LATTICE_CUDA_DEFINES` (comma-separated, e.g. `LATTICE_KERNEL_CLOCK`).
-fn kernel_options() -> Vec<String> {
+fn kernel_options() -> Result<Vec<String>> {
     let mut options = vec!["--std=c++17".to_string()];
     if std::env::var("LATTICE_CUDA_EARLY_TRIGGER").is_ok_and(|v| v == "0") {
         options.push("-DLATTICE_LATE_TRIGGER".into());
     }
     if let Ok(names) = std::env::var("LATTICE_CUDA_DEFINES") {
-        let valid =
-            |n: &str| !n.is_empty() && n.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
-        options.extend(
-            names
-                .split(',')
-                .filter(|n| valid(n))
-                .map(|n| format!("-D{n}")),
-        );
+        for n in names.split(',').filter(|n| !n.is_empty()) {
+            if !n.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+                return Err(Error::Device(format!(
+                    "cuda: LATTICE_CUDA_DEFINES: `{n}` is not a C identifier"
+                )));
+            }
+            options.push(format!("-D{n}"));
+        }
     }
-    options
+    Ok(options)
+}
+
+/// A count from environment variable `name`, or `default` when it is unset; a value that is
+/// not a count is an error naming the variable.
+fn env_count(name: &str, default: usize) -> Result<usize> {
+    match std::env::var(name) {
+        Err(_) => Ok(default),
+        Ok(v) => v.trim().parse().map_err(|_| {
+            Error::Device(format!(
+                "cuda: {name}={v:?} is not a count (a whole number)"
+            ))
+        }),
+    }
 }
 
 /// Compiles the kernel source for compute capability `cc` to PTX (also usable without a GPU,
@@ -326,7 +339,7 @@ pub fn compile_kernels(cc: (i32, i32)) -> Result<cudarc::nvrtc::Ptx> {
     let arch: &'static str = Box::leak(format!("compute_{}{}", cc.0, cc.1).into_boxed_str());
     let opts = cudarc::nvrtc::CompileOptions {
         arch: Some(arch),
-        options: kernel_options(),
+        options: kernel_options()?,
         ..Default::default()
     };
     cudarc::nvrtc::compile_ptx_with_opts(KERNELS, opts)
@@ -531,10 +544,7 @@ impl CudaDevice {
             .gemv_bf16
             .occupancy_max_active_blocks_per_multiprocessor(256, 8 * 1024, None)
             .map_or(2, |b| b.max(1) as usize);
-        let gemv_blocks_per_sm = std::env::var("LATTICE_CUDA_GEMV_BLOCKS")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(resident);
+        let gemv_blocks_per_sm = env_count("LATTICE_CUDA_GEMV_BLOCKS", resident)?;
         if graph::tracing() {
             eprintln!(
                 "cuda: {name}: {sms} SMs; matrix-vector products of at most {gemv_blocks_per_sm} blocks per SM ({resident} resident)"
@@ -566,17 +576,12 @@ impl CudaDevice {
             side: OnceLock::new(),
             dependent_launch: cc.0 >= 9
                 && std::env::var("LATTICE_CUDA_PDL").map_or(true, |v| v != "0"),
-            decode_span: std::env::var("LATTICE_CUDA_DECODE_SPAN")
-                .ok()
-                .and_then(|v| v.parse::<usize>().ok())
-                .map_or(launch::DECODE_SPAN, |n| {
-                    n.clamp(1, 1 << 20).div_ceil(32) * 32
-                }),
-            gemv_max_out: std::env::var("LATTICE_CUDA_GEMV_MAX_OUT")
-                .ok()
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(launch::GEMV_MAX_OUT),
-            clock: kernel_options()
+            decode_span: env_count("LATTICE_CUDA_DECODE_SPAN", launch::DECODE_SPAN)?
+                .clamp(1, 1 << 20)
+                .div_ceil(32)
+                * 32,
+            gemv_max_out: env_count("LATTICE_CUDA_GEMV_MAX_OUT", launch::GEMV_MAX_OUT)?,
+            clock: kernel_options()?
                 .iter()
                 .any(|o| o == "-DLATTICE_KERNEL_CLOCK")
                 .then_some(module),
@@ -928,5 +933,24 @@ fn keep_freed_memory(ctx: &Arc<CudaContext>) {
 impl std::fmt::Debug for CudaDevice {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "CudaDevice({}, {})", self.ordinal, self.name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::env_count;
+
+    #[test]
+    fn env_counts_refuse_what_is_not_a_count() {
+        // A variable only this test sets, so parallel tests do not see it change.
+        let name = "LATTICE_TEST_ENV_COUNT_ONLY_HERE";
+        std::env::remove_var(name);
+        assert_eq!(env_count(name, 7).unwrap(), 7);
+        std::env::set_var(name, " 12 ");
+        assert_eq!(env_count(name, 7).unwrap(), 12);
+        std::env::set_var(name, "twelve");
+        let e = env_count(name, 7).unwrap_err().to_string();
+        assert!(e.contains(name) && e.contains("twelve"), "{e}");
+        std::env::remove_var(name);
     }
 }
