@@ -11,6 +11,7 @@ mod common;
 
 use common::gpu;
 use common::lora::{check_adapters_match_peft, check_requests_pick_their_adapters};
+use common::overlap;
 use common::{
     check_drafts_leave_outputs_unchanged, f32s, fixture, greedy, read_json, rel_err, u32s,
 };
@@ -259,6 +260,36 @@ fn engine_batches_like_the_cpu(dev: &Device, name: &str) {
         prompts.len() + 2,
         3 * prompts.len() + 2
     );
+}
+
+/// Decode steps run ahead of their read on the GPU (each step's tokens copied on the device
+/// from the picks of the step before): the outputs, streamed texts and ends of greedy
+/// requests with joins, cancellations and early ends equal the CPU's read step by step, and
+/// steps ran ahead.
+#[test]
+fn steps_run_ahead_on_the_gpu_give_the_cpu_outputs() {
+    let Some(dev) = gpu("steps_run_ahead_on_the_gpu_give_the_cpu_outputs") else {
+        return;
+    };
+    for name in ["tiny-qwen3", "tiny-qwen35"] {
+        let dir = fixture(name);
+        let g = TextModel::load_on(&dir, &Placement::new(WeightMode::F32, dev.clone())).unwrap();
+        let c = TextModel::load(&dir, WeightMode::F32).unwrap();
+        let reqs = overlap::greedy(name);
+        for (slots, join_after, cancel_at) in overlap::RUNS {
+            let what = format!("{name} on {dev}, {slots} slots, joins after {join_after} steps");
+            let mut e = BatchEngine::new(&c, slots);
+            e.set_overlap(false);
+            let (cpu, cpu_text, _) = overlap::run(&mut e, &reqs, join_after, cancel_at);
+            let mut e = BatchEngine::new(&g, slots);
+            e.set_overlap(true);
+            let (ahead, text, n) = overlap::run(&mut e, &reqs, join_after, cancel_at);
+            overlap::assert_same(&ahead, &cpu, &what);
+            assert_eq!(text, cpu_text, "{what}: streamed text");
+            assert!(n > 0, "{what}: no step ran ahead");
+            eprintln!("{what}: {n} steps ran ahead, outputs equal to the CPU's");
+        }
+    }
 }
 
 /// Speculative decoding on the GPU: drafts leave greedy (and seeded sampled) outputs

@@ -6,12 +6,21 @@
 //! [`BatchEngine::update_from_output`] (sample, stream, publish finished pages to the prefix
 //! cache, end requests). Requests join between steps; a request's memory is freed as soon as
 //! it ends. [`BatchEngine::cancel`] drops a request (its client went away).
+//!
+//! Decode steps may run ahead (on a GPU by default; `LATTICE_OVERLAP=0|1`): while every running
+//! request decodes by argmax with nothing the host must see first, step n + 1 is launched,
+//! its tokens being step n's picks still on the device, before step n's picks are read, so
+//! the host's work for a step (scheduling, the forward pass's host side, streaming) runs while
+//! the device computes the one before (vLLM's async scheduling). A request then learns of its
+//! end one step late: the step after its last token computed a row nobody reads.
 
 use std::collections::{HashMap, VecDeque};
 use std::time::Instant;
 
 use crate::attention::ROW_BY_ROW;
 use crate::model::batch::{ForwardBatch, InjectedRows, Positions, RowOutputs};
+use crate::model::decoder::REPLAYED_ROWS;
+use crate::ops::StepPicks;
 use crate::sample::{Pick, Picked};
 use crate::state::SeqState;
 use crate::{Error, Result};
@@ -90,6 +99,25 @@ pub struct BatchEngine<'m> {
     step_cost: StepCost,
     /// Step times (for `LATTICE_TRACE_STEPS`).
     trace: StepTrace,
+    /// Whether decode steps may run ahead of their read (see the module comment).
+    overlap: bool,
+    /// The decode step launched and not yet read.
+    ahead: Option<Ahead>,
+    /// Decode steps launched ahead of their read so far.
+    steps_ahead: u64,
+}
+
+/// A decode step launched ahead of its read: the requests of its rows, in order, and its
+/// picks on their way.
+struct Ahead {
+    ids: Vec<u64>,
+    picks: StepPicks,
+}
+
+/// Whether decode steps run ahead of their read: `LATTICE_OVERLAP` (`0` or `1`), else on a GPU
+/// only (on the CPU the host has no device to wait for).
+fn overlap_default(device: &crate::backend::Device) -> bool {
+    std::env::var("LATTICE_OVERLAP").map_or(!device.is_cpu(), |v| v != "0")
 }
 
 /// `LATTICE_TRACE_STEPS=1` prints, every 64 steps, where the engine's step time went on
@@ -221,7 +249,21 @@ impl<'m> BatchEngine<'m> {
             suffix_cache: SuffixCache::new(speculate::SUFFIX_CACHE_TOKENS),
             step_cost: StepCost::default(),
             trace: StepTrace::default(),
+            overlap: overlap_default(&model.decoder.info().device),
+            ahead: None,
+            steps_ahead: 0,
         }
+    }
+
+    /// Lets decode steps run ahead of their read, or not (see the module comment; the
+    /// default depends on the device). A step already launched is still read.
+    pub fn set_overlap(&mut self, on: bool) {
+        self.overlap = on;
+    }
+
+    /// Decode steps launched ahead of their read so far.
+    pub fn steps_ahead(&self) -> u64 {
+        self.steps_ahead
     }
 
     /// The engine's memory, for another engine later.
@@ -409,6 +451,9 @@ impl<'m> BatchEngine<'m> {
         &mut self,
         on_update: &mut dyn FnMut(StepUpdate<'_>) -> bool,
     ) -> Result<Vec<(u64, Generation)>> {
+        if let Some(ahead) = self.ahead.take() {
+            return self.step_ahead(ahead, on_update);
+        }
         let t0 = Instant::now();
         self.plan_drafts();
         let schedule =
@@ -417,6 +462,16 @@ impl<'m> BatchEngine<'m> {
         let scheduled = t0.elapsed();
         let mut forwarded = scheduled;
         if !schedule.work.is_empty() {
+            if schedule.work.len() == self.running.len()
+                && schedule.work.iter().all(|&(_, n)| n == 1)
+                && self.can_run_ahead(0)
+            {
+                let ids = self.running.iter().map(|s| s.id).collect();
+                if let Some(picks) = self.launch_ahead(None)? {
+                    self.ahead = Some(Ahead { ids, picks });
+                    return Ok(Vec::new());
+                }
+            }
             let start = Instant::now();
             let output = self.forward(&schedule)?;
             let rows = schedule.work.iter().map(|&(_, n)| n).sum();
@@ -433,6 +488,145 @@ impl<'m> BatchEngine<'m> {
             );
         }
         Ok(ended)
+    }
+
+    /// The step after a decode step launched ahead: launches the next one where it may (its
+    /// tokens that step's picks), then reads that step's picks and takes them as
+    /// [`BatchEngine::step_with`] takes a step's output (requests cancelled since have no
+    /// row any more).
+    fn step_ahead(
+        &mut self,
+        ahead: Ahead,
+        on_update: &mut dyn FnMut(StepUpdate<'_>) -> bool,
+    ) -> Result<Vec<(u64, Generation)>> {
+        let t0 = Instant::now();
+        let same = self.running.len() == ahead.ids.len()
+            && self
+                .running
+                .iter()
+                .zip(&ahead.ids)
+                .all(|(s, &id)| s.id == id);
+        let next = if same && self.can_run_ahead(1) {
+            self.launch_ahead(Some(&ahead.picks))
+        } else {
+            Ok(None)
+        };
+        let launched = t0.elapsed();
+        let read = crate::ops::read_step(&self.model.decoder.info().device, ahead.picks);
+        let (next, picks) = (next?, read?);
+        let read = t0.elapsed();
+        let next_ids = next.is_some().then(|| ahead.ids.clone());
+        let mut work = Vec::with_capacity(picks.len());
+        let mut picked = Vec::with_capacity(picks.len());
+        let mut at = 0;
+        for (&id, p) in ahead.ids.iter().zip(picks) {
+            if let Some(k) = self.running[at..].iter().position(|s| s.id == id) {
+                at += k;
+                work.push((at, 1));
+                picked.push(p);
+                at += 1;
+            }
+        }
+        let rows = work.len();
+        self.update_from_output(&Schedule { work }, &StepOutput::Picks(picked), on_update);
+        self.ahead = next.zip(next_ids).map(|(picks, ids)| Ahead { ids, picks });
+        let updated = t0.elapsed();
+        let ended = self.reap();
+        if trace_steps() {
+            self.trace
+                .add(rows, [launched, read, updated, t0.elapsed()]);
+        }
+        Ok(ended)
+    }
+
+    /// Whether the next decode step may run ahead of its read, `in_flight` steps being
+    /// launched and not read: overlap on, no request waiting to join, every running request
+    /// decoding its one token by argmax with nothing the host must see first (an output
+    /// constraint, log-probabilities, drafts, images, a state to keep) and with room for one
+    /// more row; and one of them at least still generating after the steps in flight.
+    fn can_run_ahead(&self, in_flight: usize) -> bool {
+        self.overlap
+            && self.waiting.is_empty()
+            && !self.running.is_empty()
+            && self.running.len() <= REPLAYED_ROWS
+            && self.running.iter().all(|s| {
+                let req = s.seq.request();
+                s.state.is_some()
+                    && !s.cancelled
+                    && !s.finished()
+                    && !s.keep_state
+                    && s.images.is_none()
+                    && s.draft.is_empty()
+                    && req.draft_tokens == 0
+                    && s.seq.picks_argmax()
+                    && s.seq.can_plan()
+                    && s.todo() == 1
+                    && s.computed + 1 + in_flight <= s.max_len
+            })
+            && self.running.iter().any(|s| {
+                s.seq.generation().token_ids.len() + in_flight < s.seq.request().max_tokens
+            })
+    }
+
+    /// Launches a decode step of every running request (one token each, argmax) without
+    /// reading its picks. With `after` (the step launched before, of the same requests, not
+    /// read yet), its tokens are that step's picks and its rows' memory is reserved here;
+    /// `None` when the device cannot take them from there ([`Decoder::can_follow`]) or the
+    /// memory is spent (the step then waits for the read and the scheduler).
+    ///
+    /// [`Decoder::can_follow`]: crate::model::decoder::Decoder::can_follow
+    fn launch_ahead(&mut self, after: Option<&StepPicks>) -> Result<Option<StepPicks>> {
+        let n = self.running.len();
+        let (ids, follows): (Vec<u32>, bool) = match after.map(StepPicks::ready) {
+            None => (
+                self.running
+                    .iter()
+                    .map(|s| s.seq.history()[s.computed])
+                    .collect(),
+                false,
+            ),
+            Some(Some(picked)) => (picked.iter().map(|p| p.token).collect(), false),
+            Some(None) => (vec![0; n], true),
+        };
+        let lens = vec![1; n];
+        let picks = vec![Pick::argmax(); n];
+        let mut batch = ForwardBatch::tokens(&ids, &lens, RowOutputs::LastLogits);
+        if self
+            .running
+            .iter()
+            .any(|s| !s.seq.request().lora.is_empty())
+        {
+            batch.adapters = Some(
+                self.running
+                    .iter()
+                    .map(|s| s.seq.request().lora.clone())
+                    .collect(),
+            );
+        }
+        if follows && !self.model.decoder.can_follow(&batch, &picks) {
+            return Ok(None);
+        }
+        if after.is_some() {
+            for slot in &mut self.running {
+                let state = slot.state.as_mut().expect("running slots have state");
+                match self.memory.reserve(state, 1) {
+                    Ok(()) => {}
+                    Err(Error::OutOfMemory(_)) => return Ok(None),
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        let mut states: Vec<&mut SeqState> = self
+            .running
+            .iter_mut()
+            .map(|s| s.state.as_mut().expect("running slots have state"))
+            .collect();
+        let picks = self
+            .model
+            .decoder
+            .launch_pick(&batch, &mut states, &picks, follows)?;
+        self.steps_ahead += 1;
+        Ok(Some(picks))
     }
 
     /// Drafts for this step (speculative decoding, see `speculate.rs`): every running request

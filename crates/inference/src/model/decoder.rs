@@ -569,13 +569,29 @@ pub trait Decoder: Send + Sync {
     /// [`Decoder::forward_batch`] that picks the next token of each sequence from its last
     /// row's logits by `picks[i]` (`batch.outputs` is ignored). Models on a GPU pick there
     /// ([`crate::ops::pick_rows`]), so only the ids come back; decode steps of a GPU are
-    /// recorded and replayed (see [`crate::ops::replayed_step`]).
+    /// recorded and replayed (see [`crate::ops::launch_step`]).
     fn forward_pick(
         &self,
         batch: &ForwardBatch<'_>,
         states: &mut [&mut SeqState],
         picks: &[Pick],
     ) -> Result<Vec<Picked>> {
+        let step = self.launch_pick(batch, states, picks, false)?;
+        crate::ops::read_step(&self.info().device, step)
+    }
+
+    /// [`Decoder::forward_pick`] that does not wait for a replayed decode step's picks (read
+    /// them with [`crate::ops::read_step`]), so the host can prepare the next step meanwhile.
+    /// With `follows`, the batch's token ids are not used: each sequence's token is the one the
+    /// step launched before this one picked for it (the same sequences in the same order, by
+    /// argmax), still on the device; only where [`Decoder::can_follow`] says so.
+    fn launch_pick(
+        &self,
+        batch: &ForwardBatch<'_>,
+        states: &mut [&mut SeqState],
+        picks: &[Pick],
+        follows: bool,
+    ) -> Result<crate::ops::StepPicks> {
         if picks.len() != batch.seq_lens.len() {
             return Err(Error::InvalidInput(format!(
                 "{} picks for a batch of {} sequences",
@@ -585,11 +601,8 @@ pub trait Decoder: Send + Sync {
         }
         let mut last = batch.clone();
         last.outputs = RowOutputs::LastLogits;
-        let decode = matches!(batch.input, BatchInput::Tokens(_))
-            && batch.seq_lens.iter().all(|&n| n == 1)
-            && batch.seq_lens.len() <= REPLAYED_ROWS
-            && batch.seq_lens.len() == states.len();
         let info = self.info();
+        let key = replay_key(info, batch, states.len(), picks);
         let adapters = last.adapters.as_deref();
         let run = |last: &ForwardBatch<'_>, states: &mut [&mut SeqState]| {
             crate::lora::with_row_adapters(adapters, &last.seq_lens, || {
@@ -597,22 +610,29 @@ pub trait Decoder: Send + Sync {
             })
         };
         crate::ops::device_pass(&info.device, || {
-            if !decode {
-                return run(&last, states);
-            }
+            let Some(key) = key else {
+                if follows {
+                    return Err(Error::InvalidInput(
+                        "only a decode step can take its ids from the last step's picks".into(),
+                    ));
+                }
+                return run(&last, states).map(crate::ops::StepPicks::Ready);
+            };
             // Pages first, so a recorded step allocates none.
             for s in states.iter_mut() {
                 s.reserve(1)?;
             }
-            // Argmax steps and sampling steps launch different kernels: recorded apart; so
-            // are steps whose rows picked other LoRA adapters (other factor pairs per row).
-            let sampling = !picks.iter().all(Pick::is_argmax);
-            let mut key = (info.instance << 1) | u64::from(sampling);
-            if let Some(sel) = adapters {
-                key = crate::lora::replay_key(key, sel);
-            }
-            crate::ops::replayed_step(&info.device, key, picks, || run(&last, states))
+            crate::ops::launch_step(&info.device, key, picks, follows, || run(&last, states))
         })
+    }
+
+    /// Whether a decode step of `batch` (one token per sequence) picking by `picks` can take
+    /// its ids from the picks of the step launched before it ([`Decoder::launch_pick`]'s
+    /// `follows`): on a device that replays that step's recording.
+    fn can_follow(&self, batch: &ForwardBatch<'_>, picks: &[Pick]) -> bool {
+        let info = self.info();
+        replay_key(info, batch, batch.seq_lens.len(), picks)
+            .is_some_and(|key| crate::ops::replays(&info.device, key, picks.len()))
     }
 
     /// [`Decoder::forward_pick`]'s body, inside [`crate::ops::device_pass`]; `batch` asks for
@@ -635,6 +655,30 @@ pub trait Decoder: Send + Sync {
         batch: &ForwardBatch<'_>,
         states: &mut [&mut SeqState],
     ) -> Result<Vec<f32>>;
+}
+
+/// The key of a decode step's recording ([`crate::ops::launch_step`]): model instance,
+/// whether any row samples (argmax steps launch other kernels), the rows' LoRA adapters.
+/// `None` when `batch` is not a decode step of `n_states` sequences that a device records.
+fn replay_key(
+    info: &DecoderInfo,
+    batch: &ForwardBatch<'_>,
+    n_states: usize,
+    picks: &[Pick],
+) -> Option<u64> {
+    let decode = matches!(batch.input, BatchInput::Tokens(_))
+        && batch.seq_lens.iter().all(|&n| n == 1)
+        && batch.seq_lens.len() <= REPLAYED_ROWS
+        && batch.seq_lens.len() == n_states;
+    if !decode {
+        return None;
+    }
+    let sampling = !picks.iter().all(Pick::is_argmax);
+    let key = (info.instance << 1) | u64::from(sampling);
+    Some(match batch.adapters.as_deref() {
+        Some(sel) => crate::lora::replay_key(key, sel),
+        None => key,
+    })
 }
 
 /// The input rows of a batch as a tensor on `device`: embedding rows of its token ids, or

@@ -296,28 +296,98 @@ pub fn relu2_glu(gate_up: &Tensor) -> Result<Tensor> {
     }
 }
 
+/// A decode step's picks: known, or (CUDA) still on their way from the device, read by
+/// [`read_step`].
+#[derive(Debug)]
+pub enum StepPicks {
+    /// The step ran to its end.
+    Ready(Vec<Picked>),
+    /// The step was replayed and runs on (see [`launch_step`]).
+    #[cfg(feature = "cuda")]
+    Ahead(crate::backend::cuda::LaunchedIds),
+}
+
+impl StepPicks {
+    /// The picks, when the step already ran to its end.
+    pub fn ready(&self) -> Option<&[Picked]> {
+        match self {
+            StepPicks::Ready(p) => Some(p),
+            #[cfg(feature = "cuda")]
+            StepPicks::Ahead(_) => None,
+        }
+    }
+}
+
 /// Runs `step`, a decode step of model instance `key` on `device` that picks each row's next
-/// token by `picks` ([`pick_rows`]), as a recorded graph where the device can (CUDA:
-/// after one eager run of that shape); on the CPU it just runs.
-pub fn replayed_step(
+/// token by `picks` ([`pick_rows`]), as a recorded graph where the device can (CUDA: after
+/// one eager run of that shape), without waiting for a replayed step's picks
+/// ([`read_step`]); on the CPU it just runs. With `follows`, the step's token ids are the
+/// picks of the step launched before it on `device`, still there (see
+/// [`replays`]; a CUDA step then must be replayed, argmax picks before it).
+pub fn launch_step(
     device: &crate::backend::Device,
     key: u64,
     picks: &[Pick],
+    follows: bool,
     step: impl FnOnce() -> Result<Vec<Picked>>,
-) -> Result<Vec<Picked>> {
+) -> Result<StepPicks> {
     match device {
         crate::backend::Device::Cpu => {
+            if follows {
+                return Err(Error::Device(
+                    "a CPU step cannot take its ids from picks it has not read".into(),
+                ));
+            }
             let _ = (key, picks);
-            step()
+            step().map(StepPicks::Ready)
         }
         #[cfg(feature = "cuda")]
         crate::backend::Device::Cuda(d) => {
+            use crate::backend::cuda::Launched;
             d.reserve_picks(picks)?;
-            let codes = d.graph_step(key, picks.len(), || {
+            let launched = d.graph_launch(key, picks.len(), follows, || {
                 Ok(step()?.into_iter().map(Picked::code).collect())
             })?;
-            Ok(codes.into_iter().map(Picked::from_code).collect())
+            Ok(match launched {
+                Launched::Ready(codes) => {
+                    StepPicks::Ready(codes.into_iter().map(Picked::from_code).collect())
+                }
+                Launched::Ahead(l) => StepPicks::Ahead(l),
+            })
         }
+    }
+}
+
+/// The picks of a step [`launch_step`] launched (waits for the device).
+pub fn read_step(device: &crate::backend::Device, picks: StepPicks) -> Result<Vec<Picked>> {
+    let _ = device;
+    match picks {
+        StepPicks::Ready(p) => Ok(p),
+        #[cfg(feature = "cuda")]
+        StepPicks::Ahead(l) => match device {
+            crate::backend::Device::Cuda(d) => Ok(d
+                .read_launched(l)?
+                .into_iter()
+                .map(Picked::from_code)
+                .collect()),
+            crate::backend::Device::Cpu => Err(Error::Device(
+                "a step launched on a GPU was read on the CPU".into(),
+            )),
+        },
+    }
+}
+
+/// Whether a decode step of model instance `key` with `rows` rows is replayed on `device`, so
+/// that it can take its ids from the picks of the step before it ([`launch_step`]'s
+/// `follows`): never on the CPU.
+pub fn replays(device: &crate::backend::Device, key: u64, rows: usize) -> bool {
+    match device {
+        crate::backend::Device::Cpu => {
+            let _ = (key, rows);
+            false
+        }
+        #[cfg(feature = "cuda")]
+        crate::backend::Device::Cuda(d) => d.replays(key, rows),
     }
 }
 

@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 
 pub mod lora;
+pub mod overlap;
 
 /// `crates/inference/tests/fixtures/<name>` (of the crate `CARGO_MANIFEST_DIR` names when the
 /// test binary runs, so a binary built here also runs in a copy of the repo elsewhere).

@@ -7,13 +7,15 @@
 //! sequences' page tables, positions and step inputs (backend::cuda::Input, whose buffers keep
 //! their addresses) current without any model-specific code here, and then one graph launch
 //! does the device work. The chosen token ids land in a fixed output buffer, read after the
-//! launch.
+//! launch; [`CudaDevice::graph_launch`] instead leaves them on their way to host memory, so
+//! the host can prepare and launch the next step, whose ids may be these very picks
+//! ([`CudaDevice::graph_launch`]'s `follows`), while the device runs this one.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Mutex;
 
-use cudarc::driver::{result, sys, CudaSlice};
+use cudarc::driver::{result, sys, CudaEvent, CudaSlice, PinnedHostSlice};
 
 use super::{err, CudaDevice};
 use crate::{Error, Result};
@@ -24,6 +26,10 @@ const REPLAY: u8 = 2;
 
 /// Rows of the fixed output buffer (token ids of one step).
 const OUTPUT_ROWS: usize = 4096;
+
+/// Host buffers that launched steps' ids land in, used in turn: a step's ids must be read
+/// before this many more steps are launched.
+const LANDINGS: usize = 4;
 
 /// Recorded steps kept at most (all are dropped when one more is recorded).
 const MAX_RECORDED: usize = 256;
@@ -71,6 +77,11 @@ pub(super) struct Graphs {
     mode: AtomicU8,
     recorded: Mutex<Recorded>,
     output: Mutex<Option<CudaSlice<u32>>>,
+    /// Where launched steps' ids land ([`CudaDevice::graph_launch`]).
+    landing: Mutex<Landing>,
+    /// Whether the step in flight takes its token ids from the output buffer (the picks of
+    /// the step before it; [`CudaDevice::graph_launch`]'s `follows`).
+    follow: std::sync::atomic::AtomicBool,
     /// One step at a time goes through [`CudaDevice::graph_step`].
     step: Mutex<()>,
     /// Replayed steps so far (for `LATTICE_CUDA_TRACE`).
@@ -78,6 +89,33 @@ pub(super) struct Graphs {
     /// Host time of the step in flight spent on parts of its host pass (for
     /// `LATTICE_CUDA_TRACE`), in nanoseconds.
     host_parts: [std::sync::atomic::AtomicU64; HOST_PARTS],
+}
+
+/// Page-locked host buffers for the ids of steps launched ahead of their read, each with the
+/// event recorded after its copy and the launch that last used it.
+#[derive(Default)]
+struct Landing {
+    slots: Vec<(PinnedHostSlice<u32>, CudaEvent, u64)>,
+    launched: u64,
+}
+
+/// A replayed step launched by [`CudaDevice::graph_launch`]: its ids are on their way to host
+/// memory; [`CudaDevice::read_launched`] waits for them.
+#[derive(Debug)]
+pub struct LaunchedIds {
+    /// The step's number among launched steps (which landing buffer, and whether it was
+    /// reused since).
+    seq: u64,
+    rows: usize,
+}
+
+/// What [`CudaDevice::graph_launch`] did.
+#[derive(Debug)]
+pub enum Launched {
+    /// The step ran (eagerly or recorded) and its ids were read.
+    Ready(Vec<u32>),
+    /// The step was replayed and runs on; its ids are read later.
+    Ahead(LaunchedIds),
 }
 
 /// Parts of a replayed step's host pass that `LATTICE_CUDA_TRACE` times apart.
@@ -98,6 +136,11 @@ impl Graphs {
             r.graphs.clear();
             r.warmed.clear();
         }
+    }
+
+    /// Whether the step in flight takes its token ids from the output buffer.
+    pub(super) fn following(&self) -> bool {
+        self.follow.load(Ordering::Acquire)
     }
 
     pub(super) fn recording(&self) -> bool {
@@ -465,6 +508,196 @@ impl CudaDevice {
                 self.read_output(rows)
             }
         }
+    }
+
+    /// Whether a step of shape (`key`, `rows`) is replayed (recorded, graphs on): what a step
+    /// whose ids follow the last launched step's picks needs ([`CudaDevice::graph_launch`]).
+    pub fn replays(&self, key: u64, rows: usize) -> bool {
+        graphs_enabled()
+            && self
+                .graphs
+                .recorded
+                .lock()
+                .is_ok_and(|r| r.graphs.contains_key(&(key, rows)))
+    }
+
+    /// [`CudaDevice::graph_step`], but a replayed step does not wait for its ids: they are
+    /// copied to a host buffer behind the step, and [`CudaDevice::read_launched`] waits for
+    /// them. With `follows`, the step's token ids (the [`super::Input::TokenIds`] its host
+    /// pass uploaded) are replaced on the device, row for row, by the ids of the step launched
+    /// before it: the host launches step n + 1 before it knows step n's picks. The step it
+    /// follows must have had the same rows and picked by argmax (whose codes are the tokens
+    /// themselves); a step that follows and is not recorded runs eagerly (and is read).
+    pub fn graph_launch(
+        &self,
+        key: u64,
+        rows: usize,
+        follows: bool,
+        step: impl FnOnce() -> Result<Vec<u32>>,
+    ) -> Result<Launched> {
+        let replay = self.replays(key, rows);
+        if !replay && !follows {
+            return self.graph_step(key, rows, step).map(Launched::Ready);
+        }
+        let _one = self
+            .graphs
+            .step
+            .lock()
+            .map_err(|_| Error::Device("cuda: step lock poisoned".into()))?;
+        if tracing() {
+            self.take_host_parts();
+        }
+        let t0 = std::time::Instant::now();
+        // The token ids' upload is followed by the copy of the picks over them (see
+        // `CudaDevice::input`); a shape not recorded (recordings were just dropped) runs
+        // eagerly, so that its recording never holds that copy.
+        self.graphs.follow.store(follows, Ordering::Release);
+        if !replay {
+            let ids = self.eager(rows, step);
+            self.graphs.follow.store(false, Ordering::Release);
+            return ids.map(Launched::Ready);
+        }
+        self.graphs.mode.store(REPLAY, Ordering::Release);
+        let done = step();
+        self.graphs.mode.store(EAGER, Ordering::Release);
+        self.graphs.follow.store(false, Ordering::Release);
+        done?;
+        let host = t0.elapsed();
+        {
+            let r = self
+                .graphs
+                .recorded
+                .lock()
+                .map_err(|_| Error::Device("cuda: graph table poisoned".into()))?;
+            match r.graphs.get(&(key, rows)) {
+                Some(g) => self.launch_recording(g, "replaying a decode step")?,
+                None => {
+                    return Err(Error::Device(
+                        "cuda: a recorded decode step vanished while it was replayed".into(),
+                    ))
+                }
+            }
+        }
+        let seq = self.land(rows)?;
+        if tracing() && self.graphs.traced.fetch_add(1, Ordering::Relaxed) % 64 == 0 {
+            let [plans, inputs] = self.take_host_parts();
+            eprintln!(
+                "cuda trace: step of {rows} rows launched ahead{}: host pass {:.3} ms \
+                 (attention plans {plans:.3}, step inputs {inputs:.3})",
+                if follows {
+                    ", its ids the last step's picks"
+                } else {
+                    ""
+                },
+                host.as_secs_f64() * 1e3
+            );
+        }
+        Ok(Launched::Ahead(LaunchedIds { seq, rows }))
+    }
+
+    /// The ids of a step [`CudaDevice::graph_launch`] launched ahead (waits for the device).
+    pub fn read_launched(&self, launched: LaunchedIds) -> Result<Vec<u32>> {
+        let landing = self
+            .graphs
+            .landing
+            .lock()
+            .map_err(|_| Error::Device("cuda: landing buffers poisoned".into()))?;
+        let slot = landing.slots.get(launched.seq as usize % LANDINGS);
+        let Some((buf, done, _)) = slot.filter(|s| s.2 == launched.seq) else {
+            return Err(Error::Device(format!(
+                "cuda: the ids of a launched step were read after {LANDINGS} more steps were \
+                 launched"
+            )));
+        };
+        done.synchronize()
+            .map_err(|e| err("waiting for a launched step", e))?;
+        let host = buf
+            .as_slice()
+            .map_err(|e| err("reading a launched step's ids", e))?;
+        Ok(host[..launched.rows].to_vec())
+    }
+
+    /// Queues the copy of the output buffer's first `rows` ids to the next landing buffer
+    /// (after the step just launched) and the event after it; the launch's number.
+    fn land(&self, rows: usize) -> Result<u64> {
+        let out = self
+            .graphs
+            .output
+            .lock()
+            .map_err(|_| Error::Device("cuda: output poisoned".into()))?;
+        let Some(o) = out.as_ref().filter(|o| o.len() >= rows) else {
+            return Err(Error::Device("cuda: no step output to read".into()));
+        };
+        let mut landing = self
+            .graphs
+            .landing
+            .lock()
+            .map_err(|_| Error::Device("cuda: landing buffers poisoned".into()))?;
+        if landing.slots.is_empty() {
+            let ctx = self.stream().context();
+            for _ in 0..LANDINGS {
+                // SAFETY: a landing buffer is read only after a copy into it completed.
+                let buf = unsafe { ctx.alloc_pinned_with_flags::<u32>(OUTPUT_ROWS, 0) }
+                    .map_err(|e| err("allocating page-locked memory", e))?;
+                let done = ctx
+                    .new_event(Some(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING))
+                    .map_err(|e| err("event", e))?;
+                landing.slots.push((buf, done, 0));
+            }
+        }
+        landing.launched += 1;
+        let seq = landing.launched;
+        let (buf, done, used) = &mut landing.slots[seq as usize % LANDINGS];
+        if rows > buf.len() {
+            return Err(Error::Device(format!(
+                "cuda: a launched step of {rows} rows outgrew its landing buffer"
+            )));
+        }
+        let host = buf.as_mut_slice().map_err(|e| err("a landing buffer", e))?;
+        // SAFETY: the output buffer holds at least `rows` ids and `host` as many; the copy is
+        // queued on the device's stream after the step, and the buffer stays in `landing`
+        // (read only after `done`).
+        unsafe {
+            result::memcpy_dtoh_async(&mut host[..rows], self.ptr(o), self.stream().cu_stream())
+        }
+        .map_err(|e| err("copying a launched step's ids", e))?;
+        done.record(self.stream()).map_err(|e| err("event", e))?;
+        *used = seq;
+        Ok(seq)
+    }
+
+    /// Copies the output buffer's first ids (the picks of the step before) over the token ids
+    /// just uploaded to `ids` (`bytes` of them), in stream order, and forgets the host bytes
+    /// the [`super::Input::TokenIds`] slot held (its next upload copies again).
+    pub(super) fn ids_from_output(&self, ids: u64, bytes: usize) -> Result<()> {
+        {
+            let out = self
+                .graphs
+                .output
+                .lock()
+                .map_err(|_| Error::Device("cuda: output poisoned".into()))?;
+            let rows = bytes / std::mem::size_of::<u32>();
+            let Some(o) = out.as_ref().filter(|o| o.len() >= rows) else {
+                return Err(Error::Device(format!(
+                    "cuda: no picks of {rows} rows for the next step's ids"
+                )));
+            };
+            // SAFETY: `ids` is a step-input buffer just given at least `bytes` and the output
+            // holds as many; queued on the device's stream, after the step that picked and
+            // before the kernels of this one.
+            unsafe {
+                result::memcpy_dtod_async(ids, self.ptr(o), bytes, self.stream().cu_stream())
+            }
+            .map_err(|e| err("copying picks to the next step's ids", e))?;
+        }
+        let mut inputs = self
+            .inputs
+            .lock()
+            .map_err(|_| Error::Device("cuda: input table poisoned".into()))?;
+        if let Some((host, _)) = inputs.get_mut(&super::Input::TokenIds) {
+            host.clear();
+        }
+        Ok(())
     }
 
     /// Ends the capture of a step of `rows` rows and instantiates it.

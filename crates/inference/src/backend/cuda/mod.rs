@@ -31,6 +31,7 @@ use super::device::Op;
 use crate::{Error, Result};
 
 pub use gdn::GdnLaunch;
+pub use graph::{Launched, LaunchedIds};
 pub use launch::{AttnTiles, GemvInput, MatrixData};
 pub use lowrank::LowRankTerm;
 pub use paged::{attend_packed, attend_paged, attend_qkv_paged, QkvPrep};
@@ -798,7 +799,17 @@ impl CudaDevice {
         })
     }
 
+    /// [`CudaDevice::input`]; in a step that follows the one before it
+    /// ([`CudaDevice::graph_launch`]), token ids are then overwritten by that step's picks.
     fn input_bytes(&self, slot: Input, bytes: &[u8]) -> Result<u64> {
+        let p = self.upload_input(slot, bytes)?;
+        if slot == Input::TokenIds && self.graphs.following() {
+            self.ids_from_output(p, bytes.len())?;
+        }
+        Ok(p)
+    }
+
+    fn upload_input(&self, slot: Input, bytes: &[u8]) -> Result<u64> {
         let mut inputs = self
             .inputs
             .lock()

@@ -1,0 +1,86 @@
+//! Decode steps run ahead of their read, shared by the CPU tests (tests/overlap.rs) and the
+//! GPU's (tests/cuda_parity.rs): greedy requests with joins, cancellations and early ends
+//! through an engine, and the comparison of two runs' outputs.
+
+use lattice_inference::engine::{BatchEngine, GenerateRequest, Generation};
+use lattice_inference::sample::SamplingParams;
+
+use super::{fixture, read_json, u32s};
+
+/// Batch configurations to run: slots, steps before the second half joins, and (request,
+/// tokens) after which its update callback cancels it.
+pub const RUNS: [(usize, usize, (usize, usize)); 3] =
+    [(8, 0, (usize::MAX, 0)), (3, 4, (3, 2)), (8, 7, (4, 9))];
+
+pub fn prompts(model: &str) -> Vec<Vec<u32>> {
+    let r = read_json(&fixture(model).join("reference.json"));
+    r["prompts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| u32s(&p["ids"]))
+        .collect()
+}
+
+/// Greedy requests of 1 to 40 tokens; every third may stop at the end-of-sequence token.
+pub fn greedy(model: &str) -> Vec<GenerateRequest> {
+    prompts(model)
+        .into_iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let mut r =
+                GenerateRequest::new(p, [1, 2, 5, 17, 40, 3][i % 6], SamplingParams::greedy());
+            r.ignore_eos = i % 3 != 0;
+            r
+        })
+        .collect()
+}
+
+/// Runs `reqs` (the second half joining after `join_after` steps), streaming every update;
+/// request `cancel_at.0` is cancelled by its update callback once it has `cancel_at.1` tokens.
+/// Returns the results in submission order, the streamed texts and the steps run ahead.
+pub fn run(
+    e: &mut BatchEngine<'_>,
+    reqs: &[GenerateRequest],
+    join_after: usize,
+    cancel_at: (usize, usize),
+) -> (Vec<Generation>, Vec<String>, u64) {
+    let half = reqs.len() / 2;
+    let mut ids: Vec<u64> = reqs[..half]
+        .iter()
+        .map(|r| e.submit(r.clone()).unwrap())
+        .collect();
+    let mut streamed = vec![String::new(); reqs.len()];
+    let mut done = Vec::new();
+    let mut steps = 0;
+    while e.pending() > 0 || ids.len() < reqs.len() {
+        if steps == join_after {
+            ids.extend(reqs[half..].iter().map(|r| e.submit(r.clone()).unwrap()));
+        }
+        steps += 1;
+        let step = e.step_with(&mut |u| {
+            let k = ids.iter().position(|&i| i == u.id).unwrap();
+            streamed[k].push_str(u.text);
+            !(k == cancel_at.0 && u.generated >= cancel_at.1)
+        });
+        done.extend(step.unwrap());
+    }
+    done.sort_by_key(|(id, _)| *id);
+    assert_eq!(done.len(), reqs.len());
+    (
+        done.into_iter().map(|(_, g)| g).collect(),
+        streamed,
+        e.steps_ahead(),
+    )
+}
+
+pub fn assert_same(a: &[Generation], b: &[Generation], what: &str) {
+    for (k, (x, y)) in a.iter().zip(b).enumerate() {
+        assert_eq!(x.token_ids, y.token_ids, "{what}: request {k}'s tokens");
+        assert_eq!(x.text, y.text, "{what}: request {k}'s text");
+        assert_eq!(
+            x.finish_reason, y.finish_reason,
+            "{what}: request {k}'s end"
+        );
+    }
+}
