@@ -128,7 +128,9 @@ fn trace_steps() -> bool {
     *ON.get_or_init(|| std::env::var("LATTICE_TRACE_STEPS").is_ok_and(|v| v != "0"))
 }
 
-/// Sums of the engine's step times by part since the last print (`LATTICE_TRACE_STEPS`).
+/// Sums of the engine's step times by part since the last print (`LATTICE_TRACE_STEPS`). A
+/// step that reads a step run ahead counts the next step's launch as "schedule" and the wait
+/// for the picks as "forward".
 #[derive(Default)]
 struct StepTrace {
     steps: u32,
