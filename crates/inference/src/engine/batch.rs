@@ -542,13 +542,14 @@ impl<'m> BatchEngine<'m> {
     }
 
     /// Whether the next decode step may run ahead of its read, `in_flight` steps being
-    /// launched and not read: overlap on, no request waiting to join, every running request
+    /// launched and not read: overlap on, no request waiting that could join (none waits, or
+    /// every slot is taken: one frees only when a request ends), every running request
     /// decoding its one token by argmax with nothing the host must see first (an output
     /// constraint, log-probabilities, drafts, images, a state to keep) and with room for one
     /// more row; and one of them at least still generating after the steps in flight.
     fn can_run_ahead(&self, in_flight: usize) -> bool {
         self.overlap
-            && self.waiting.is_empty()
+            && (self.waiting.is_empty() || self.running.len() >= self.scheduler.max_running)
             && !self.running.is_empty()
             && self.running.len() <= REPLAYED_ROWS
             && self.running.iter().all(|s| {

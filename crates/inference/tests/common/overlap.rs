@@ -9,8 +9,13 @@ use super::{fixture, read_json, u32s};
 
 /// Batch configurations to run: slots, steps before the second half joins, and (request,
 /// tokens) after which its update callback cancels it.
-pub const RUNS: [(usize, usize, (usize, usize)); 3] =
-    [(8, 0, (usize::MAX, 0)), (3, 4, (3, 2)), (8, 7, (4, 9))];
+/// With 2 or 3 slots, requests wait while every slot is taken (steps still run ahead).
+pub const RUNS: [(usize, usize, (usize, usize)); 4] = [
+    (8, 0, (usize::MAX, 0)),
+    (3, 4, (3, 2)),
+    (8, 7, (4, 9)),
+    (2, 0, (usize::MAX, 0)),
+];
 
 pub fn prompts(model: &str) -> Vec<Vec<u32>> {
     let r = read_json(&fixture(model).join("reference.json"));
