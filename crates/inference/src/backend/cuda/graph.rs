@@ -579,7 +579,13 @@ impl CudaDevice {
             }
         }
         let seq = self.land(rows)?;
-        if tracing() && self.graphs.traced.fetch_add(1, Ordering::Relaxed) % 64 == 0 {
+        if tracing()
+            && self
+                .graphs
+                .traced
+                .fetch_add(1, Ordering::Relaxed)
+                .is_multiple_of(64)
+        {
             let [plans, inputs] = self.take_host_parts();
             eprintln!(
                 "cuda trace: step of {rows} rows launched ahead{}: host pass {:.3} ms \
