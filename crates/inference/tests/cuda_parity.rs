@@ -265,7 +265,7 @@ fn engine_batches_like_the_cpu(dev: &Device, name: &str) {
 /// Decode steps run ahead of their read on the GPU (each step's tokens copied on the device
 /// from the picks of the step before): the outputs, streamed texts and ends of greedy
 /// requests with joins, cancellations and early ends equal the CPU's read step by step, and
-/// steps ran ahead.
+/// steps ran ahead; sampled requests give the GPU's outputs read step by step.
 #[test]
 fn steps_run_ahead_on_the_gpu_give_the_cpu_outputs() {
     let Some(dev) = gpu("steps_run_ahead_on_the_gpu_give_the_cpu_outputs") else {
@@ -288,6 +288,22 @@ fn steps_run_ahead_on_the_gpu_give_the_cpu_outputs() {
             assert_eq!(text, cpu_text, "{what}: streamed text");
             assert!(n > 0, "{what}: no step ran ahead");
             eprintln!("{what}: {n} steps ran ahead, outputs equal to the CPU's");
+        }
+        // Sampled requests: the GPU's steps run ahead against its steps read one by one (the
+        // same logits, so the same draws); on Qwen3.5 they do not run ahead.
+        let reqs = overlap::sampled(&g, name);
+        for (slots, join_after, cancel_at) in overlap::RUNS {
+            let what = format!("{name} on {dev}, sampled, {slots} slots, joins after {join_after}");
+            let mut e = BatchEngine::new(&g, slots);
+            e.set_overlap(false);
+            let (serial, serial_text, _) = overlap::run(&mut e, &reqs, join_after, cancel_at);
+            let mut e = BatchEngine::new(&g, slots);
+            e.set_overlap(true);
+            let (ahead, text, n) = overlap::run(&mut e, &reqs, join_after, cancel_at);
+            overlap::assert_same(&ahead, &serial, &what);
+            assert_eq!(text, serial_text, "{what}: streamed text");
+            assert_eq!(n > 0, name == "tiny-qwen3", "{what}: {n} steps ran ahead");
+            eprintln!("{what}: {n} steps ran ahead, outputs equal to steps read one by one");
         }
     }
 }

@@ -9,7 +9,7 @@
 mod common;
 
 use common::fixture;
-use common::overlap::{assert_same, greedy, prompts, run, RUNS};
+use common::overlap::{assert_same, greedy, prompts, run, sampled, RUNS};
 use lattice_inference::engine::{
     generate, BatchEngine, EngineConfig, FinishReason, GenerateRequest, MemoryConfig, TextModel,
 };
@@ -134,4 +134,34 @@ fn mixed_requests_and_preemption_keep_the_outputs() {
     );
     assert!(n > 0);
     assert_same(&ahead, &serial, "under a memory budget");
+}
+
+/// Sampled requests (seeded; temperature alone, with top-p and top-k; a greedy one with a
+/// logit bias; one whose every logit is biased to -inf) run ahead too on a model whose state can drop a row (their draws are planned
+/// before the pick before them is read), and give the outputs of steps read one by one; on
+/// the hybrid Qwen3.5 (a recurrent state cannot drop a row) they do not run ahead.
+#[test]
+fn sampled_requests_run_ahead_with_the_serial_outputs() {
+    for (model, runs_ahead) in [("tiny-qwen3", true), ("tiny-qwen35", false)] {
+        let m = TextModel::load(&fixture(model), WeightMode::F32).unwrap();
+        let reqs = sampled(&m, model);
+        for (slots, join_after, cancel_at) in RUNS {
+            let what = format!("{model}, sampled, {slots} slots, joins after {join_after} steps");
+            let (serial, s_text, _) = run(
+                &mut engine(&m, slots, None, false),
+                &reqs,
+                join_after,
+                cancel_at,
+            );
+            let (ahead, a_text, n) = run(
+                &mut engine(&m, slots, None, true),
+                &reqs,
+                join_after,
+                cancel_at,
+            );
+            assert_same(&ahead, &serial, &what);
+            assert_eq!(a_text, s_text, "{what}: streamed text");
+            assert_eq!(n > 0, runs_ahead, "{what}: {n} steps ran ahead");
+        }
+    }
 }

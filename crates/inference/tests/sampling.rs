@@ -704,3 +704,53 @@ fn planned_picks_match_sample() {
         }
     }
 }
+
+/// Plans made one step ahead (a decode step run ahead of its read: plan n + 1 before pick n is
+/// settled) pick what plans made one by one pick: when a pick draws nothing (every logit -inf)
+/// its settle rewinds the stream and says the plan made after it is void; that plan is made
+/// again.
+#[test]
+fn plans_made_ahead_pick_what_serial_plans_pick() {
+    let n = 300;
+    let logits_at = |step: u64| {
+        let mut l = lcg_logits(n, 77 + step, 6.0);
+        if step % 7 == 3 {
+            l.iter_mut().for_each(|x| *x = f32::NEG_INFINITY);
+        }
+        l
+    };
+    for sp in [
+        params(|p| p.temperature = 0.8),
+        params(|p| {
+            p.temperature = 1.0;
+            p.top_p = 0.9;
+            p.top_k = 40;
+        }),
+    ] {
+        let mut serial = Sampler::new(sp.clone());
+        let want: Vec<u32> = (0..40u64)
+            .map(|step| {
+                let got = serial.plan(&[], 0, &[], n).choose(&logits_at(step));
+                assert!(!serial.settle(got), "nothing is void one by one");
+                got.token
+            })
+            .collect();
+        let mut ahead = Sampler::new(sp.clone());
+        let mut got = Vec::new();
+        let mut next = ahead.plan(&[], 0, &[], n);
+        let mut voided = 0;
+        while got.len() < want.len() {
+            let step = got.len() as u64;
+            let this = next;
+            next = ahead.plan(&[], 0, &[], n); // made before this step's pick is settled
+            let picked = this.choose(&logits_at(step));
+            if ahead.settle(picked) {
+                voided += 1;
+                next = ahead.plan(&[], 0, &[], n);
+            }
+            got.push(picked.token);
+        }
+        assert_eq!(got, want);
+        assert!(voided > 0, "the all -inf steps voided the plan after them");
+    }
+}

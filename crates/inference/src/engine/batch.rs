@@ -8,11 +8,14 @@
 //! it ends. [`BatchEngine::cancel`] drops a request (its client went away).
 //!
 //! Decode steps may run ahead (on a GPU by default; `LATTICE_OVERLAP=0|1`): while every running
-//! request decodes by argmax with nothing the host must see first, step n + 1 is launched,
-//! its tokens being step n's picks still on the device, before step n's picks are read, so
-//! the host's work for a step (scheduling, the forward pass's host side, streaming) runs while
-//! the device computes the one before (vLLM's async scheduling). A request then learns of its
-//! end one step late: the step after its last token computed a row nobody reads.
+//! request picks its next token on the device with nothing the host must see first, step n + 1
+//! is launched, its tokens being step n's picks still on the device, before step n's picks are
+//! read, so the host's work for a step (scheduling, the forward pass's host side, streaming)
+//! runs while the device computes the one before (vLLM's async scheduling). A request then
+//! learns of its end one step late: the step after its last token computed a row nobody reads.
+//! A sampled request's draw for step n + 1 is planned before step n's pick says whether it drew;
+//! when it did not (nothing was drawable), that draw is void and the row runs again, so such
+//! requests run ahead only where a state can drop its last row (not a recurrent one).
 
 use std::collections::{HashMap, VecDeque};
 use std::time::Instant;
@@ -524,8 +527,17 @@ impl<'m> BatchEngine<'m> {
         for (&id, p) in ahead.ids.iter().zip(picks) {
             if let Some(k) = self.running[at..].iter().position(|s| s.id == id) {
                 at += k;
-                work.push((at, 1));
-                picked.push(p);
+                let slot = &mut self.running[at];
+                if slot.seq.take_void() {
+                    // Its draw was void (the pick before drew nothing and rewound the random
+                    // stream): the row's keys and values stand, but its pick is made again,
+                    // by running the row again.
+                    let state = slot.state.as_mut().expect("running slots have state");
+                    state.truncate(slot.computed);
+                } else {
+                    work.push((at, 1));
+                    picked.push(p);
+                }
                 at += 1;
             }
         }
@@ -544,9 +556,12 @@ impl<'m> BatchEngine<'m> {
     /// Whether the next decode step may run ahead of its read, `in_flight` steps being
     /// launched and not read: overlap on, no request waiting that could join (none waits, or
     /// every slot is taken: one frees only when a request ends), every running request
-    /// decoding its one token by argmax with nothing the host must see first (an output
-    /// constraint, log-probabilities, drafts, images, a state to keep) and with room for one
-    /// more row; and one of them at least still generating after the steps in flight.
+    /// decoding its one token with its choice made on the device and nothing the host must see
+    /// first (an output constraint, log-probabilities, drafts, images, a state to keep), with
+    /// room for one more row, and either picking the argmax or sampling without penalties
+    /// (which would need the token not read yet) with a state that can drop its last row (a
+    /// sampled step whose draw turns out void runs again: see `step_ahead`); and one of them
+    /// at least still generating after the steps in flight.
     fn can_run_ahead(&self, in_flight: usize) -> bool {
         self.overlap
             && (self.waiting.is_empty() || self.running.len() >= self.scheduler.max_running)
@@ -561,8 +576,9 @@ impl<'m> BatchEngine<'m> {
                     && s.images.is_none()
                     && s.draft.is_empty()
                     && req.draft_tokens == 0
-                    && s.seq.picks_argmax()
                     && s.seq.can_plan()
+                    && !s.seq.has_void_plan()
+                    && (s.seq.picks_argmax() || s.seq.plans_ahead() && s.truncates())
                     && s.todo() == 1
                     && s.computed + 1 + in_flight <= s.max_len
             })
@@ -571,8 +587,8 @@ impl<'m> BatchEngine<'m> {
             })
     }
 
-    /// Launches a decode step of every running request (one token each, argmax) without
-    /// reading its picks. With `after` (the step launched before, of the same requests, not
+    /// Launches a decode step of every running request (one token each, picked on the device:
+    /// the argmax, or the request's planned choice) without reading its picks. With `after` (the step launched before, of the same requests, not
     /// read yet), its tokens are that step's picks and its rows' memory is reserved here;
     /// `None` when the device cannot take them from there ([`Decoder::can_follow`]) or the
     /// memory is spent (the step then waits for the read and the scheduler).
@@ -592,7 +608,17 @@ impl<'m> BatchEngine<'m> {
             Some(None) => (vec![0; n], true),
         };
         let lens = vec![1; n];
-        let picks = vec![Pick::argmax(); n];
+        let picks: Vec<Pick> = self
+            .running
+            .iter_mut()
+            .map(|s| {
+                if s.seq.picks_argmax() {
+                    Pick::argmax()
+                } else {
+                    s.seq.plan()
+                }
+            })
+            .collect();
         let mut batch = ForwardBatch::tokens(&ids, &lens, RowOutputs::LastLogits);
         if self
             .running

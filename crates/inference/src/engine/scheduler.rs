@@ -108,6 +108,14 @@ impl<'m> Slot<'m> {
             || (self.seq.request().max_tokens == 0 && self.computed >= self.prompt_len())
     }
 
+    /// Whether its state can drop its last row (attention only; a recurrent state cannot go
+    /// back).
+    pub fn truncates(&self) -> bool {
+        self.state
+            .as_ref()
+            .is_some_and(|s| s.can_truncate_to(s.len().saturating_sub(1)))
+    }
+
     /// Whether it is still running its prompt.
     fn prefilling(&self) -> bool {
         self.computed < self.prompt_len()

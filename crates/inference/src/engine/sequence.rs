@@ -20,6 +20,8 @@ pub struct Sequence<'m> {
     done: bool,
     /// The request's place in its output constraint.
     matcher: Option<crate::grammar::Matcher>,
+    /// See [`Sequence::take_void`].
+    void_plan: bool,
 }
 
 impl<'m> Sequence<'m> {
@@ -49,6 +51,7 @@ impl<'m> Sequence<'m> {
             req,
             out,
             done: false,
+            void_plan: false,
         }
     }
 
@@ -203,15 +206,34 @@ impl<'m> Sequence<'m> {
     }
 
     /// [`Sequence::accept_token`] of a token picked by a [`Sequence::plan`] (or the argmax),
-    /// settling the random stream ([`Sampler::settle`]).
+    /// settling the random stream ([`Sampler::settle`]). When a later plan's draw became void
+    /// (see [`Sequence::take_void`]), that is noted.
     pub fn accept_picked(
         &mut self,
         picked: Picked,
         room: bool,
         on_text: &mut dyn FnMut(&str) -> bool,
     ) -> Option<u32> {
-        self.sampler.settle(picked);
+        self.void_plan |= self.sampler.settle(picked);
         self.accept_token(picked.token, room, on_text)
+    }
+
+    /// Whether a plan made before the last pick was settled drew from a random stream that
+    /// pick rewound (it drew nothing): that plan's pick must be made again. Cleared here.
+    pub fn take_void(&mut self) -> bool {
+        std::mem::take(&mut self.void_plan)
+    }
+
+    /// Whether a void plan waits for [`Sequence::take_void`].
+    pub fn has_void_plan(&self) -> bool {
+        self.void_plan
+    }
+
+    /// Whether [`Sequence::plan`] needs no token it has not seen yet: no penalty depends on
+    /// the history (the logit bias and the random draw do not).
+    pub fn plans_ahead(&self) -> bool {
+        let p = &self.req.sampling;
+        p.repetition_penalty == 1.0 && p.presence_penalty == 0.0 && p.frequency_penalty == 0.0
     }
 
     /// Whether the next token is the plain argmax of the logits (greedy, no penalties, no

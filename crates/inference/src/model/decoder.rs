@@ -583,8 +583,8 @@ pub trait Decoder: Send + Sync {
     /// [`Decoder::forward_pick`] that does not wait for a replayed decode step's picks (read
     /// them with [`crate::ops::read_step`]), so the host can prepare the next step meanwhile.
     /// With `follows`, the batch's token ids are not used: each sequence's token is the one the
-    /// step launched before this one picked for it (the same sequences in the same order, by
-    /// argmax), still on the device; only where [`Decoder::can_follow`] says so.
+    /// step launched before this one picked for it (the same sequences in the same order),
+    /// still on the device; only where [`Decoder::can_follow`] says so.
     fn launch_pick(
         &self,
         batch: &ForwardBatch<'_>,

@@ -323,7 +323,7 @@ impl StepPicks {
 /// one eager run of that shape), without waiting for a replayed step's picks
 /// ([`read_step`]); on the CPU it just runs. With `follows`, the step's token ids are the
 /// picks of the step launched before it on `device`, still there (see
-/// [`replays`]; a CUDA step then must be replayed, argmax picks before it).
+/// [`replays`]; the step before had the same rows).
 pub fn launch_step(
     device: &crate::backend::Device,
     key: u64,

@@ -152,8 +152,10 @@ pub struct Sampler {
     counts: Vec<u32>,
     /// The current step's penalty entries (processors::penalty_entries).
     entries: Vec<(u32, f32)>,
-    /// The random stream before the last [`Sampler::plan`]'s draw, until it is settled.
-    undo: Option<rng::Rng>,
+    /// The random stream before each unsettled [`Sampler::plan`]'s draw (`None`: a greedy
+    /// plan drew nothing), oldest first: a plan may be made before the one before it is
+    /// settled (a decode step run ahead of its read).
+    undo: std::collections::VecDeque<Option<rng::Rng>>,
     /// Candidate ids still in play.
     cand: Vec<u32>,
     /// Unnormalized probabilities of `cand`, same order.
@@ -171,7 +173,7 @@ impl Sampler {
             work: Vec::new(),
             counts: Vec::new(),
             entries: Vec::new(),
-            undo: None,
+            undo: std::collections::VecDeque::new(),
             cand: Vec::new(),
             weights: Vec::new(),
         }
@@ -267,7 +269,7 @@ impl Sampler {
     /// ([`crate::ops::pick_rows`]); `history` and `prompt_len` as for [`Sampler::sample`],
     /// `bias` the request's logit bias (added to the raw logits in order), `vocab` the
     /// logits' length. The random draw is taken now when the choice may need it; hand the
-    /// outcome to [`Sampler::settle`].
+    /// outcome to [`Sampler::settle`] (plans are settled in the order they were made).
     pub fn plan(
         &mut self,
         history: &[u32],
@@ -287,10 +289,10 @@ impl Sampler {
             &mut penalized,
         );
         let u = if filters.is_greedy() {
-            self.undo = None;
+            self.undo.push_back(None);
             0.0
         } else {
-            self.undo = Some(self.rng.clone());
+            self.undo.push_back(Some(self.rng.clone()));
             self.rng.next_f64()
         };
         Pick {
@@ -302,14 +304,20 @@ impl Sampler {
         }
     }
 
-    /// Takes the outcome of the last [`Sampler::plan`]: when the choice did not use the random
-    /// draw (nothing was drawable), the stream goes back to before it, as [`Sampler::sample`]
-    /// would have left it.
-    pub fn settle(&mut self, picked: Picked) {
-        if let Some(rng) = self.undo.take() {
-            if !picked.drew {
+    /// Takes the outcome of the oldest unsettled [`Sampler::plan`]: when the choice did not
+    /// use the random draw (nothing was drawable), the stream goes back to before it, as
+    /// [`Sampler::sample`] would have left it. Returns `true` when later plans were made from
+    /// the stream past that draw: their draws are void (and forgotten here); their picks must
+    /// be made again.
+    pub fn settle(&mut self, picked: Picked) -> bool {
+        match self.undo.pop_front() {
+            Some(Some(rng)) if !picked.drew => {
                 self.rng = rng;
+                let void = !self.undo.is_empty();
+                self.undo.clear();
+                void
             }
+            _ => false,
         }
     }
 }

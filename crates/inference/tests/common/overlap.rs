@@ -2,7 +2,7 @@
 //! GPU's (tests/cuda_parity.rs): greedy requests with joins, cancellations and early ends
 //! through an engine, and the comparison of two runs' outputs.
 
-use lattice_inference::engine::{BatchEngine, GenerateRequest, Generation};
+use lattice_inference::engine::{BatchEngine, GenerateRequest, Generation, TextModel};
 use lattice_inference::sample::SamplingParams;
 
 use super::{fixture, read_json, u32s};
@@ -88,4 +88,25 @@ pub fn assert_same(a: &[Generation], b: &[Generation], what: &str) {
             "{what}: request {k}'s end"
         );
     }
+}
+
+/// [`greedy`]'s requests made sampled (seeded; temperature alone, with top-p and top-k), but
+/// request 5 greedy with a logit bias and request 4 with every logit biased to -inf (nothing
+/// drawable: each pick rewinds the random stream, voiding the draw planned after it).
+pub fn sampled(m: &TextModel, model: &str) -> Vec<GenerateRequest> {
+    let mut reqs = greedy(model);
+    for (i, r) in reqs.iter_mut().enumerate() {
+        r.sampling = SamplingParams {
+            temperature: 0.8,
+            top_p: if i % 2 == 0 { 0.9 } else { 1.0 },
+            top_k: if i % 3 == 0 { 20 } else { 0 },
+            seed: Some(100 + i as u64),
+            ..SamplingParams::default()
+        };
+    }
+    reqs[5].sampling = SamplingParams::greedy();
+    reqs[5].logit_bias = vec![(3, 2.5), (17, -1.0)];
+    let vocab = m.decoder.info().config.vocab_size as u32;
+    reqs[4].logit_bias = (0..vocab).map(|id| (id, f32::NEG_INFINITY)).collect();
+    reqs
 }

@@ -525,9 +525,10 @@ impl CudaDevice {
     /// copied to a host buffer behind the step, and [`CudaDevice::read_launched`] waits for
     /// them. With `follows`, the step's token ids (the [`super::Input::TokenIds`] its host
     /// pass uploaded) are replaced on the device, row for row, by the ids of the step launched
-    /// before it: the host launches step n + 1 before it knows step n's picks. The step it
-    /// follows must have had the same rows and picked by argmax (whose codes are the tokens
-    /// themselves); a step that follows and is not recorded runs eagerly (and is read).
+    /// before it: the host launches step n + 1 before it knows step n's picks (the codes' top
+    /// bit, set when a pick drew, is ignored by the embedding lookup). The step it follows
+    /// must have had the same rows; a step that follows and is not recorded runs eagerly (and
+    /// is read).
     pub fn graph_launch(
         &self,
         key: u64,

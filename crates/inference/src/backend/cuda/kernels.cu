@@ -458,9 +458,12 @@ extern "C" __global__ void gather_rows(const float* x, const unsigned* idx, floa
 }
 
 // y [n, dim] = rows `ids` of an f32 table. Grid: n.
+// Row ids[r] of the table into row r of y. The top bit of an id is ignored: a step run ahead
+// takes its ids from the picks of the step before, whose codes set it when the pick drew
+// (Picked::code).
 extern "C" __global__ void embed_f32(const float* table, const unsigned* ids, float* y, int dim) {
     DEP_ENTER();
-    const float* src = table + (size_t)ids[blockIdx.x] * dim;
+    const float* src = table + (size_t)(ids[blockIdx.x] & 0x7fffffffu) * dim;
     float* dst = y + (size_t)blockIdx.x * dim;
     for (int i = threadIdx.x; i < dim; i += blockDim.x) dst[i] = src[i];
 }
