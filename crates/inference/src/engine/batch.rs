@@ -588,10 +588,11 @@ impl<'m> BatchEngine<'m> {
     }
 
     /// Launches a decode step of every running request (one token each, picked on the device:
-    /// the argmax, or the request's planned choice) without reading its picks. With `after` (the step launched before, of the same requests, not
-    /// read yet), its tokens are that step's picks and its rows' memory is reserved here;
-    /// `None` when the device cannot take them from there ([`Decoder::can_follow`]) or the
-    /// memory is spent (the step then waits for the read and the scheduler).
+    /// the argmax, or the request's planned choice) without reading its picks. With `after`
+    /// (the step launched before, of the same requests, not read yet), its tokens are that
+    /// step's picks and its rows' memory is reserved here; `None` when the device cannot take
+    /// them from there ([`Decoder::can_follow`]) or the memory is spent (the step then waits
+    /// for the read and the scheduler). Choices are planned only once the step launches.
     ///
     /// [`Decoder::can_follow`]: crate::model::decoder::Decoder::can_follow
     fn launch_ahead(&mut self, after: Option<&StepPicks>) -> Result<Option<StepPicks>> {
@@ -608,17 +609,7 @@ impl<'m> BatchEngine<'m> {
             Some(None) => (vec![0; n], true),
         };
         let lens = vec![1; n];
-        let picks: Vec<Pick> = self
-            .running
-            .iter_mut()
-            .map(|s| {
-                if s.seq.picks_argmax() {
-                    Pick::argmax()
-                } else {
-                    s.seq.plan()
-                }
-            })
-            .collect();
+        let sampling = !self.running.iter().all(|s| s.seq.picks_argmax());
         let mut batch = ForwardBatch::tokens(&ids, &lens, RowOutputs::LastLogits);
         if self
             .running
@@ -632,7 +623,7 @@ impl<'m> BatchEngine<'m> {
                     .collect(),
             );
         }
-        if follows && !self.model.decoder.can_follow(&batch, &picks) {
+        if follows && !self.model.decoder.can_follow(&batch, sampling) {
             return Ok(None);
         }
         if after.is_some() {
@@ -645,6 +636,18 @@ impl<'m> BatchEngine<'m> {
                 }
             }
         }
+        // (Planned last: a plan's draw is settled by the pick it makes.)
+        let picks: Vec<Pick> = self
+            .running
+            .iter_mut()
+            .map(|s| {
+                if s.seq.picks_argmax() {
+                    Pick::argmax()
+                } else {
+                    s.seq.plan()
+                }
+            })
+            .collect();
         let mut states: Vec<&mut SeqState> = self
             .running
             .iter_mut()

@@ -602,7 +602,8 @@ pub trait Decoder: Send + Sync {
         let mut last = batch.clone();
         last.outputs = RowOutputs::LastLogits;
         let info = self.info();
-        let key = replay_key(info, batch, states.len(), picks);
+        let sampling = !picks.iter().all(Pick::is_argmax);
+        let key = replay_key(info, batch, states.len(), sampling);
         let adapters = last.adapters.as_deref();
         let run = |last: &ForwardBatch<'_>, states: &mut [&mut SeqState]| {
             crate::lora::with_row_adapters(adapters, &last.seq_lens, || {
@@ -626,13 +627,14 @@ pub trait Decoder: Send + Sync {
         })
     }
 
-    /// Whether a decode step of `batch` (one token per sequence) picking by `picks` can take
-    /// its ids from the picks of the step launched before it ([`Decoder::launch_pick`]'s
-    /// `follows`): on a device that replays that step's recording.
-    fn can_follow(&self, batch: &ForwardBatch<'_>, picks: &[Pick]) -> bool {
+    /// Whether a decode step of `batch` (one token per sequence; `sampling`: some row's pick
+    /// is not the argmax) can take its ids from the picks of the step launched before it
+    /// ([`Decoder::launch_pick`]'s `follows`): on a device that replays that step's recording.
+    fn can_follow(&self, batch: &ForwardBatch<'_>, sampling: bool) -> bool {
         let info = self.info();
-        replay_key(info, batch, batch.seq_lens.len(), picks)
-            .is_some_and(|key| crate::ops::replays(&info.device, key, picks.len()))
+        let rows = batch.seq_lens.len();
+        replay_key(info, batch, rows, sampling)
+            .is_some_and(|key| crate::ops::replays(&info.device, key, rows))
     }
 
     /// [`Decoder::forward_pick`]'s body, inside [`crate::ops::device_pass`]; `batch` asks for
@@ -658,13 +660,14 @@ pub trait Decoder: Send + Sync {
 }
 
 /// The key of a decode step's recording ([`crate::ops::launch_step`]): model instance,
-/// whether any row samples (argmax steps launch other kernels), the rows' LoRA adapters.
-/// `None` when `batch` is not a decode step of `n_states` sequences that a device records.
+/// whether any row samples (`sampling`: argmax steps launch other kernels), the rows' LoRA
+/// adapters. `None` when `batch` is not a decode step of `n_states` sequences that a device
+/// records.
 fn replay_key(
     info: &DecoderInfo,
     batch: &ForwardBatch<'_>,
     n_states: usize,
-    picks: &[Pick],
+    sampling: bool,
 ) -> Option<u64> {
     let decode = matches!(batch.input, BatchInput::Tokens(_))
         && batch.seq_lens.iter().all(|&n| n == 1)
@@ -673,7 +676,6 @@ fn replay_key(
     if !decode {
         return None;
     }
-    let sampling = !picks.iter().all(Pick::is_argmax);
     let key = (info.instance << 1) | u64::from(sampling);
     Some(match batch.adapters.as_deref() {
         Some(sel) => crate::lora::replay_key(key, sel),
