@@ -299,6 +299,7 @@ fn steps_run_ahead_on_the_gpu_give_the_cpu_outputs() {
             let (serial, serial_text, _) = overlap::run(&mut e, &reqs, join_after, cancel_at);
             let mut e = BatchEngine::new(&g, slots);
             e.set_overlap(true);
+            e.set_overlap_sampled(true);
             let (ahead, text, n) = overlap::run(&mut e, &reqs, join_after, cancel_at);
             overlap::assert_same(&ahead, &serial, &what);
             assert_eq!(text, serial_text, "{what}: streamed text");

@@ -137,9 +137,11 @@ fn mixed_requests_and_preemption_keep_the_outputs() {
 }
 
 /// Sampled requests (seeded; temperature alone, with top-p and top-k; a greedy one with a
-/// logit bias; one whose every logit is biased to -inf) run ahead too on a model whose state can drop a row (their draws are planned
+/// logit bias; one whose every logit is biased to -inf) run ahead too when asked
+/// (`set_overlap_sampled`) on a model whose state can drop a row (their draws are planned
 /// before the pick before them is read), and give the outputs of steps read one by one; on
-/// the hybrid Qwen3.5 (a recurrent state cannot drop a row) they do not run ahead.
+/// the hybrid Qwen3.5 (a recurrent state cannot drop a row) they do not run ahead. Not asked,
+/// only the greedy one plans ahead, and the outputs are the same.
 #[test]
 fn sampled_requests_run_ahead_with_the_serial_outputs() {
     for (model, runs_ahead) in [("tiny-qwen3", true), ("tiny-qwen35", false)] {
@@ -153,15 +155,19 @@ fn sampled_requests_run_ahead_with_the_serial_outputs() {
                 join_after,
                 cancel_at,
             );
-            let (ahead, a_text, n) = run(
+            let mut e = engine(&m, slots, None, true);
+            e.set_overlap_sampled(true);
+            let (ahead, a_text, n) = run(&mut e, &reqs, join_after, cancel_at);
+            assert_same(&ahead, &serial, &what);
+            assert_eq!(a_text, s_text, "{what}: streamed text");
+            assert_eq!(n > 0, runs_ahead, "{what}: {n} steps ran ahead");
+            let (off, _, _) = run(
                 &mut engine(&m, slots, None, true),
                 &reqs,
                 join_after,
                 cancel_at,
             );
-            assert_same(&ahead, &serial, &what);
-            assert_eq!(a_text, s_text, "{what}: streamed text");
-            assert_eq!(n > 0, runs_ahead, "{what}: {n} steps ran ahead");
+            assert_same(&off, &serial, &what);
         }
     }
 }

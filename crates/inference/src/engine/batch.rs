@@ -15,7 +15,9 @@
 //! learns of its end one step late: the step after its last token computed a row nobody reads.
 //! A sampled request's draw for step n + 1 is planned before step n's pick says whether it drew;
 //! when it did not (nothing was drawable), that draw is void and the row runs again, so such
-//! requests run ahead only where a state can drop its last row (not a recurrent one).
+//! requests run ahead only where a state can drop its last row (not a recurrent one), and for
+//! now only when asked (`LATTICE_OVERLAP_SAMPLED=1`, [`BatchEngine::set_overlap_sampled`]):
+//! that path has not yet run on a GPU.
 
 use std::collections::{HashMap, VecDeque};
 use std::time::Instant;
@@ -104,6 +106,8 @@ pub struct BatchEngine<'m> {
     trace: StepTrace,
     /// Whether decode steps may run ahead of their read (see the module comment).
     overlap: bool,
+    /// Whether sampled requests may run ahead too (see the module comment).
+    overlap_sampled: bool,
     /// The decode step launched and not yet read.
     ahead: Option<Ahead>,
     /// Decode steps launched ahead of their read so far.
@@ -255,6 +259,7 @@ impl<'m> BatchEngine<'m> {
             step_cost: StepCost::default(),
             trace: StepTrace::default(),
             overlap: overlap_default(&model.decoder.info().device),
+            overlap_sampled: std::env::var("LATTICE_OVERLAP_SAMPLED").is_ok_and(|v| v == "1"),
             ahead: None,
             steps_ahead: 0,
         }
@@ -264,6 +269,12 @@ impl<'m> BatchEngine<'m> {
     /// default depends on the device). A step already launched is still read.
     pub fn set_overlap(&mut self, on: bool) {
         self.overlap = on;
+    }
+
+    /// Lets sampled requests run ahead too where steps do (off by default, or
+    /// `LATTICE_OVERLAP_SAMPLED=1`; see the module comment).
+    pub fn set_overlap_sampled(&mut self, on: bool) {
+        self.overlap_sampled = on;
     }
 
     /// Decode steps launched ahead of their read so far.
@@ -558,10 +569,11 @@ impl<'m> BatchEngine<'m> {
     /// every slot is taken: one frees only when a request ends), every running request
     /// decoding its one token with its choice made on the device and nothing the host must see
     /// first (an output constraint, log-probabilities, drafts, images, a state to keep), with
-    /// room for one more row, and either picking the argmax or sampling without penalties
-    /// (which would need the token not read yet) with a state that can drop its last row (a
-    /// sampled step whose draw turns out void runs again: see `step_ahead`); and one of them
-    /// at least still generating after the steps in flight.
+    /// room for one more row, and either picking the argmax or (when sampled requests may run
+    /// ahead) sampling without penalties (which would need the token not read yet) with a
+    /// state that can drop its last row (a sampled step whose draw turns out void runs again:
+    /// see `step_ahead`); and one of them at least still generating after the steps in
+    /// flight.
     fn can_run_ahead(&self, in_flight: usize) -> bool {
         self.overlap
             && (self.waiting.is_empty() || self.running.len() >= self.scheduler.max_running)
@@ -578,7 +590,8 @@ impl<'m> BatchEngine<'m> {
                     && req.draft_tokens == 0
                     && s.seq.can_plan()
                     && !s.seq.has_void_plan()
-                    && (s.seq.picks_argmax() || s.seq.plans_ahead() && s.truncates())
+                    && (s.seq.picks_argmax()
+                        || self.overlap_sampled && s.seq.plans_ahead() && s.truncates())
                     && s.todo() == 1
                     && s.computed + 1 + in_flight <= s.max_len
             })
