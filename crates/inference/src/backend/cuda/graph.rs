@@ -537,18 +537,26 @@ impl CudaDevice {
         step: impl FnOnce() -> Result<Vec<u32>>,
     ) -> Result<Launched> {
         let replay = self.replays(key, rows);
-        if !replay && !follows {
-            return self.graph_step(key, rows, step).map(Launched::Ready);
+        // Under `LATTICE_CUDA_TRACE`, every 64th replayed step runs through `graph_step`,
+        // which times it on the device (and reports the kernel clock), and is read at once.
+        let traced = replay
+            && tracing()
+            && self
+                .graphs
+                .traced
+                .load(Ordering::Relaxed)
+                .is_multiple_of(64);
+        if (!replay && !follows) || traced {
+            self.graphs.follow.store(follows, Ordering::Release);
+            let ids = self.graph_step(key, rows, step);
+            self.graphs.follow.store(false, Ordering::Release);
+            return ids.map(Launched::Ready);
         }
         let _one = self
             .graphs
             .step
             .lock()
             .map_err(|_| Error::Device("cuda: step lock poisoned".into()))?;
-        if tracing() {
-            self.take_host_parts();
-        }
-        let t0 = std::time::Instant::now();
         // The token ids' upload is followed by the copy of the picks over them (see
         // `CudaDevice::input`); a shape not recorded (recordings were just dropped) runs
         // eagerly, so that its recording never holds that copy.
@@ -563,7 +571,6 @@ impl CudaDevice {
         self.graphs.mode.store(EAGER, Ordering::Release);
         self.graphs.follow.store(false, Ordering::Release);
         done?;
-        let host = t0.elapsed();
         {
             let r = self
                 .graphs
@@ -580,24 +587,8 @@ impl CudaDevice {
             }
         }
         let seq = self.land(rows)?;
-        if tracing()
-            && self
-                .graphs
-                .traced
-                .fetch_add(1, Ordering::Relaxed)
-                .is_multiple_of(64)
-        {
-            let [plans, inputs] = self.take_host_parts();
-            eprintln!(
-                "cuda trace: step of {rows} rows launched ahead{}: host pass {:.3} ms \
-                 (attention plans {plans:.3}, step inputs {inputs:.3})",
-                if follows {
-                    ", its ids the last step's picks"
-                } else {
-                    ""
-                },
-                host.as_secs_f64() * 1e3
-            );
+        if tracing() {
+            self.graphs.traced.fetch_add(1, Ordering::Relaxed);
         }
         Ok(Launched::Ahead(LaunchedIds { seq, rows }))
     }
