@@ -278,14 +278,11 @@ fn steps_run_ahead_on_the_gpu_give_the_cpu_outputs() {
         let reqs = overlap::greedy(name);
         for (slots, join_after, cancel_at) in overlap::RUNS {
             let what = format!("{name} on {dev}, {slots} slots, joins after {join_after} steps");
-            let mut e = BatchEngine::new(&c, slots);
-            e.set_overlap(false);
-            let (cpu, cpu_text, _) = overlap::run(&mut e, &reqs, join_after, cancel_at);
+            let mut cpu = BatchEngine::new(&c, slots);
+            cpu.set_overlap(false);
             let mut e = BatchEngine::new(&g, slots);
             e.set_overlap(true);
-            let (ahead, text, n) = overlap::run(&mut e, &reqs, join_after, cancel_at);
-            overlap::assert_same(&ahead, &cpu, &what);
-            assert_eq!(text, cpu_text, "{what}: streamed text");
+            let n = overlap::run_both(&mut cpu, &mut e, &reqs, join_after, cancel_at, &what).steps;
             assert!(n > 0, "{what}: no step ran ahead");
             eprintln!("{what}: {n} steps ran ahead, outputs equal to the CPU's");
         }
@@ -294,15 +291,13 @@ fn steps_run_ahead_on_the_gpu_give_the_cpu_outputs() {
         let reqs = overlap::sampled(&g, name);
         for (slots, join_after, cancel_at) in overlap::RUNS {
             let what = format!("{name} on {dev}, sampled, {slots} slots, joins after {join_after}");
-            let mut e = BatchEngine::new(&g, slots);
-            e.set_overlap(false);
-            let (serial, serial_text, _) = overlap::run(&mut e, &reqs, join_after, cancel_at);
+            let mut serial = BatchEngine::new(&g, slots);
+            serial.set_overlap(false);
             let mut e = BatchEngine::new(&g, slots);
             e.set_overlap(true);
             e.set_overlap_sampled(true);
-            let (ahead, text, n) = overlap::run(&mut e, &reqs, join_after, cancel_at);
-            overlap::assert_same(&ahead, &serial, &what);
-            assert_eq!(text, serial_text, "{what}: streamed text");
+            let n =
+                overlap::run_both(&mut serial, &mut e, &reqs, join_after, cancel_at, &what).steps;
             assert_eq!(n > 0, name == "tiny-qwen3", "{what}: {n} steps ran ahead");
             eprintln!("{what}: {n} steps ran ahead, outputs equal to steps read one by one");
         }

@@ -3,13 +3,14 @@
 //! step late. On the CPU a step runs to its end before the next is launched, so these tests
 //! check the engine's side: every output, streamed text and finish reason equals what the
 //! same requests give with steps read one by one, through joins, cancellations, requests that
-//! cannot run ahead (sampling, log-probabilities), stop strings, length limits and a memory
+//! cannot run ahead (sampling unless asked, log-probabilities), stop strings, length limits and a memory
 //! budget that preempts; and steps did run ahead where they could.
 
 mod common;
 
 use common::fixture;
-use common::overlap::{assert_same, greedy, prompts, run, sampled, RUNS};
+use common::overlap::{assert_same, greedy, run, run_both, sampled, RUNS};
+use common::prompts_of;
 use lattice_inference::engine::{
     generate, BatchEngine, EngineConfig, FinishReason, GenerateRequest, MemoryConfig, TextModel,
 };
@@ -43,24 +44,22 @@ fn same_as_serial(model: &str) {
     assert!(reqs.len() >= 6);
     for (max_running, join_after, cancel_at) in RUNS {
         let what = format!("{model}, {max_running} slots, joins after {join_after} steps");
-        let (serial, s_text, none) = run(
+        let both = run_both(
             &mut engine(&m, max_running, None, false),
-            &reqs,
-            join_after,
-            cancel_at,
-        );
-        assert_eq!(none, 0, "{what}: no step runs ahead with overlap off");
-        let (ahead, a_text, n) = run(
             &mut engine(&m, max_running, None, true),
             &reqs,
             join_after,
             cancel_at,
+            &what,
+        );
+        let (ahead, n) = (&both.ahead, both.steps);
+        assert_eq!(
+            both.serial_ahead, 0,
+            "{what}: no step runs ahead with overlap off"
         );
         eprintln!("{what}: {n} steps ran ahead");
         assert!(n > 0, "{what}: no step ran ahead");
-        assert_same(&ahead, &serial, &what);
-        assert_eq!(a_text, s_text, "{what}: streamed text");
-        for (g, t) in ahead.iter().zip(&a_text) {
+        for (g, t) in ahead.iter().zip(&both.texts) {
             assert_eq!(&g.text, t, "{what}: streamed text adds up to the result");
         }
         if cancel_at.0 < reqs.len() {
@@ -106,7 +105,7 @@ fn mixed_requests_and_preemption_keep_the_outputs() {
 
     // Long greedy requests under a budget of a few sequences' pages.
     let stats = engine(&m, 8, None, false).memory_stats();
-    let long: Vec<GenerateRequest> = prompts(model)
+    let long: Vec<GenerateRequest> = prompts_of(model)
         .into_iter()
         .cycle()
         .take(12)
@@ -141,7 +140,7 @@ fn mixed_requests_and_preemption_keep_the_outputs() {
 /// (`set_overlap_sampled`) on a model whose state can drop a row (their draws are planned
 /// before the pick before them is read), and give the outputs of steps read one by one; on
 /// the hybrid Qwen3.5 (a recurrent state cannot drop a row) they do not run ahead. Not asked,
-/// only the greedy one plans ahead, and the outputs are the same.
+/// they do not run ahead, and the outputs are the same.
 #[test]
 fn sampled_requests_run_ahead_with_the_serial_outputs() {
     for (model, runs_ahead) in [("tiny-qwen3", true), ("tiny-qwen35", false)] {
@@ -149,17 +148,11 @@ fn sampled_requests_run_ahead_with_the_serial_outputs() {
         let reqs = sampled(&m, model);
         for (slots, join_after, cancel_at) in RUNS {
             let what = format!("{model}, sampled, {slots} slots, joins after {join_after} steps");
-            let (serial, s_text, _) = run(
-                &mut engine(&m, slots, None, false),
-                &reqs,
-                join_after,
-                cancel_at,
-            );
             let mut e = engine(&m, slots, None, true);
             e.set_overlap_sampled(true);
-            let (ahead, a_text, n) = run(&mut e, &reqs, join_after, cancel_at);
-            assert_same(&ahead, &serial, &what);
-            assert_eq!(a_text, s_text, "{what}: streamed text");
+            let serial = &mut engine(&m, slots, None, false);
+            let both = run_both(serial, &mut e, &reqs, join_after, cancel_at, &what);
+            let n = both.steps;
             assert_eq!(n > 0, runs_ahead, "{what}: {n} steps ran ahead");
             let (off, _, _) = run(
                 &mut engine(&m, slots, None, true),
@@ -167,7 +160,7 @@ fn sampled_requests_run_ahead_with_the_serial_outputs() {
                 join_after,
                 cancel_at,
             );
-            assert_same(&off, &serial, &what);
+            assert_same(&off, &both.serial, &what);
         }
     }
 }

@@ -194,6 +194,15 @@ fn verifies(slot: &Slot<'_>, n: usize) -> bool {
     !slot.draft.is_empty() && n == slot.todo() + slot.draft.len()
 }
 
+/// The LoRA adapters each of `slots` picked, one per sequence of a batch in that order; `None`
+/// when none picked any.
+fn row_adapters<'a, 'm: 'a>(
+    slots: impl Iterator<Item = &'a Slot<'m>> + Clone,
+) -> Option<Vec<crate::lora::Selection>> {
+    let picked = slots.clone().any(|s| !s.seq.request().lora.is_empty());
+    picked.then(|| slots.map(|s| s.seq.request().lora.clone()).collect())
+}
+
 /// A step's 3-D row positions and image rows (see `BatchEngine::image_rows`).
 type ImageStep = (Option<Vec<[usize; 3]>>, Option<InjectedRows>);
 
@@ -259,7 +268,7 @@ impl<'m> BatchEngine<'m> {
             step_cost: StepCost::default(),
             trace: StepTrace::default(),
             overlap: overlap_default(&model.decoder.info().device),
-            overlap_sampled: std::env::var("LATTICE_OVERLAP_SAMPLED").is_ok_and(|v| v == "1"),
+            overlap_sampled: std::env::var("LATTICE_OVERLAP_SAMPLED").is_ok_and(|v| v != "0"),
             ahead: None,
             steps_ahead: 0,
         }
@@ -531,7 +540,6 @@ impl<'m> BatchEngine<'m> {
         let read = crate::ops::read_step(&self.model.decoder.info().device, ahead.picks);
         let (next, picks) = (next?, read?);
         let read = t0.elapsed();
-        let next_ids = next.is_some().then(|| ahead.ids.clone());
         let mut work = Vec::with_capacity(picks.len());
         let mut picked = Vec::with_capacity(picks.len());
         let mut at = 0;
@@ -554,7 +562,10 @@ impl<'m> BatchEngine<'m> {
         }
         let rows = work.len();
         self.update_from_output(&Schedule { work }, &StepOutput::Picks(picked), on_update);
-        self.ahead = next.zip(next_ids).map(|(picks, ids)| Ahead { ids, picks });
+        self.ahead = next.map(|picks| Ahead {
+            ids: ahead.ids,
+            picks,
+        });
         let updated = t0.elapsed();
         let ended = self.reap();
         if trace_steps() {
@@ -624,18 +635,7 @@ impl<'m> BatchEngine<'m> {
         let lens = vec![1; n];
         let sampling = !self.running.iter().all(|s| s.seq.picks_argmax());
         let mut batch = ForwardBatch::tokens(&ids, &lens, RowOutputs::LastLogits);
-        if self
-            .running
-            .iter()
-            .any(|s| !s.seq.request().lora.is_empty())
-        {
-            batch.adapters = Some(
-                self.running
-                    .iter()
-                    .map(|s| s.seq.request().lora.clone())
-                    .collect(),
-            );
-        }
+        batch.adapters = row_adapters(self.running.iter());
         if follows && !self.model.decoder.can_follow(&batch, sampling) {
             return Ok(None);
         }
@@ -779,11 +779,6 @@ impl<'m> BatchEngine<'m> {
         let mut lens = Vec::with_capacity(schedule.work.len());
         let mut flags = Vec::new();
         let mut rows = Vec::with_capacity(schedule.work.len());
-        let picks_adapters = schedule
-            .work
-            .iter()
-            .any(|&(i, _)| !self.running[i].seq.request().lora.is_empty());
-        let mut adapters = Vec::new();
         for &(i, n) in &schedule.work {
             let slot = &self.running[i];
             // A draft follows the request's own tokens; the logits of its last own row and of
@@ -797,13 +792,11 @@ impl<'m> BatchEngine<'m> {
             ids.extend_from_slice(&slot.seq.history()[slot.computed..slot.computed + own]);
             ids.extend_from_slice(draft);
             lens.push(n);
-            if picks_adapters {
-                adapters.push(slot.seq.request().lora.clone());
-            }
             let out = 1 + draft.len();
             rows.push((rows.last().map_or(0, |&(a, b)| a + b), out));
             flags.extend((0..n).map(|r| r + out >= n));
         }
+        let adapters = row_adapters(schedule.work.iter().map(|&(i, _)| &self.running[i]));
         let mut next = schedule.work.iter().map(|&(i, _)| i).peekable();
         let mut states: Vec<&mut SeqState> = Vec::with_capacity(lens.len());
         for (i, slot) in self.running.iter_mut().enumerate() {
@@ -818,9 +811,7 @@ impl<'m> BatchEngine<'m> {
             RowOutputs::LastLogits
         };
         let mut batch = ForwardBatch::tokens(&ids, &lens, outputs);
-        if picks_adapters {
-            batch.adapters = Some(adapters);
-        }
+        batch.adapters = adapters;
         if let Some(p) = positions {
             batch.positions = Positions::Rope3d(p);
         }

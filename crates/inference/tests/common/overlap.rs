@@ -5,7 +5,7 @@
 use lattice_inference::engine::{BatchEngine, GenerateRequest, Generation, TextModel};
 use lattice_inference::sample::SamplingParams;
 
-use super::{fixture, read_json, u32s};
+use super::prompts_of;
 
 /// Batch configurations to run: slots, steps before the second half joins, and (request,
 /// tokens) after which its update callback cancels it.
@@ -17,19 +17,9 @@ pub const RUNS: [(usize, usize, (usize, usize)); 4] = [
     (2, 0, (usize::MAX, 0)),
 ];
 
-pub fn prompts(model: &str) -> Vec<Vec<u32>> {
-    let r = read_json(&fixture(model).join("reference.json"));
-    r["prompts"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| u32s(&p["ids"]))
-        .collect()
-}
-
 /// Greedy requests of 1 to 40 tokens; every third may stop at the end-of-sequence token.
 pub fn greedy(model: &str) -> Vec<GenerateRequest> {
-    prompts(model)
+    prompts_of(model)
         .into_iter()
         .enumerate()
         .map(|(i, p)| {
@@ -79,6 +69,40 @@ pub fn run(
     )
 }
 
+/// What [`run_both`] returns: the serial engine's results and steps run ahead, and the other
+/// engine's results, streamed texts and steps run ahead.
+pub struct Both {
+    pub serial: Vec<Generation>,
+    pub serial_ahead: u64,
+    pub ahead: Vec<Generation>,
+    pub texts: Vec<String>,
+    pub steps: u64,
+}
+
+/// [`run`] of `reqs` through `serial` and then `ahead` (`join_after`, `cancel_at` as there),
+/// asserting the same outputs ([`assert_same`]) and streamed texts.
+pub fn run_both(
+    serial: &mut BatchEngine<'_>,
+    ahead: &mut BatchEngine<'_>,
+    reqs: &[GenerateRequest],
+    join_after: usize,
+    cancel_at: (usize, usize),
+    what: &str,
+) -> Both {
+    let (want, want_texts, serial_ahead) = run(serial, reqs, join_after, cancel_at);
+    let (got, texts, steps) = run(ahead, reqs, join_after, cancel_at);
+    assert_same(&got, &want, what);
+    assert_eq!(texts, want_texts, "{what}: streamed text");
+    Both {
+        serial: want,
+        serial_ahead,
+        ahead: got,
+        texts,
+        steps,
+    }
+}
+
+/// Asserts that `a` and `b` hold the same tokens, texts and finish reasons.
 pub fn assert_same(a: &[Generation], b: &[Generation], what: &str) {
     for (k, (x, y)) in a.iter().zip(b).enumerate() {
         assert_eq!(x.token_ids, y.token_ids, "{what}: request {k}'s tokens");

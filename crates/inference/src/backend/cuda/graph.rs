@@ -395,11 +395,7 @@ impl CudaDevice {
                     self.take_host_parts();
                 }
                 let t0 = std::time::Instant::now();
-                self.graphs.mode.store(REPLAY, Ordering::Release);
-                let done = step();
-                self.graphs.mode.store(EAGER, Ordering::Release);
-                done?;
-                let host = t0.elapsed();
+                let host = self.replay_pass(step)?;
                 let trace = tracing() && {
                     let n = self.graphs.traced.fetch_add(1, Ordering::Relaxed);
                     n.is_multiple_of(64)
@@ -418,20 +414,7 @@ impl CudaDevice {
                 } else {
                     None
                 };
-                let r = self
-                    .graphs
-                    .recorded
-                    .lock()
-                    .map_err(|_| Error::Device("cuda: graph table poisoned".into()))?;
-                match r.graphs.get(&k) {
-                    Some(g) => self.launch_recording(g, "replaying a decode step")?,
-                    None => {
-                        return Err(Error::Device(
-                            "cuda: a recorded decode step vanished while it was replayed".into(),
-                        ))
-                    }
-                }
-                drop(r);
+                self.launch_recorded(k)?;
                 if let Some((_, b)) = &events {
                     b.record(self.stream()).map_err(|e| err("event", e))?;
                 }
@@ -547,50 +530,65 @@ impl CudaDevice {
                 .load(Ordering::Relaxed)
                 .is_multiple_of(64);
         if (!replay && !follows) || traced {
-            self.graphs.follow.store(follows, Ordering::Release);
-            let ids = self.graph_step(key, rows, step);
-            self.graphs.follow.store(false, Ordering::Release);
-            return ids.map(Launched::Ready);
+            return self
+                .following(follows, || self.graph_step(key, rows, step))
+                .map(Launched::Ready);
         }
         let _one = self
             .graphs
             .step
             .lock()
             .map_err(|_| Error::Device("cuda: step lock poisoned".into()))?;
-        // The token ids' upload is followed by the copy of the picks over them (see
-        // `CudaDevice::input`); a shape not recorded (recordings were just dropped) runs
-        // eagerly, so that its recording never holds that copy.
-        self.graphs.follow.store(follows, Ordering::Release);
+        // A shape not recorded (recordings were just dropped) runs eagerly, so that no
+        // recording holds the copy of the picks over the ids.
         if !replay {
-            let ids = self.eager(rows, step);
-            self.graphs.follow.store(false, Ordering::Release);
-            return ids.map(Launched::Ready);
+            return self
+                .following(true, || self.eager(rows, step))
+                .map(Launched::Ready);
         }
-        self.graphs.mode.store(REPLAY, Ordering::Release);
-        let done = step();
-        self.graphs.mode.store(EAGER, Ordering::Release);
-        self.graphs.follow.store(false, Ordering::Release);
-        done?;
-        {
-            let r = self
-                .graphs
-                .recorded
-                .lock()
-                .map_err(|_| Error::Device("cuda: graph table poisoned".into()))?;
-            match r.graphs.get(&(key, rows)) {
-                Some(g) => self.launch_recording(g, "replaying a decode step")?,
-                None => {
-                    return Err(Error::Device(
-                        "cuda: a recorded decode step vanished while it was replayed".into(),
-                    ))
-                }
-            }
-        }
+        self.following(follows, || self.replay_pass(step))?;
+        self.launch_recorded((key, rows))?;
         let seq = self.land(rows)?;
         if tracing() {
             self.graphs.traced.fetch_add(1, Ordering::Relaxed);
         }
         Ok(Launched::Ahead(LaunchedIds { seq, rows }))
+    }
+
+    /// `f()` with the token ids' uploads followed by the copy of the output buffer's picks over
+    /// them when `follows` (see `CudaDevice::input`).
+    fn following<R>(&self, follows: bool, f: impl FnOnce() -> R) -> R {
+        self.graphs.follow.store(follows, Ordering::Release);
+        let r = f();
+        self.graphs.follow.store(false, Ordering::Release);
+        r
+    }
+
+    /// Runs `step`'s host pass with its launches skipped (a recorded step being replayed: its
+    /// step inputs are brought up to date); its host time.
+    fn replay_pass(&self, step: impl FnOnce() -> Result<Vec<u32>>) -> Result<std::time::Duration> {
+        let t0 = std::time::Instant::now();
+        self.graphs.mode.store(REPLAY, Ordering::Release);
+        let done = step();
+        self.graphs.mode.store(EAGER, Ordering::Release);
+        done?;
+        Ok(t0.elapsed())
+    }
+
+    /// Launches the recording of shape `k`, whose host pass [`CudaDevice::replay_pass`] just
+    /// ran.
+    fn launch_recorded(&self, k: Key) -> Result<()> {
+        let r = self
+            .graphs
+            .recorded
+            .lock()
+            .map_err(|_| Error::Device("cuda: graph table poisoned".into()))?;
+        match r.graphs.get(&k) {
+            Some(g) => self.launch_recording(g, "replaying a decode step"),
+            None => Err(Error::Device(
+                "cuda: a recorded decode step vanished while it was replayed".into(),
+            )),
+        }
     }
 
     /// The ids of a step [`CudaDevice::graph_launch`] launched ahead (waits for the device).
