@@ -429,17 +429,20 @@ __device__ void attn_decode(const float* q, float* out, const int* row_pos, cons
                        kv_dim, kv_head * hd, hd, lane);
     }
     DEP_ENTER();
-    if (staged) {
-        if (c0 <= pos && pos <= c1) {
-            stage_rows<KV>(sk, sv, ks, c0, pos, pos, sp, page_rows, k_off, val_off, kv_dim,
-                           kv_head * hd, hd, lane);
-        }
-        stage_wait();
+    if (staged && c0 <= pos && pos <= c1) {
+        stage_rows<KV>(sk, sv, ks, c0, pos, pos, sp, page_rows, k_off, val_off, kv_dim,
+                       kv_head * hd, hd, lane);
     }
+#ifdef LATTICE_DECODE_Q_LATE
+    if (staged) stage_wait();
+#endif
+    // The queries' loads go out while the current row's copy is in flight (one trip to memory
+    // for both, not two in a row).
     for (int i = threadIdx.x; i < G * hd; i += blockDim.x) {
         const int g = i / hd, d = i - g * hd;
         qs[g][d] = g < gh ? q[(size_t)seq * q_dim + (head0 + g) * hd + d] * scale : 0.0f;
     }
+    if (staged) stage_wait();
     __syncthreads();
     float m[G], l[G], acc[G][D];
 #pragma unroll
@@ -567,20 +570,35 @@ __device__ void attn_decode(const float* q, float* out, const int* row_pos, cons
     }
     if (used == 1) return;
     // The last of the (row, heads)'s blocks to finish merges the splits' partials (so no merge
-    // launch): each block makes its partials visible, then takes a ticket (the counter of its
-    // first head); the counter is left at zero for the next launch (and the next replay of a
-    // recorded step).
+    // launch): each block takes a ticket (the counter of its first head) once its threads are
+    // done, with release and acquire semantics at GPU scope (the block's partials, ordered
+    // before it by the barrier, are visible to the block that takes the last ticket; one trip
+    // to memory where a fence and then an atomic took two); the counter is left at zero for
+    // the next launch (and the next replay of a recorded step).
     __shared__ bool last;
+#ifdef LATTICE_DECODE_FENCED_TICKET
     __threadfence();
+#endif
     __syncthreads();
     if (threadIdx.x == 0) {
         unsigned* c = counters + seq * n_heads + head0;
+#ifdef LATTICE_DECODE_FENCED_TICKET
         last = atomicAdd(c, 1u) == (unsigned)(used - 1);
+#else
+        unsigned prev;
+        asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;"
+                     : "=r"(prev)
+                     : "l"(c)
+                     : "memory");
+        last = prev == (unsigned)(used - 1);
+#endif
         if (last) *c = 0u;
     }
     __syncthreads();
     if (!last) return;
+#ifdef LATTICE_DECODE_FENCED_TICKET
     __threadfence();
+#endif
     __shared__ float fz[32];
     __shared__ float tot_m, tot_l;
     for (int g = 0; g < gh; g++) {

@@ -294,14 +294,15 @@ pub enum Input {
 
 /// NVRTC options: C++17, and the defines that select a kernel's earlier form for A/B
 /// measurements: `LATTICE_CUDA_EARLY_TRIGGER=0` (DEP_ENTER in kernels.cu), and the names in
-/// `LATTICE_CUDA_DEFINES` (comma-separated, e.g. `LATTICE_KERNEL_CLOCK`).
+/// `LATTICE_CUDA_DEFINES` (separated by commas or colons, e.g. `LATTICE_KERNEL_CLOCK`; colons
+/// keep a list inside one of `scripts/gpu/ab_decode.sh`'s comma-separated settings).
 fn kernel_options() -> Result<Vec<String>> {
     let mut options = vec!["--std=c++17".to_string()];
     if std::env::var("LATTICE_CUDA_EARLY_TRIGGER").is_ok_and(|v| v == "0") {
         options.push("-DLATTICE_LATE_TRIGGER".into());
     }
     if let Ok(names) = std::env::var("LATTICE_CUDA_DEFINES") {
-        for n in names.split(',').filter(|n| !n.is_empty()) {
+        for n in names.split([',', ':']).filter(|n| !n.is_empty()) {
             if !n.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
                 return Err(Error::Device(format!(
                     "cuda: LATTICE_CUDA_DEFINES: `{n}` is not a C identifier"
