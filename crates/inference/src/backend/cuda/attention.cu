@@ -307,31 +307,73 @@ __device__ void stage_rows(KV* sk, KV* sv, int ks, int c0, int r0, int r1, const
     }
 }
 
-// One head of a layer's fused Q/K/V row prepared for attention by one warp: src [hd] into x
-// [hd] (shared, the warp's own), the optional per-head RMSNorm (weight w, Qwen3), then with
-// `rotate` rotate-half RoPE at position p (`half` pairs, cos/sin scaled by `attn`). What
-// split_columns + RmsNorm + Rope compute. Ends with the warp synchronized.
-__device__ void head_prep(const float* src, float* x, const float* w, float eps, float p,
-                          const float* inv_freq, int half, float attn, int hd, bool rotate,
-                          int lane) {
-    float ss = 0.0f;
-    for (int d = lane; d < hd; d += 32) {
-        const float v = src[d];
-        x[d] = v;
-        ss += v * v;
+// One head of a layer's fused Q/K/V row prepared for attention by one warp, in two parts:
+// head_consts, before the kernel waits for the product (what does not depend on it: the norm's
+// weights and the rotation's cos/sin at the row's position, a step input), then head_prep:
+// src [hd] into x [hd] (shared, the warp's own), the optional per-head RMSNorm (weight w,
+// Qwen3), then with `rotate` rotate-half RoPE at position p (`half` pairs, cos/sin scaled by
+// `attn`). What split_columns + RmsNorm + Rope compute. Lane `lane` holds dimensions lane + 32 i
+// (hd <= 32 PREP_D) and pairs lane + 32 j (half <= 32 PREP_H).
+#define PREP_D 8
+#define PREP_H 4
+struct HeadConsts {
+    float w[PREP_D], c[PREP_H], s[PREP_H];
+};
+
+__device__ __forceinline__ HeadConsts head_consts(const float* w, float p, const float* inv_freq,
+                                                  int half, float attn, int hd, bool rotate,
+                                                  int lane) {
+    HeadConsts k;
+#pragma unroll
+    for (int i = 0; i < PREP_D; i++) {
+        const int d = lane + 32 * i;
+        k.w[i] = w != nullptr && d < hd ? w[d] : 1.0f;
     }
-    if (w != nullptr) {
+#pragma unroll
+    for (int j = 0; j < PREP_H; j++) {
+        const int i = lane + 32 * j;
+        k.c[j] = k.s[j] = 0.0f;
+        if (rotate && i < half) {
+            const float angle = p * inv_freq[i];
+            k.c[j] = cosf(angle) * attn;
+            k.s[j] = sinf(angle) * attn;
+        }
+    }
+    return k;
+}
+
+// Ends with the warp synchronized. The row's values are loaded together (one trip to memory).
+__device__ void head_prep(const float* src, float* x, const HeadConsts& k, bool norm, float eps,
+                          int half, int hd, bool rotate, int lane) {
+    float v[PREP_D];
+#pragma unroll
+    for (int i = 0; i < PREP_D; i++) {
+        const int d = lane + 32 * i;
+        v[i] = d < hd ? src[d] : 0.0f;
+    }
+    if (norm) {
+        float ss = 0.0f;
+#pragma unroll
+        for (int i = 0; i < PREP_D; i++) ss += v[i] * v[i];
         const float rs = 1.0f / sqrtf(warp_sum(ss) / (float)hd + eps);
-        for (int d = lane; d < hd; d += 32) x[d] = w[d] * (x[d] * rs);
+#pragma unroll
+        for (int i = 0; i < PREP_D; i++) v[i] = k.w[i] * (v[i] * rs);
+    }
+#pragma unroll
+    for (int i = 0; i < PREP_D; i++) {
+        const int d = lane + 32 * i;
+        if (d < hd) x[d] = v[i];
     }
     __syncwarp();
     if (rotate) {
-        for (int i = lane; i < half; i += 32) {
-            const float angle = p * inv_freq[i];
-            const float c = cosf(angle) * attn, s = sinf(angle) * attn;
-            const float a = x[i], b = x[i + half];
-            x[i] = a * c - b * s;
-            x[i + half] = b * c + a * s;
+#pragma unroll
+        for (int j = 0; j < PREP_H; j++) {
+            const int i = lane + 32 * j;
+            if (i < half) {
+                const float a = x[i], b = x[i + half];
+                x[i] = a * k.c[j] - b * k.s[j];
+                x[i + half] = b * k.c[j] + a * k.s[j];
+            }
         }
         __syncwarp();
     }
@@ -353,13 +395,25 @@ __device__ void qkv_prep(const float* qkv, float* q_out, const u64* dst, const i
     __shared__ float xs[QKV_PREP_WARPS][256];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int r = blockIdx.x, h = blockIdx.y * QKV_PREP_WARPS + warp;
-    if (h >= n_heads + 2 * n_kv_heads) return;
+    const bool live = h < n_heads + 2 * n_kv_heads;
     const int width = (n_heads + 2 * n_kv_heads) * hd;
     const int kind = h < n_heads ? 0 : (h < n_heads + n_kv_heads ? 1 : 2);  // q, k, v
+    const float* w = kind == 0 ? q_w : (kind == 1 ? k_w : nullptr);
+    // Positions are step inputs (copied before the step) and the weights constant: read, and
+    // the rotation computed, while the product before is still running.
+    HeadConsts k = {};
+    DEP_TRIGGER();
+#ifndef LATTICE_PREP_LATE
+    if (live) k = head_consts(w, (float)pos[r], inv_freq, half, attn, hd, kind != 2, lane);
+#endif
+    DEP_ENTER();
+    if (!live) return;
+#ifdef LATTICE_PREP_LATE
+    k = head_consts(w, (float)pos[r], inv_freq, half, attn, hd, kind != 2, lane);
+#endif
     float* x = xs[warp];
-    head_prep(qkv + (size_t)r * width + (size_t)h * hd, x,
-              kind == 0 ? q_w : (kind == 1 ? k_w : nullptr), eps, (float)pos[r], inv_freq,
-              half, attn, hd, kind != 2, lane);
+    head_prep(qkv + (size_t)r * width + (size_t)h * hd, x, k, w != nullptr, eps, half, hd,
+              kind != 2, lane);
     if (kind == 0) {
         float* o = q_out + (size_t)r * n_heads * hd + (size_t)h * hd;
         for (int d = lane; d < hd; d += 32) o[d] = x[d];
@@ -375,7 +429,6 @@ __device__ void qkv_prep(const float* qkv, float* q_out, const u64* dst, const i
         const float* qkv, float* q_out, const u64* dst, const int* pos, const float* inv_freq, \
         int half, float attn, const float* q_w, const float* k_w, float eps, int n_heads,      \
         int n_kv_heads, int hd, long long k_off, long long val_off) {                          \
-        DEP_ENTER();                                                                           \
         qkv_prep<KV>(qkv, q_out, dst, pos, inv_freq, half, attn, q_w, k_w, eps, n_heads,       \
                      n_kv_heads, hd, k_off, val_off);                                          \
     }

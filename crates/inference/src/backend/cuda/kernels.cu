@@ -37,6 +37,13 @@ typedef unsigned long long u64;
 #else
 #define DEP_SYNC() do {} while (0)
 #endif
+// The trigger alone, for a kernel with work to do before its wait (its DEP_ENTER triggers again,
+// which changes nothing).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && !defined(LATTICE_LATE_TRIGGER)
+#define DEP_TRIGGER() asm volatile("griddepcontrol.launch_dependents;" ::: "memory")
+#else
+#define DEP_TRIGGER() do {} while (0)
+#endif
 
 #ifdef LATTICE_KERNEL_CLOCK
 // A timeline of the kernels of a step, to measure (`LATTICE_CUDA_DEFINES=LATTICE_KERNEL_CLOCK`
