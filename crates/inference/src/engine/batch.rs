@@ -15,9 +15,8 @@
 //! learns of its end one step late: the step after its last token computed a row nobody reads.
 //! A sampled request's draw for step n + 1 is planned before step n's pick says whether it drew;
 //! when it did not (nothing was drawable), that draw is void and the row runs again, so such
-//! requests run ahead only where a state can drop its last row (not a recurrent one), and for
-//! now only when asked (`LATTICE_OVERLAP_SAMPLED=1`, [`BatchEngine::set_overlap_sampled`]):
-//! that path has not yet run on a GPU.
+//! requests run ahead only where a state can drop its last row (not a recurrent one)
+//! (`LATTICE_OVERLAP_SAMPLED=0` or [`BatchEngine::set_overlap_sampled`] keeps them serial).
 
 use std::collections::{HashMap, VecDeque};
 use std::time::Instant;
@@ -268,7 +267,7 @@ impl<'m> BatchEngine<'m> {
             step_cost: StepCost::default(),
             trace: StepTrace::default(),
             overlap: overlap_default(&model.decoder.info().device),
-            overlap_sampled: std::env::var("LATTICE_OVERLAP_SAMPLED").is_ok_and(|v| v != "0"),
+            overlap_sampled: !std::env::var("LATTICE_OVERLAP_SAMPLED").is_ok_and(|v| v == "0"),
             ahead: None,
             steps_ahead: 0,
         }
@@ -280,8 +279,8 @@ impl<'m> BatchEngine<'m> {
         self.overlap = on;
     }
 
-    /// Lets sampled requests run ahead too where steps do (off by default, or
-    /// `LATTICE_OVERLAP_SAMPLED=1`; see the module comment).
+    /// Lets sampled requests run ahead too where steps do, or not (on by default;
+    /// `LATTICE_OVERLAP_SAMPLED=0` turns it off; see the module comment).
     pub fn set_overlap_sampled(&mut self, on: bool) {
         self.overlap_sampled = on;
     }
