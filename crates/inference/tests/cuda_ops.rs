@@ -956,13 +956,35 @@ fn token_picks_match_the_cpu() {
             .zip(&picks)
             .map(|(row, p)| p.choose(row))
             .collect();
-        let x = Tensor::from_host(&dev, rows, n, data).unwrap();
+        let x = Tensor::from_host(&dev, rows, n, data.clone()).unwrap();
         let got = ops::pick_rows(&x, &picks).unwrap();
         for (r, (g, w)) in got.iter().zip(&want).enumerate() {
             assert_eq!(g, w, "vocabulary {n}, row {r}: {:?}", picks[r].filters);
         }
+        // Again in launches of 1-12 rows: few rows take a cluster of blocks per row (compute
+        // capability 9.0), each block over a slice of the row.
+        let mut r0 = 0;
+        for len in [1usize, 5, 6, 12].iter().cycle() {
+            if r0 == rows {
+                break;
+            }
+            let r1 = (r0 + len).min(rows);
+            let x = Tensor::from_host(&dev, r1 - r0, n, data[r0 * n..r1 * n].to_vec()).unwrap();
+            let got = ops::pick_rows(&x, &picks[r0..r1]).unwrap();
+            for (r, (g, w)) in (r0..).zip(got.iter().zip(&want[r0..r1])) {
+                assert_eq!(
+                    g, w,
+                    "vocabulary {n}, row {r} of {}..{r1}: {:?}",
+                    r0, picks[r].filters
+                );
+            }
+            r0 = r1;
+        }
         let drew = want.iter().filter(|p| p.drew).count();
-        eprintln!("pick_rows: vocabulary {n}: {rows} rows equal to the CPU ({drew} drawn)");
+        eprintln!(
+            "pick_rows: vocabulary {n}: {rows} rows equal to the CPU ({drew} drawn), at once and \
+             in launches of 1-12 rows"
+        );
     }
 }
 

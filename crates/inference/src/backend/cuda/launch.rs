@@ -173,6 +173,22 @@ impl CudaDevice {
     /// As `LaunchArgs::launch`: the arguments must match the kernel and every buffer it
     /// touches must be live and large enough.
     pub(super) unsafe fn go(&self, b: &mut Args<'_>, cfg: LaunchConfig, what: &str) -> Result<()> {
+        // SAFETY: the caller's guarantee.
+        unsafe { self.go_clusters(b, cfg, 1, what) }
+    }
+
+    /// [`CudaDevice::go`] in clusters of `cluster` blocks along x (compute capability 9.0;
+    /// 1: no clusters; the grid's x a multiple of it).
+    ///
+    /// # Safety
+    /// As [`CudaDevice::go`].
+    pub(super) unsafe fn go_clusters(
+        &self,
+        b: &mut Args<'_>,
+        cfg: LaunchConfig,
+        cluster: u32,
+        what: &str,
+    ) -> Result<()> {
         if self.replaying() {
             return Ok(());
         }
@@ -182,12 +198,31 @@ impl CudaDevice {
         // Programmatic dependent launch (compute capability 9.0 and later): the kernel may
         // start while the one before it finishes; every kernel of the .cu files waits
         // (`DEP_ENTER`) before it touches memory that an earlier kernel writes or reads.
-        let mut attr = drv::CUlaunchAttribute {
+        let pdl = drv::CUlaunchAttribute {
             id: drv::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
             pad: [0; 4],
             value: drv::CUlaunchAttributeValue {
                 programmaticStreamSerializationAllowed: 1,
             },
+        };
+        let clusters = drv::CUlaunchAttribute {
+            id: drv::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION,
+            pad: [0; 4],
+            value: drv::CUlaunchAttributeValue {
+                clusterDim: drv::CUlaunchAttributeValue_union__bindgen_ty_1 {
+                    x: cluster,
+                    y: 1,
+                    z: 1,
+                },
+            },
+        };
+        debug_assert!(cfg.grid_dim.0.is_multiple_of(cluster.max(1)));
+        let mut attrs = [pdl, clusters];
+        let (first, count) = match (self.dependent_launch(), cluster > 1) {
+            (true, true) => (0, 2),
+            (true, false) => (0, 1),
+            (false, true) => (1, 1),
+            (false, false) => (0, 0),
         };
         let config = drv::CUlaunchConfig {
             gridDimX: cfg.grid_dim.0,
@@ -198,10 +233,10 @@ impl CudaDevice {
             blockDimZ: cfg.block_dim.2,
             sharedMemBytes: cfg.shared_mem_bytes,
             hStream: self.stream().cu_stream(),
-            attrs: &mut attr,
-            numAttrs: u32::from(self.dependent_launch()),
+            attrs: attrs[first..].as_mut_ptr(),
+            numAttrs: count,
         };
-        // SAFETY: the caller's guarantee for the arguments; `config` and `attr` outlive the
+        // SAFETY: the caller's guarantee for the arguments; `config` and `attrs` outlive the
         // call, and `b.ptrs` points at the argument values, which `b` borrows.
         unsafe {
             drv::cuLaunchKernelEx(

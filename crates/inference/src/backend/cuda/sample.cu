@@ -1,10 +1,11 @@
 // ---------------------------------------------------------------------------------------------
-// Picking tokens where the logits are (sample/pick.rs, backend/cuda/sample.rs): one block per
-// row runs the CPU sampler's steps over the row in passes and writes only the chosen id. Every
-// step is the CPU's arithmetic, so the same logits give the same token:
+// Picking tokens where the logits are (sample/pick.rs, backend/cuda/sample.rs): a group of
+// blocks per row (one block, or on compute capability 9.0 a cluster of PICK_CLUSTER blocks, each
+// over a slice of the row) runs the CPU sampler's steps over the row in passes and writes only
+// the chosen id. Every step is the CPU's arithmetic, so the same logits give the same token:
 //   - the exponential is processors::exp_neg with IEEE-rounded operations (no FMA contraction);
 //   - weights become integer units of 2^-40 (processors::units), so every sum is exact in any
-//     order;
+//     order (and any split of the row);
 //   - the k best and the nucleus are found by radix selection over order-preserving keys of the
 //     logits (ties to the lower id, -0 as 0), which has one answer as the CPU's sorts do.
 // The row of logits is modified in place (bias, sanitizing, penalties).
@@ -95,15 +96,114 @@ __device__ float pick_block_max(float v, float* scratch) {
     return v;
 }
 
+// The blocks that pick one row together: `size` blocks (1, or a cluster of PICK_CLUSTER on
+// compute capability 9.0), block `rank` over the slice [lo, hi) of the row. A cluster's blocks
+// exchange partial results through distributed shared memory: each block writes its own to its
+// shared memory, the cluster meets at a barrier, every block reads all of them in rank order
+// (the same answer in each block), and the cluster meets again before those slots change (so
+// no block leaves while another still reads it).
+#define PICK_CLUSTER 8
+struct PickGroup {
+    unsigned rank, size;
+    int lo, hi;
+};
+
+// Every thread of every block of the cluster (release / acquire at cluster scope).
+__device__ __forceinline__ void pick_cluster_sync() {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;"
+                 ::: "memory");
+#endif
+}
+
+// `*p` (in this block's shared memory) as block `rank` of the cluster holds it.
+__device__ __forceinline__ u64_t pick_remote_u64(const u64_t* p, unsigned rank) {
+#if __CUDA_ARCH__ >= 900
+    const unsigned a = (unsigned)__cvta_generic_to_shared(p);
+    unsigned r;
+    u64_t v;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(rank));
+    asm volatile("ld.shared::cluster.u64 %0, [%1];" : "=l"(v) : "r"(r) : "memory");
+    return v;
+#else
+    return *p;
+#endif
+}
+__device__ __forceinline__ unsigned pick_remote_u32(const unsigned* p, unsigned rank) {
+#if __CUDA_ARCH__ >= 900
+    const unsigned a = (unsigned)__cvta_generic_to_shared(p);
+    unsigned r, v;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(rank));
+    asm volatile("ld.shared::cluster.u32 %0, [%1];" : "=r"(v) : "r"(r) : "memory");
+    return v;
+#else
+    return *p;
+#endif
+}
+
+// One block's slot of the exchanges.
+struct PickSlot {
+    u64_t u;
+    unsigned a, b;
+};
+
+// The group's total of the blocks' totals `v` (each block's, the same in all its threads).
+__device__ u64_t group_sum(const PickGroup& g, u64_t v, PickSlot* slot) {
+    if (g.size == 1) return v;
+    if (threadIdx.x == 0) slot->u = v;
+    pick_cluster_sync();
+    u64_t t = 0;
+    for (unsigned r = 0; r < g.size; ++r) t += pick_remote_u64(&slot->u, r);
+    pick_cluster_sync();
+    return t;
+}
+
+// The group's largest of the blocks' largest values `v`.
+__device__ float group_max(const PickGroup& g, float v, PickSlot* slot) {
+    if (g.size == 1) return v;
+    if (threadIdx.x == 0) slot->a = __float_as_uint(v);
+    pick_cluster_sync();
+    float m = -INFINITY;
+    for (unsigned r = 0; r < g.size; ++r)
+        m = fmaxf(m, __uint_as_float(pick_remote_u32(&slot->a, r)));
+    pick_cluster_sync();
+    return m;
+}
+
+// The group's smallest of the blocks' values `v` (non-negative).
+__device__ int group_min(const PickGroup& g, int v, PickSlot* slot) {
+    if (g.size == 1) return v;
+    if (threadIdx.x == 0) slot->a = (unsigned)v;
+    pick_cluster_sync();
+    int m = v;
+    for (unsigned r = 0; r < g.size; ++r) m = min(m, (int)pick_remote_u32(&slot->a, r));
+    pick_cluster_sync();
+    return m;
+}
+
+// The group's best (value, index) of the blocks' bests, held by thread 0 (block_argmax's),
+// in thread 0.
+__device__ void group_argmax(const PickGroup& g, float& v, int& bi, PickSlot* slot) {
+    if (g.size == 1) return;
+    if (threadIdx.x == 0) { slot->a = __float_as_uint(v); slot->b = (unsigned)bi; }
+    pick_cluster_sync();
+    if (threadIdx.x == 0) {
+        for (unsigned r = 0; r < g.size; ++r)
+            arg_better(v, bi, __uint_as_float(pick_remote_u32(&slot->a, r)),
+                       (int)pick_remote_u32(&slot->b, r));
+    }
+    pick_cluster_sync();
+}
+
 // Loads per thread in flight in a pass over a row.
 #define PICK_ILP 8
 
-// Calls f(i, x[i], w[i]) for every index i < n the calling thread owns (w may be null: 0
-// then), PICK_ILP loads of each array in flight. Not warp-uniform at the end of the row.
+// Calls f(i, x[i], w[i]) for every index i of [lo, n) the calling thread owns (w may be null:
+// 0 then), PICK_ILP loads of each array in flight. Not warp-uniform at the end of the range.
 template <class F>
-__device__ __forceinline__ void pick_for(const float* xr, const float* wr, int n, F f) {
+__device__ __forceinline__ void pick_for(const float* xr, const float* wr, int lo, int n, F f) {
     const int step = blockDim.x;
-    int i = threadIdx.x;
+    int i = lo + (int)threadIdx.x;
     for (; i + (PICK_ILP - 1) * step < n; i += PICK_ILP * step) {
         float v[PICK_ILP], w[PICK_ILP];
 #pragma unroll
@@ -133,17 +233,19 @@ __device__ u64_t pick_block_scan(u64_t v, u64_t* scratch) {
 }
 
 // The first index i (in index order) at which the running sum of val(i, x[i], w[i]) over
-// [0, n) exceeds r; n when it never does. Coarse: each warp sums a contiguous segment (its
-// lanes reading in step, PICK_ILP loads in flight) and the segment that holds the crossing is
-// found; fine: the whole block splits that segment into one contiguous piece per thread, scans
-// the pieces' sums, and the thread whose piece holds the crossing walks it.
+// [0, n) exceeds r; n when it never does. Coarse: each warp sums a contiguous segment of the
+// block's slice (its lanes reading in step, PICK_ILP loads in flight); the group's blocks
+// exchange their slices' sums and the block whose slice holds the crossing finds the segment
+// that does; fine: that block splits the segment into one contiguous piece per thread, scans
+// the pieces' sums, and the thread whose piece holds the crossing walks it. Every thread of
+// the group gets the index.
 template <class F>
-__device__ int pick_first_over(const float* xr, const float* wr, int n, u64_t r, F val,
-                               u64_t* seg, int* found) {
+__device__ int pick_first_over(const float* xr, const float* wr, const PickGroup& g, int n,
+                               u64_t r, F val, u64_t* seg, int* found, PickSlot* slot) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int span = (n + PICK_WARPS - 1) / PICK_WARPS;
+    const int span = (g.hi - g.lo + PICK_WARPS - 1) / PICK_WARPS;
     {
-        const int lo = min(n, warp * span), hi = min(n, lo + span);
+        const int lo = min(g.hi, g.lo + warp * span), hi = min(g.hi, lo + span);
         u64_t s = 0;
         int i = lo + lane;
         for (; i + (PICK_ILP - 1) * 32 < hi; i += PICK_ILP * 32) {
@@ -162,43 +264,61 @@ __device__ int pick_first_over(const float* xr, const float* wr, int n, u64_t r,
         if (lane == 0) seg[warp] = s;
         __syncthreads();
     }
-    // The segment holding the crossing (every thread finds the same one).
-    int sw = PICK_WARPS;
+    // What the slices before this block's add up to.
     u64_t before = 0;
-    for (int w = 0; w < PICK_WARPS; ++w) {
-        if (r < before + seg[w]) { sw = w; break; }
-        before += seg[w];
+    if (g.size > 1) {
+        u64_t mine = 0;
+        for (int w = 0; w < PICK_WARPS; ++w) mine += seg[w];
+        if (threadIdx.x == 0) slot->u = mine;
+        pick_cluster_sync();
+        for (unsigned q = 0; q < g.rank; ++q) before += pick_remote_u64(&slot->u, q);
+        pick_cluster_sync();
     }
-    if (sw == PICK_WARPS) return n;
-    const int lo = min(n, sw * span), hi = min(n, lo + span);
-    const int piece = (hi - lo + (int)blockDim.x - 1) / (int)blockDim.x;
-    const int plo = min(hi, lo + (int)threadIdx.x * piece), phi = min(hi, plo + piece);
-    u64_t mine = 0;
-    for (int i = plo; i < phi; ++i) mine += val(i, xr[i], wr ? wr[i] : 0.0f);
-    const u64_t incl = pick_block_scan(mine, seg);
-    if (threadIdx.x == 0) *found = n;
-    __syncthreads();
-    u64_t acc = before + incl - mine;
-    if (r >= acc && r < acc + mine) {
-        for (int i = plo; i < phi; ++i) {
-            acc += val(i, xr[i], wr ? wr[i] : 0.0f);
-            if (r < acc) { *found = i; break; }
+    // The segment holding the crossing, when this block's slice holds it (every thread of the
+    // block finds the same one).
+    int sw = PICK_WARPS;
+    if (r >= before) {
+        for (int w = 0; w < PICK_WARPS; ++w) {
+            if (r < before + seg[w]) { sw = w; break; }
+            before += seg[w];
         }
     }
-    __syncthreads();
-    return *found;
+    int at = n;
+    if (sw < PICK_WARPS) {
+        const int lo = min(g.hi, g.lo + sw * span), hi = min(g.hi, lo + span);
+        const int piece = (hi - lo + (int)blockDim.x - 1) / (int)blockDim.x;
+        const int plo = min(hi, lo + (int)threadIdx.x * piece), phi = min(hi, plo + piece);
+        u64_t mine = 0;
+        for (int i = plo; i < phi; ++i) mine += val(i, xr[i], wr ? wr[i] : 0.0f);
+        const u64_t incl = pick_block_scan(mine, seg);
+        if (threadIdx.x == 0) *found = n;
+        __syncthreads();
+        u64_t acc = before + incl - mine;
+        if (r >= acc && r < acc + mine) {
+            for (int i = plo; i < phi; ++i) {
+                acc += val(i, xr[i], wr ? wr[i] : 0.0f);
+                if (r < acc) { *found = i; break; }
+            }
+        }
+        __syncthreads();
+        at = *found;
+    }
+    return group_min(g, at, slot);
 }
 
 // Per-warp histograms of one radix pass (dynamic shared memory): counts and unit sums by
-// digit, PICK_WARPS x 256 each, then their totals.
+// digit, PICK_WARPS x 256 each, then the block's totals and the group's.
 struct PickHist {
     unsigned n[PICK_WARPS][256];
     u64_t s[PICK_WARPS][256];
     unsigned tn[256];
     u64_t ts[256];
+    unsigned gn[256];
+    u64_t gs[256];
 };
 
-// Radix selection, best first, over the keys of the members of the row: the key K at which
+// Radix selection, best first, over the keys of the members of the row (the group's blocks each
+// counting their slice, the counts summed over the group): the key K at which
 // the running amount (amount(i, x, w) of each member i), taken over members in decreasing key
 // order, first satisfies `enough(total)`; `*above` gets the amount of the members with keys
 // above K, `*at` the amount of those at K and `*ties` their count. Four passes of 8 bits; each
@@ -206,7 +326,8 @@ struct PickHist {
 // (logits crowd into few digits in the first passes: collectives or an atomic per value made
 // these passes ~100 us on an H200).
 template <class Member, class Amount, class Enough>
-__device__ unsigned pick_select(const float* xr, const float* wr, int n, Member member,
+__device__ unsigned pick_select(const float* xr, const float* wr, const PickGroup& g,
+                               Member member,
                                 Amount amount, Enough enough, u64_t* above, u64_t* at,
                                 unsigned* ties, PickHist* h, unsigned* sel) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -217,7 +338,7 @@ __device__ unsigned pick_select(const float* xr, const float* wr, int n, Member 
         __syncwarp();
         unsigned run_d = 256, run_n = 0;
         u64_t run_s = 0;
-        pick_for(xr, wr, n, [&](int i, float v, float w) {
+        pick_for(xr, wr, g.lo, g.hi, [&](int i, float v, float w) {
             if (!member(i, v)) return;
             const unsigned key = pick_key(v);
             if ((key & mask) != prefix) return;
@@ -247,19 +368,37 @@ __device__ unsigned pick_select(const float* xr, const float* wr, int n, Member 
             h->ts[b] = cs;
         }
         __syncthreads();
+        const unsigned* tn = h->tn;
+        const u64_t* ts = h->ts;
+        if (g.size > 1) {
+            pick_cluster_sync();
+            for (int b = threadIdx.x; b < 256; b += blockDim.x) {
+                unsigned cn = 0;
+                u64_t cs = 0;
+                for (unsigned r = 0; r < g.size; ++r) {
+                    cn += pick_remote_u32(&h->tn[b], r);
+                    cs += pick_remote_u64(&h->ts[b], r);
+                }
+                h->gn[b] = cn;
+                h->gs[b] = cs;
+            }
+            pick_cluster_sync();  // every block has read the totals (and its gn, gs are set)
+            tn = h->gn;
+            ts = h->gs;
+        }
         if (threadIdx.x == 0) {
             int pick = -1;
             for (int b = 255; b >= 0; --b) {
-                if (h->tn[b] == 0) continue;
-                if (enough(acc + h->ts[b])) { pick = b; break; }
-                acc += h->ts[b];
+                if (tn[b] == 0) continue;
+                if (enough(acc + ts[b])) { pick = b; break; }
+                acc += ts[b];
             }
             // Not reached when the amounts can satisfy `enough`: the last non-empty bin.
             for (int b = 0; b < 256 && pick < 0; ++b)
-                if (h->tn[b]) { pick = b; acc -= h->ts[b]; }
+                if (tn[b]) { pick = b; acc -= ts[b]; }
             sel[0] = (unsigned)pick;
-            sel[1] = h->tn[pick];
-            *at = h->ts[pick];
+            sel[1] = tn[pick];
+            *at = ts[pick];
         }
         __syncthreads();
         prefix |= sel[0] << shift;
@@ -273,9 +412,12 @@ __device__ unsigned pick_select(const float* xr, const float* wr, int n, Member 
 
 // Picks the token of each row of x [rows, n] by rows[r] (sample::Pick): out[r] is the id, with
 // PICK_DREW set when the random draw was used. w [rows, n] is scratch for the weights.
-// Grid: rows; block: PICK_THREADS; dynamic shared memory: sizeof(PickHist).
+// Grid: rows x group blocks, `group` (1, or PICK_CLUSTER launched as clusters of that many on
+// compute capability 9.0) picking each row; block: PICK_THREADS; dynamic shared memory:
+// sizeof(PickHist).
 extern "C" __global__ void __launch_bounds__(PICK_THREADS)
-pick_rows(float* x, float* w, const PickRow* rows, const IdValue* pairs, unsigned* out, int n) {
+pick_rows(float* x, float* w, const PickRow* rows, const IdValue* pairs, unsigned* out, int n,
+          int group) {
     DEP_ENTER();
     extern __shared__ __align__(16) unsigned char pick_smem[];
     PickHist* hist = (PickHist*)pick_smem;
@@ -285,35 +427,47 @@ pick_rows(float* x, float* w, const PickRow* rows, const IdValue* pairs, unsigne
     __shared__ unsigned sel[2];
     __shared__ u64_t above, at;
     __shared__ int found;
-    const PickRow P = rows[blockIdx.x];
-    float* xr = x + (size_t)blockIdx.x * n;
-    float* wr = w + (size_t)blockIdx.x * n;
+    __shared__ PickSlot slot;
+    const int row = blockIdx.x / group;
+    PickGroup g;
+    g.size = (unsigned)group;
+    g.rank = blockIdx.x - row * group;
+    {
+        const int chunk = (n + group - 1) / group;
+        g.lo = min(n, (int)g.rank * chunk);
+        g.hi = min(n, g.lo + chunk);
+    }
+    const bool leader = g.rank == 0 && threadIdx.x == 0;  // writes the row's id
+    const PickRow P = rows[row];
+    float* xr = x + (size_t)row * n;
+    float* wr = w + (size_t)row * n;
     const int tid = threadIdx.x;
     const float* none = nullptr;
+    auto mine = [&](unsigned id) { return id >= (unsigned)g.lo && id < (unsigned)g.hi; };
 
-    // The logit bias, pair after pair.
+    // The logit bias, pair after pair (each block applies those in its slice).
     if (tid == 0)
         for (unsigned j = 0; j < P.bias_n; ++j) {
             const IdValue b = pairs[P.bias0 + j];
-            if (b.id < (unsigned)n) xr[b.id] = __fadd_rn(xr[b.id], b.v);
+            if (mine(b.id)) xr[b.id] = __fadd_rn(xr[b.id], b.v);
         }
     __syncthreads();
     // The largest logit (NaN ignored), whether there is NaN, and how many are above -inf.
     float m = -INFINITY;
     int nan = 0;
     u64_t count = 0;
-    pick_for(xr, none, n, [&](int, float v, float) {
+    pick_for(xr, none, g.lo, g.hi, [&](int, float v, float) {
         m = fmaxf(m, v);  // fmaxf ignores NaN
         nan |= v != v;
         count += v > -INFINITY;
     });
-    m = pick_block_max(m, fscratch);
-    nan = __syncthreads_or(nan);
-    count = pick_block_sum(count, uscratch);
+    m = group_max(g, pick_block_max(m, fscratch), &slot);
+    nan = group_sum(g, (u64_t)__syncthreads_or(nan), &slot) != 0;
+    count = group_sum(g, pick_block_sum(count, uscratch), &slot);
     const bool inf_mode = m == INFINITY;
     // Sanitize: NaN as -inf; when some logit is +inf, those become 0 and the rest -inf.
     if (inf_mode || nan) {
-        for (int i = tid; i < n; i += blockDim.x) {
+        for (int i = g.lo + tid; i < g.hi; i += blockDim.x) {
             const float v = xr[i];
             xr[i] = inf_mode ? (v == INFINITY ? 0.0f : -INFINITY) : (v != v ? -INFINITY : v);
         }
@@ -322,7 +476,7 @@ pick_rows(float* x, float* w, const PickRow* rows, const IdValue* pairs, unsigne
     // Penalties (distinct ids).
     for (unsigned j = tid; j < P.pen_n; j += blockDim.x) {
         const IdValue e = pairs[P.pen0 + j];
-        if (e.id >= (unsigned)n) continue;
+        if (!mine(e.id)) continue;
         const float v = xr[e.id];
         const float y = v > 0.0f ? __fdiv_rn(v, P.rep) : __fmul_rn(v, P.rep);
         xr[e.id] = __fsub_rn(y, e.v);
@@ -333,12 +487,13 @@ pick_rows(float* x, float* w, const PickRow* rows, const IdValue* pairs, unsigne
     if (P.top_k == 1u || !(P.t > 0.0f)) {
         float v = -INFINITY;
         int bi = 0x7fffffff;
-        for (int i = tid; i < n; i += blockDim.x) {
+        for (int i = g.lo + tid; i < g.hi; i += blockDim.x) {
             const float t = xr[i];
             if (t > v) { v = t; bi = i; }
         }
         block_argmax(v, bi);
-        if (tid == 0) out[blockIdx.x] = bi == 0x7fffffff ? 0u : (unsigned)bi;
+        group_argmax(g, v, bi, &slot);
+        if (leader) out[row] = bi == 0x7fffffff ? 0u : (unsigned)bi;
         return;
     }
 
@@ -346,27 +501,27 @@ pick_rows(float* x, float* w, const PickRow* rows, const IdValue* pairs, unsigne
     if (inf_mode || P.pen_n > 0) {
         m = -INFINITY;
         count = 0;
-        pick_for(xr, none, n, [&](int, float v, float) {
+        pick_for(xr, none, g.lo, g.hi, [&](int, float v, float) {
             if (v > -INFINITY) { m = fmaxf(m, v); ++count; }
         });
-        m = pick_block_max(m, fscratch);
-        count = pick_block_sum(count, uscratch);
+        m = group_max(g, pick_block_max(m, fscratch), &slot);
+        count = group_sum(g, pick_block_sum(count, uscratch), &slot);
     }
     if (m == -INFINITY) {  // nothing drawable: the argmax of all -inf, id 0, no draw
-        if (tid == 0) out[blockIdx.x] = 0u;
+        if (leader) out[row] = 0u;
         return;
     }
     // Every candidate's weight exp((x - max) / t), once (x / 1 is x: no division then), and
     // the candidates' total units.
     const float t = P.t;
     u64_t total_all = 0;
-    pick_for(xr, none, n, [&](int i, float v, float) {
+    pick_for(xr, none, g.lo, g.hi, [&](int i, float v, float) {
         const float d = __fsub_rn(v, m);
         const float wi = v > -INFINITY ? pick_exp_neg(t == 1.0f ? d : __fdiv_rn(d, t)) : 0.0f;
         wr[i] = wi;
         total_all += pick_units(wi);
     });
-    total_all = pick_block_sum(total_all, uscratch);
+    total_all = group_sum(g, pick_block_sum(total_all, uscratch), &slot);
     __syncthreads();
     auto finite = [&](int, float v) { return v > -INFINITY; };
 
@@ -377,16 +532,16 @@ pick_rows(float* x, float* w, const PickRow* rows, const IdValue* pairs, unsigne
     if (use_k) {
         const u64_t k = P.top_k;
         unsigned ties;
-        kk = pick_select(xr, none, n, finite, [&](int, float, float) { return 1ull; },
+        kk = pick_select(xr, none, g, finite, [&](int, float, float) { return 1ull; },
                          [&](u64_t a) { return a >= k; }, &above, &at, &ties, hist, sel);
         const u64_t take = k - above;
         if (take < ties) {
             tie_k = pick_first_over(
-                xr, none, n, take - 1,
+                xr, none, g, n, take - 1,
                 [&](int, float v, float) {
                     return (u64_t)(v > -INFINITY && pick_key(v) == kk);
                 },
-                seg, &found);
+                seg, &found, &slot);
         }
     }
     auto in_k = [&](int i, float v) {
@@ -401,16 +556,16 @@ pick_rows(float* x, float* w, const PickRow* rows, const IdValue* pairs, unsigne
     u64_t total = total_all;  // the kept units (passes only where they are not known)
     if (use_k) {
         total = 0;
-        pick_for(xr, wr, n, [&](int i, float v, float wi) {
+        pick_for(xr, wr, g.lo, g.hi, [&](int i, float v, float wi) {
             if (in_k(i, v)) total += pick_units(wi);
         });
-        total = pick_block_sum(total, uscratch);
+        total = group_sum(g, pick_block_sum(total, uscratch), &slot);
     }
     if (P.top_p < 1.0f) {
         const float p = fmaxf(P.top_p, 0.0f);
         const double target = __dmul_rn((double)p, (double)total);
         unsigned ties;
-        kp = pick_select(xr, wr, n, in_k,
+        kp = pick_select(xr, wr, g, in_k,
                          [&](int, float, float wi) { return pick_units(wi); },
                          [&](u64_t a) { return (double)a >= target; }, &above, &at, &ties,
                          hist, sel);
@@ -426,11 +581,11 @@ pick_rows(float* x, float* w, const PickRow* rows, const IdValue* pairs, unsigne
         }
         if (c < ties) {
             tie_p = pick_first_over(
-                xr, none, n, c - 1,
+                xr, none, g, n, c - 1,
                 [&](int i, float v, float) {
                     return (u64_t)(in_k(i, v) && pick_key(v) == kp);
                 },
-                seg, &found);
+                seg, &found, &slot);
         }
         total = a0 + c * unit;
     }
@@ -445,17 +600,19 @@ pick_rows(float* x, float* w, const PickRow* rows, const IdValue* pairs, unsigne
     };
     if (use_min_p) {
         total = 0;
-        pick_for(xr, wr, n, [&](int i, float v, float wi) { total += kept_units(i, v, wi); });
-        total = pick_block_sum(total, uscratch);
+        pick_for(xr, wr, g.lo, g.hi, [&](int i, float v, float wi) {
+            total += kept_units(i, v, wi);
+        });
+        total = group_sum(g, pick_block_sum(total, uscratch), &slot);
     }
 
     // The draw: the first id, in id order, whose running units exceed r.
     if (total == 0) {  // not reached: the best token keeps its full weight
-        if (tid == 0) out[blockIdx.x] = PICK_DREW;
+        if (leader) out[row] = PICK_DREW;
         return;
     }
     u64_t r = (u64_t)__dmul_rn(P.u, (double)total);
     if (r > total - 1) r = total - 1;
-    const int id = pick_first_over(xr, wr, n, r, kept_units, seg, &found);
-    if (tid == 0) out[blockIdx.x] = (unsigned)id | PICK_DREW;
+    const int id = pick_first_over(xr, wr, g, n, r, kept_units, seg, &found, &slot);
+    if (leader) out[row] = (unsigned)id | PICK_DREW;
 }

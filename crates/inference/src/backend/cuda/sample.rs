@@ -12,8 +12,11 @@ use crate::Result;
 const PICK_THREADS: u32 = 1024;
 
 /// Dynamic shared memory of a pick block (`sizeof(PickHist)` in sample.cu): per-warp counts
-/// (u32) and unit sums (u64) of 256 digits, and their totals.
-pub(super) const PICK_SMEM_BYTES: usize = 32 * 256 * (4 + 8) + 256 * (4 + 8);
+/// (u32) and unit sums (u64) of 256 digits, and the block's and its group's totals.
+pub(super) const PICK_SMEM_BYTES: usize = 32 * 256 * (4 + 8) + 2 * 256 * (4 + 8);
+
+/// Blocks of a cluster that pick one row together (`PICK_CLUSTER` in sample.cu).
+pub(super) const PICK_CLUSTER: usize = 8;
 
 /// One row's parameters as the kernel reads them (`PickRow` in sample.cu, 48 bytes): t,
 /// top_k, top_p, min_p, u (an f64, low word first), bias0, bias_n, pen0, pen_n, rep, pad.
@@ -86,18 +89,33 @@ impl CudaDevice {
         let mut w = self.alloc_buf(rows * n)?;
         let px = self.ptr(x);
         let pw = self.mptr(&mut w);
-        let n_i = n as i32;
+        // Fewer rows than multiprocessors leave most of them idle with a block per row (a
+        // batch-1 top-p pick took ~0.4 ms on one): a cluster of blocks takes each row, each
+        // over a slice, where clusters launch (compute capability 9.0).
+        let group = if self.pick_clusters() && rows * PICK_CLUSTER <= 2 * self.sm_count() {
+            PICK_CLUSTER
+        } else {
+            1
+        };
+        let (n_i, g_i) = (n as i32, group as i32);
         let mut b = self.args(&self.kernels().pick_rows);
-        b.arg(&px).arg(&pw).arg(&pp).arg(&pq).arg(&po).arg(&n_i);
+        b.arg(&px)
+            .arg(&pw)
+            .arg(&pp)
+            .arg(&pq)
+            .arg(&po)
+            .arg(&n_i)
+            .arg(&g_i);
         let cfg = LaunchConfig {
-            grid_dim: (rows as u32, 1, 1),
+            grid_dim: ((rows * group) as u32, 1, 1),
             block_dim: (PICK_THREADS, 1, 1),
             shared_mem_bytes: PICK_SMEM_BYTES as u32,
         };
-        // SAFETY: block r reads and writes row r of x and of w (both [rows, n]), reads
-        // params[r] and the pairs it names (uploaded above, ids checked against n in the
-        // kernel), and writes output[r] (the output holds `rows`).
-        unsafe { self.go(&mut b, cfg, "pick_rows") }?;
+        // SAFETY: the blocks of row r (`group` of them, launched as one cluster when more
+        // than one) read and write row r of x and of w (both [rows, n]), each its own slice,
+        // read params[r] and the pairs it names (uploaded above, ids checked against the
+        // slice in the kernel), and the first writes output[r] (the output holds `rows`).
+        unsafe { self.go_clusters(&mut b, cfg, group as u32, "pick_rows") }?;
         drop(w);
         if self.graph_mode() {
             return Ok(vec![0; rows]);
