@@ -428,15 +428,17 @@ pick_rows(float* x, float* w, const PickRow* rows, const IdValue* pairs, unsigne
     __shared__ u64_t above, at;
     __shared__ int found;
     __shared__ PickSlot slot;
+    // In shared memory, not registers (a block of PICK_THREADS threads has 64 a thread).
+    __shared__ PickGroup g;
     const int row = blockIdx.x / group;
-    PickGroup g;
-    g.size = (unsigned)group;
-    g.rank = blockIdx.x - row * group;
-    {
+    if (threadIdx.x == 0) {
+        g.size = (unsigned)group;
+        g.rank = blockIdx.x - row * group;
         const int chunk = (n + group - 1) / group;
         g.lo = min(n, (int)g.rank * chunk);
         g.hi = min(n, g.lo + chunk);
     }
+    __syncthreads();
     const bool leader = g.rank == 0 && threadIdx.x == 0;  // writes the row's id
     const PickRow P = rows[row];
     float* xr = x + (size_t)row * n;
