@@ -239,9 +239,10 @@ pub struct CudaDevice {
     /// Fewest keys a block of decode attention takes (a multiple of 32; `attn_decode`'s
     /// `min_span`): 128, or `LATTICE_CUDA_DECODE_SPAN`.
     decode_span: usize,
-    /// Whether token picks of few rows take a cluster of blocks per row (compute capability
-    /// 9.0 and later, unless `LATTICE_CUDA_PICK_CLUSTERS=0`).
-    pick_clusters: bool,
+    /// Most rows whose token picks take a cluster of blocks per row (compute capability 9.0
+    /// and later): those that fill the multiprocessors twice at most, or
+    /// `LATTICE_CUDA_PICK_CLUSTERS=0` (none) or `all`.
+    pick_cluster_rows: usize,
     /// Outputs beyond which a product of few rows takes cuBLAS ([`launch::GEMV_MAX_OUT`];
     /// `LATTICE_CUDA_GEMV_MAX_OUT` overrides, to measure the LM head in the matrix-vector
     /// kernel).
@@ -581,8 +582,12 @@ impl CudaDevice {
             side: OnceLock::new(),
             dependent_launch: cc.0 >= 9
                 && std::env::var("LATTICE_CUDA_PDL").map_or(true, |v| v != "0"),
-            pick_clusters: cc.0 >= 9
-                && std::env::var("LATTICE_CUDA_PICK_CLUSTERS").map_or(true, |v| v != "0"),
+            pick_cluster_rows: match std::env::var("LATTICE_CUDA_PICK_CLUSTERS") {
+                _ if cc.0 < 9 => 0,
+                Ok(v) if v == "0" => 0,
+                Ok(v) if v == "all" => usize::MAX,
+                _ => 2 * sms / sample::PICK_CLUSTER,
+            },
             decode_span: env_count("LATTICE_CUDA_DECODE_SPAN", launch::DECODE_SPAN)?
                 .clamp(1, 1 << 20)
                 .div_ceil(32)
@@ -602,9 +607,9 @@ impl CudaDevice {
         self.dependent_launch
     }
 
-    /// Whether token picks of few rows take a cluster of blocks per row (`sample.rs`).
-    pub(crate) fn pick_clusters(&self) -> bool {
-        self.pick_clusters
+    /// Most rows whose token picks take a cluster of blocks per row (`sample.rs`).
+    pub(crate) fn pick_cluster_rows(&self) -> usize {
+        self.pick_cluster_rows
     }
 
     /// Fewest keys a decode attention block takes (splits of a short context).

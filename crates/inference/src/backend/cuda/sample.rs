@@ -92,7 +92,7 @@ impl CudaDevice {
         // Fewer rows than multiprocessors leave most of them idle with a block per row (a
         // batch-1 top-p pick took ~0.4 ms on one): a cluster of blocks takes each row, each
         // over a slice, where clusters launch (compute capability 9.0).
-        let group = if self.pick_clusters() && rows * PICK_CLUSTER <= 2 * self.sm_count() {
+        let group = if rows <= self.pick_cluster_rows() {
             PICK_CLUSTER
         } else {
             1
