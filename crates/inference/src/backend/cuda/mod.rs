@@ -296,6 +296,26 @@ pub enum Input {
     LowRank(u64, usize),
 }
 
+/// Most rows whose token picks take a cluster of blocks per row: none before compute
+/// capability 9.0 or with `LATTICE_CUDA_PICK_CLUSTERS=0`, every launch with `all`, else
+/// (unset or `1`) launches that fill the multiprocessors twice at most.
+fn pick_cluster_rows(cc: (i32, i32), sms: usize) -> Result<usize> {
+    let few = 2 * sms / sample::PICK_CLUSTER;
+    Ok(
+        match std::env::var("LATTICE_CUDA_PICK_CLUSTERS").as_deref() {
+            _ if cc.0 < 9 => 0,
+            Ok("0") => 0,
+            Ok("all") => usize::MAX,
+            Ok("1") | Err(_) => few,
+            Ok(v) => {
+                return Err(Error::Device(format!(
+                    "cuda: LATTICE_CUDA_PICK_CLUSTERS: `{v}` is not 0, 1 or all"
+                )))
+            }
+        },
+    )
+}
+
 /// NVRTC options: C++17, and the defines that select a kernel's earlier form for A/B
 /// measurements: `LATTICE_CUDA_EARLY_TRIGGER=0` (DEP_ENTER in kernels.cu), and the names in
 /// `LATTICE_CUDA_DEFINES` (separated by commas or colons, e.g. `LATTICE_KERNEL_CLOCK`; colons
@@ -582,12 +602,7 @@ impl CudaDevice {
             side: OnceLock::new(),
             dependent_launch: cc.0 >= 9
                 && std::env::var("LATTICE_CUDA_PDL").map_or(true, |v| v != "0"),
-            pick_cluster_rows: match std::env::var("LATTICE_CUDA_PICK_CLUSTERS") {
-                _ if cc.0 < 9 => 0,
-                Ok(v) if v == "0" => 0,
-                Ok(v) if v == "all" => usize::MAX,
-                _ => 2 * sms / sample::PICK_CLUSTER,
-            },
+            pick_cluster_rows: pick_cluster_rows(cc, sms)?,
             decode_span: env_count("LATTICE_CUDA_DECODE_SPAN", launch::DECODE_SPAN)?
                 .clamp(1, 1 << 20)
                 .div_ceil(32)

@@ -1,6 +1,6 @@
 // ---------------------------------------------------------------------------------------------
 // Picking tokens where the logits are (sample/pick.rs, backend/cuda/sample.rs): a group of
-// blocks per row (one block, or on compute capability 9.0 a cluster of PICK_CLUSTER blocks, each
+// blocks per row (one block, or on compute capability 9.0 a cluster of 8 blocks, each
 // over a slice of the row) runs the CPU sampler's steps over the row in passes and writes only
 // the chosen id. Every step is the CPU's arithmetic, so the same logits give the same token:
 //   - the exponential is processors::exp_neg with IEEE-rounded operations (no FMA contraction);
@@ -96,13 +96,12 @@ __device__ float pick_block_max(float v, float* scratch) {
     return v;
 }
 
-// The blocks that pick one row together: `size` blocks (1, or a cluster of PICK_CLUSTER on
-// compute capability 9.0), block `rank` over the slice [lo, hi) of the row. A cluster's blocks
+// The blocks that pick one row together: `size` blocks (1, or a cluster on compute
+// capability 9.0), block `rank` over the slice [lo, hi) of the row. A cluster's blocks
 // exchange partial results through distributed shared memory: each block writes its own to its
 // shared memory, the cluster meets at a barrier, every block reads all of them in rank order
 // (the same answer in each block), and the cluster meets again before those slots change (so
-// no block leaves while another still reads it).
-#define PICK_CLUSTER 8
+// no block leaves while another still reads it). Cluster size: sample.rs `PICK_CLUSTER`.
 struct PickGroup {
     unsigned rank, size;
     int lo, hi;
@@ -116,29 +115,31 @@ __device__ __forceinline__ void pick_cluster_sync() {
 #endif
 }
 
+// The cluster address of `p` (in this block's shared memory) in block `rank`'s.
+__device__ __forceinline__ unsigned pick_cluster_addr(const void* p, unsigned rank) {
+    unsigned r = (unsigned)__cvta_generic_to_shared(p);
+#if __CUDA_ARCH__ >= 900
+    asm volatile("mapa.shared::cluster.u32 %0, %0, %1;" : "+r"(r) : "r"(rank));
+#endif
+    return r;
+}
+
 // `*p` (in this block's shared memory) as block `rank` of the cluster holds it.
 __device__ __forceinline__ u64_t pick_remote_u64(const u64_t* p, unsigned rank) {
+    u64_t v = *p;
 #if __CUDA_ARCH__ >= 900
-    const unsigned a = (unsigned)__cvta_generic_to_shared(p);
-    unsigned r;
-    u64_t v;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(rank));
-    asm volatile("ld.shared::cluster.u64 %0, [%1];" : "=l"(v) : "r"(r) : "memory");
-    return v;
-#else
-    return *p;
+    asm volatile("ld.shared::cluster.u64 %0, [%1];" : "=l"(v) : "r"(pick_cluster_addr(p, rank))
+                 : "memory");
 #endif
+    return v;
 }
 __device__ __forceinline__ unsigned pick_remote_u32(const unsigned* p, unsigned rank) {
+    unsigned v = *p;
 #if __CUDA_ARCH__ >= 900
-    const unsigned a = (unsigned)__cvta_generic_to_shared(p);
-    unsigned r, v;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(rank));
-    asm volatile("ld.shared::cluster.u32 %0, [%1];" : "=r"(v) : "r"(r) : "memory");
-    return v;
-#else
-    return *p;
+    asm volatile("ld.shared::cluster.u32 %0, [%1];" : "=r"(v) : "r"(pick_cluster_addr(p, rank))
+                 : "memory");
 #endif
+    return v;
 }
 
 // One block's slot of the exchanges.
@@ -158,27 +159,31 @@ __device__ u64_t group_sum(const PickGroup& g, u64_t v, PickSlot* slot) {
     return t;
 }
 
+// f folded over the blocks' 32-bit values `v`, in rank order from `init`.
+template <class F>
+__device__ unsigned group_fold32(const PickGroup& g, unsigned v, unsigned init, PickSlot* slot,
+                                 F f) {
+    if (threadIdx.x == 0) slot->a = v;
+    pick_cluster_sync();
+    for (unsigned r = 0; r < g.size; ++r) init = f(init, pick_remote_u32(&slot->a, r));
+    pick_cluster_sync();
+    return init;
+}
+
 // The group's largest of the blocks' largest values `v`.
 __device__ float group_max(const PickGroup& g, float v, PickSlot* slot) {
     if (g.size == 1) return v;
-    if (threadIdx.x == 0) slot->a = __float_as_uint(v);
-    pick_cluster_sync();
-    float m = -INFINITY;
-    for (unsigned r = 0; r < g.size; ++r)
-        m = fmaxf(m, __uint_as_float(pick_remote_u32(&slot->a, r)));
-    pick_cluster_sync();
-    return m;
+    return __uint_as_float(group_fold32(g, __float_as_uint(v), __float_as_uint(-INFINITY), slot,
+        [](unsigned a, unsigned b) {
+            return __float_as_uint(fmaxf(__uint_as_float(a), __uint_as_float(b)));
+        }));
 }
 
 // The group's smallest of the blocks' values `v` (non-negative).
 __device__ int group_min(const PickGroup& g, int v, PickSlot* slot) {
     if (g.size == 1) return v;
-    if (threadIdx.x == 0) slot->a = (unsigned)v;
-    pick_cluster_sync();
-    int m = v;
-    for (unsigned r = 0; r < g.size; ++r) m = min(m, (int)pick_remote_u32(&slot->a, r));
-    pick_cluster_sync();
-    return m;
+    return (int)group_fold32(g, (unsigned)v, (unsigned)v, slot,
+                             [](unsigned a, unsigned b) { return min(a, b); });
 }
 
 // The group's best (value, index) of the blocks' bests, held by thread 0 (block_argmax's),
@@ -412,9 +417,9 @@ __device__ unsigned pick_select(const float* xr, const float* wr, const PickGrou
 
 // Picks the token of each row of x [rows, n] by rows[r] (sample::Pick): out[r] is the id, with
 // PICK_DREW set when the random draw was used. w [rows, n] is scratch for the weights.
-// Grid: rows x group blocks, `group` (1, or PICK_CLUSTER launched as clusters of that many on
-// compute capability 9.0) picking each row; block: PICK_THREADS; dynamic shared memory:
-// sizeof(PickHist).
+// Grid: rows x group blocks, `group` (1, or sample.rs' PICK_CLUSTER launched as clusters of
+// that many on compute capability 9.0) picking each row; block: PICK_THREADS; dynamic shared
+// memory: sizeof(PickHist).
 extern "C" __global__ void __launch_bounds__(PICK_THREADS)
 pick_rows(float* x, float* w, const PickRow* rows, const IdValue* pairs, unsigned* out, int n,
           int group) {
