@@ -225,6 +225,9 @@ fn linear_f32_and_bf16_match_the_cpu() {
     let mut rng = Rng(0xfeed_beef_1234_5678);
     // (1, 9001, 1024) and (2, 40000, 256): the matrix-vector kernel with two columns per
     // pass and several per warp, an odd last one; 40000 outputs as an LM head takes it.
+    // (1, 6144, 1024), (2, 5000, 1000), (1, 1024, 3072): each warp's columns loaded whole
+    // (up to 3 a warp, a lane's last chunk short; on 132 SMs); (1, 20000, 2048): one column a
+    // pass, streamed.
     for &(m, n, k) in &[
         (1, 67, 64),
         (5, 1000, 130),
@@ -232,6 +235,10 @@ fn linear_f32_and_bf16_match_the_cpu() {
         (128, 151, 896),
         (1, 9001, 1024),
         (2, 40000, 256),
+        (1, 6144, 1024),
+        (2, 5000, 1000),
+        (1, 1024, 3072),
+        (1, 20000, 2048),
     ] {
         let w = rng.vec(n * k, 0.05);
         let bias = Some(rng.vec(n, 0.1));
