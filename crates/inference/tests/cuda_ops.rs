@@ -223,11 +223,10 @@ fn linear_f32_and_bf16_match_the_cpu() {
         return;
     };
     let mut rng = Rng(0xfeed_beef_1234_5678);
-    // (1, 9001, 1024) and (2, 40000, 256): the matrix-vector kernel with two columns per
-    // pass and several per warp, an odd last one; 40000 outputs as an LM head takes it.
-    // (1, 6144, 1024), (2, 5000, 1000), (1, 1024, 3072): each warp's columns loaded whole
-    // (up to 3 a warp, a lane's last chunk short; on 132 SMs); (1, 20000, 2048): one column a
-    // pass, streamed.
+    // (1, 9001, 1024) and (2, 40000, 256): the matrix-vector kernel with several columns per
+    // warp, an odd last one; 40000 outputs as an LM head takes it. (1, 6144, 1024), (2, 5000,
+    // 1000), (1, 1024, 3072), (1, 20000, 2048): a decode layer's gate/up and down shapes, up
+    // to 3 columns a warp on 132 SMs, a lane's last chunk short, two passes over a row.
     for &(m, n, k) in &[
         (1, 67, 64),
         (5, 1000, 130),

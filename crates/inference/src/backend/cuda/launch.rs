@@ -98,17 +98,6 @@ pub const GEMV_ROWS: usize = 2;
 /// blocks each staging its input, it ran at 1.8 TB/s against cuBLAS's 3.7).
 pub const GEMV_MAX_OUT: usize = 256 * 1024;
 
-/// Longest bf16 rows (k) whose matrix-vector products take `gemv_pair_bf16` (kernels.cu): two
-/// columns a pass, as a row of up to 1,024 fills half a lane's eight load slots, so a warp's
-/// next column is in flight before the kernel waits too (the Q/K/V and gate/up products of
-/// Qwen3-0.6B; H100, 2026-12-06, D3's kernel clock: 5.10 -> 4.50 and 6.64 -> 6.32 us).
-pub const GEMV_PAIR_MAX_K: usize = 1024;
-
-/// Load slots a lane of `gemv_whole_bf16` holds (kernels.cu `GEMV_WHOLE_SLOTS`, 16 bytes
-/// each) and columns a warp of it takes at most (`GEMV_WHOLE_COLS`).
-const GEMV_WHOLE_SLOTS: usize = 12;
-const GEMV_WHOLE_COLS: usize = 4;
-
 /// Query heads of one KV head per block of the many-rows decode attention entries (attention.cu
 /// `DECODE_MANY_HEADS`).
 const DECODE_MANY_HEADS: usize = 2;
@@ -1062,16 +1051,6 @@ impl CudaDevice {
             && m * k * 4 <= GEMV_SMEM_BYTES.min(self.max_smem())
     }
 
-    /// Whether a bf16 product into n outputs of rows of k takes `gemv_whole_bf16`: each warp's
-    /// columns (n over the grid's warps) fit its lanes' load slots whole, so all of W is in
-    /// flight before the kernel waits for the one before it (Qwen3-0.6B's four layer products
-    /// at batch 1: 1 to 3 columns of 4 to 12 slots); `LATTICE_CUDA_GEMV_WHOLE=0` turns it off.
-    fn gemv_whole_fits(&self, n: usize, k: usize) -> bool {
-        let cols = n.div_ceil(8 * self.gemv_blocks(n).max(1));
-        let per = (k / 8).div_ceil(32);
-        self.gemv_whole && per > 0 && cols <= GEMV_WHOLE_COLS && cols * per <= GEMV_WHOLE_SLOTS
-    }
-
     /// [`CudaDevice::matmul`] for m <= GEMV_ROWS rows and k a multiple of 8 ([`gemv_fits`]):
     /// one warp per output column streaming W once (decode is bound by reading the weights),
     /// with `input` applied to the rows as they are staged.
@@ -1098,14 +1077,7 @@ impl CudaDevice {
             }
             MatrixData::Bf16(b) => {
                 assert!(b.len() >= n * k);
-                let f = if self.gemv_whole_fits(n, k) {
-                    &self.kernels().gemv_whole_bf16
-                } else if k <= self.gemv_pair_max_k {
-                    &self.kernels().gemv_pair_bf16
-                } else {
-                    &self.kernels().gemv_bf16
-                };
-                (f, self.ptr(b))
+                (&self.kernels().gemv_bf16, self.ptr(b))
             }
             MatrixData::Q8 { q, d } => {
                 return self.matmul_q8(x, m, (q, d), n, k, y, accumulate, input);

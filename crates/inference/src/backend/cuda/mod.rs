@@ -164,11 +164,6 @@ pub(crate) struct Kernels {
     pub gather_rows: CudaFunction,
     pub embed_f32: CudaFunction,
     pub gemv_bf16: CudaFunction,
-    /// `gemv_bf16` with two columns a pass, for short rows (launch.rs `GEMV_PAIR_MAX_K`).
-    pub gemv_pair_bf16: CudaFunction,
-    /// `gemv_bf16` with each warp's columns loaded whole before the wait (launch.rs
-    /// `gemv_whole_fits`).
-    pub gemv_whole_bf16: CudaFunction,
     pub gemv_f32: CudaFunction,
     pub gemv_q8: CudaFunction,
     /// The block types' matrix-vector kernels (quant.rs `block_layout`: Q4_0, Q4_1, Q5_0,
@@ -252,12 +247,6 @@ pub struct CudaDevice {
     /// `LATTICE_CUDA_GEMV_MAX_OUT` overrides, to measure the LM head in the matrix-vector
     /// kernel).
     gemv_max_out: usize,
-    /// Longest bf16 rows whose matrix-vector products take two columns a pass
-    /// ([`launch::GEMV_PAIR_MAX_K`]; `LATTICE_CUDA_GEMV_PAIR_MAX_K`, 0 = none).
-    gemv_pair_max_k: usize,
-    /// Whether products whose warps' columns fit their load slots take `gemv_whole_bf16`
-    /// (launch.rs `gemv_whole_fits`; `LATTICE_CUDA_GEMV_WHOLE=0`: never).
-    gemv_whole: bool,
     /// The kernels' module, kept where they were compiled with the kernel clock
     /// (`LATTICE_CUDA_DEFINES=LATTICE_KERNEL_CLOCK`, read under `LATTICE_CUDA_TRACE`).
     clock: Option<Arc<cudarc::driver::CudaModule>>,
@@ -465,8 +454,6 @@ impl CudaDevice {
             gather_rows: f("gather_rows")?,
             embed_f32: f("embed_f32")?,
             gemv_bf16: f("gemv_bf16")?,
-            gemv_pair_bf16: f("gemv_pair_bf16")?,
-            gemv_whole_bf16: f("gemv_whole_bf16")?,
             gemv_f32: f("gemv_f32")?,
             gemv_q8: f("gemv_q8")?,
             gemv_blocks: [
@@ -566,8 +553,6 @@ impl CudaDevice {
             .filter(|&(_, bytes)| bytes <= stage_limit);
         for (k, bytes) in attn.chain(staging).chain([
             (&kernels.gemv_bf16, launch::GEMV_SMEM_BYTES),
-            (&kernels.gemv_pair_bf16, launch::GEMV_SMEM_BYTES),
-            (&kernels.gemv_whole_bf16, launch::GEMV_SMEM_BYTES),
             (&kernels.gemv_f32, launch::GEMV_SMEM_BYTES),
             (&kernels.gemv_q8, launch::GEMV_SMEM_BYTES),
             (&kernels.pick_rows, sample::PICK_SMEM_BYTES),
@@ -623,8 +608,6 @@ impl CudaDevice {
                 .div_ceil(32)
                 * 32,
             gemv_max_out: env_count("LATTICE_CUDA_GEMV_MAX_OUT", launch::GEMV_MAX_OUT)?,
-            gemv_pair_max_k: env_count("LATTICE_CUDA_GEMV_PAIR_MAX_K", launch::GEMV_PAIR_MAX_K)?,
-            gemv_whole: env_count("LATTICE_CUDA_GEMV_WHOLE", 1)? != 0,
             clock: kernel_options()?
                 .iter()
                 .any(|o| o == "-DLATTICE_KERNEL_CLOCK")
