@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On the device, ~120 s of command time: checks a tree built here (scripts/gpu/pack_device.sh,
 # .device/serve.txz and .device/wheels as serve_tests.sh says): op and model parity (the NVRTC
-# compile test is left to this machine), greedy text of both random Qwen3-0.6B checkpoints on
+# compile test is left to this machine; the products' tests once more with LATTICE_CUDA_GEMV_LEAN=1), greedy text of both random Qwen3-0.6B checkpoints on
 # the GPU and the CPU (printed "equal", or "DIFFER" with both texts), the server's tests, then, while under 200 s, an A/B of
 # the trigger (one round, 8 streams; CHECK_AB=0 leaves it out). Logs in $OUT/logs.tgz. Run: `bash scripts/gpu/check_tree.sh`.
 set -uo pipefail
@@ -16,7 +16,9 @@ nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader
 mp=$!
 .device/cuda_ops --nocapture --test-threads=1 --skip kernels_compile_with_nvrtc > $D/cuda_ops.log 2>&1
 .device/cuda_parity --nocapture --test-threads=1 > $D/cuda_parity.log 2>&1
-grep -hE "test result|FAILED|panicked" $D/cuda_ops.log $D/cuda_parity.log
+# The products' tests again through the register-lean entries (off by default until measured).
+LATTICE_CUDA_GEMV_LEAN=1 .device/cuda_ops --nocapture --test-threads=1 linear > $D/cuda_ops_lean.log 2>&1
+grep -hE "test result|FAILED|panicked" $D/cuda_ops.log $D/cuda_parity.log $D/cuda_ops_lean.log
 grep -h "recorded step of tiny" $D/cuda_parity.log
 pack
 wait $mp

@@ -496,10 +496,11 @@ __device__ __forceinline__ uint4 ld_stream(const uint4* p) {
 }
 
 // Lane `lane`'s chunks of pass `base` (chunk base + lane + 32 i), zero past the row's end.
-__device__ __forceinline__ void gemv_fetch(uint4 (&v)[GEMV_PF], const uint4* wr, int base,
-                                           int lane, int chunks) {
+template <int PF>
+__device__ __forceinline__ void gemv_fetch(uint4 (&v)[PF], const uint4* wr, int base, int lane,
+                                           int chunks) {
 #pragma unroll
-    for (int i = 0; i < GEMV_PF; i++) {
+    for (int i = 0; i < PF; i++) {
         const int c = base + lane + 32 * i;
         if (c < chunks) {
             v[i] = ld_stream(wr + c);
@@ -665,7 +666,8 @@ __device__ __forceinline__ void gemv_store(const float (&acc)[GEMV_ROWS],
     }
 }
 
-template <bool BF16>
+// PF: load slots a lane (GEMV_PF, or GEMV_PF / 2 in the lean entry for short rows).
+template <bool BF16, int PF>
 __device__ void gemv(const float* x, const void* w, float* y, int m, int n, int k, int accumulate,
                      const float* norm_w, float eps, int swiglu) {
     extern __shared__ float4 xs4[];
@@ -677,9 +679,9 @@ __device__ void gemv(const float* x, const void* w, float* y, int m, int n, int 
     // before the previous pass multiplies (also across columns).
     const int stride = gridDim.x * 8;
     const size_t row_bytes = (size_t)k * (BF16 ? 2 : 4);
-    const int passes = (chunks + 32 * GEMV_PF - 1) / (32 * GEMV_PF);
+    const int passes = (chunks + 32 * PF - 1) / (32 * PF);
     int col = blockIdx.x * 8 + warp;
-    uint4 next[GEMV_PF];
+    uint4 next[PF];
     if (col < n) gemv_fetch(next, (const uint4*)((const char*)w + col * row_bytes), 0, lane, chunks);
     // The first loads of the weights are in flight while the kernel before finishes.
     DEP_ENTER();
@@ -692,18 +694,18 @@ __device__ void gemv(const float* x, const void* w, float* y, int m, int n, int 
 #pragma unroll
         for (int j = 0; j < GEMV_ROWS; j++) acc[j] = 0.0f;
         for (int p = 0; p < passes; p++) {
-            const int base = p * 32 * GEMV_PF;
-            uint4 cur[GEMV_PF];
+            const int base = p * 32 * PF;
+            uint4 cur[PF];
 #pragma unroll
-            for (int i = 0; i < GEMV_PF; i++) cur[i] = next[i];
+            for (int i = 0; i < PF; i++) cur[i] = next[i];
             if (p + 1 < passes) {
-                gemv_fetch(next, wr, base + 32 * GEMV_PF, lane, chunks);
+                gemv_fetch(next, wr, base + 32 * PF, lane, chunks);
             } else if (col + stride < n) {
                 gemv_fetch(next, (const uint4*)((const char*)w + (col + stride) * row_bytes), 0,
                            lane, chunks);
             }
 #pragma unroll
-            for (int i = 0; i < GEMV_PF; i++) {
+            for (int i = 0; i < PF; i++) {
                 const int c = base + lane + 32 * i;
                 if (c >= chunks) break;
                 gemv_chunk<BF16>(acc, cur[i], xs4, c, m, k);
@@ -715,12 +717,32 @@ __device__ void gemv(const float* x, const void* w, float* y, int m, int n, int 
 
 extern "C" __global__ void gemv_bf16(const float* x, const bf16_t* w, float* y, int m, int n, int k,
                                      int accumulate, const float* norm_w, float eps, int swiglu) {
-    gemv<true>(x, w, y, m, n, k, accumulate, norm_w, eps, swiglu);
+    gemv<true, GEMV_PF>(x, w, y, m, n, k, accumulate, norm_w, eps, swiglu);
+}
+
+// The register-lean entries (launch.rs `gemv_lean`, `LATTICE_CUDA_GEMV_LEAN=1`): two blocks of
+// a product leave room on their SM for a block of the kernel after it, so that it starts and
+// fetches its own inputs while the product runs (H100, 2026-12-07, F1: at 128 registers the
+// products filled the register file and every launch of the step got slower). Rows of at most
+// 32 GEMV_PF / 2 chunks (k <= 1,024 bf16, which fills only half the slots of `gemv_bf16`) take
+// half the slots, at most 72 registers (2 x 256 x 72 + a decode attention block of 128 x 200
+// fit 64 Ki); longer rows all slots at most 112 (two gate/up blocks + one down block fit).
+// The same loads in flight and the same sums in the same order as `gemv_bf16` (bit-equal).
+extern "C" __global__ void __maxnreg__(72)
+gemv_half_bf16(const float* x, const bf16_t* w, float* y, int m, int n, int k, int accumulate,
+               const float* norm_w, float eps, int swiglu) {
+    gemv<true, GEMV_PF / 2>(x, w, y, m, n, k, accumulate, norm_w, eps, swiglu);
+}
+
+extern "C" __global__ void __maxnreg__(112)
+gemv_capped_bf16(const float* x, const bf16_t* w, float* y, int m, int n, int k, int accumulate,
+                 const float* norm_w, float eps, int swiglu) {
+    gemv<true, GEMV_PF>(x, w, y, m, n, k, accumulate, norm_w, eps, swiglu);
 }
 
 extern "C" __global__ void gemv_f32(const float* x, const float* w, float* y, int m, int n, int k,
                                     int accumulate, const float* norm_w, float eps, int swiglu) {
-    gemv<false>(x, w, y, m, n, k, accumulate, norm_w, eps, swiglu);
+    gemv<false, GEMV_PF>(x, w, y, m, n, k, accumulate, norm_w, eps, swiglu);
 }
 
 // The larger of two (value, index) candidates: the larger value, the lower index on ties;

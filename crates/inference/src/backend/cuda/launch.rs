@@ -98,6 +98,10 @@ pub const GEMV_ROWS: usize = 2;
 /// blocks each staging its input, it ran at 1.8 TB/s against cuBLAS's 3.7).
 pub const GEMV_MAX_OUT: usize = 256 * 1024;
 
+/// Longest bf16 rows the lean `gemv_half_bf16` takes: one pass of 32 lanes x 4 slots
+/// (kernels.cu `GEMV_PF / 2`) x 8 values, which `gemv_bf16` covers with half its slots.
+const GEMV_HALF_MAX_K: usize = 32 * 4 * 8;
+
 /// Query heads of one KV head per block of the many-rows decode attention entries (attention.cu
 /// `DECODE_MANY_HEADS`).
 const DECODE_MANY_HEADS: usize = 2;
@@ -1051,6 +1055,22 @@ impl CudaDevice {
             && m * k * 4 <= GEMV_SMEM_BYTES.min(self.max_smem())
     }
 
+    /// The matrix-vector kernel for bf16 rows of k. With `LATTICE_CUDA_GEMV_LEAN=1`, the
+    /// register-lean entries (kernels.cu `gemv_half_bf16`, `gemv_capped_bf16`): the same loads
+    /// and sums in fewer registers, so that the next kernel's blocks fit beside a product's two
+    /// blocks per SM and start early (the whole-share entry of F1, 2026-12-07, filled the
+    /// register file and made every launch of an H100 step slower). Off until measured.
+    fn gemv_bf16_entry(&self, k: usize) -> &CudaFunction {
+        let kernels = self.kernels();
+        if !self.gemv_lean {
+            &kernels.gemv_bf16
+        } else if k <= GEMV_HALF_MAX_K {
+            &kernels.gemv_half_bf16
+        } else {
+            &kernels.gemv_capped_bf16
+        }
+    }
+
     /// [`CudaDevice::matmul`] for m <= GEMV_ROWS rows and k a multiple of 8 ([`gemv_fits`]):
     /// one warp per output column streaming W once (decode is bound by reading the weights),
     /// with `input` applied to the rows as they are staged.
@@ -1077,7 +1097,7 @@ impl CudaDevice {
             }
             MatrixData::Bf16(b) => {
                 assert!(b.len() >= n * k);
-                (&self.kernels().gemv_bf16, self.ptr(b))
+                (self.gemv_bf16_entry(k), self.ptr(b))
             }
             MatrixData::Q8 { q, d } => {
                 return self.matmul_q8(x, m, (q, d), n, k, y, accumulate, input);

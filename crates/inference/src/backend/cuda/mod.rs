@@ -164,6 +164,10 @@ pub(crate) struct Kernels {
     pub gather_rows: CudaFunction,
     pub embed_f32: CudaFunction,
     pub gemv_bf16: CudaFunction,
+    /// The register-lean bf16 entries (launch.rs `gemv_lean`): half the load slots at most 72
+    /// registers (rows of k <= 1,024), and all of them at most 112.
+    pub gemv_half_bf16: CudaFunction,
+    pub gemv_capped_bf16: CudaFunction,
     pub gemv_f32: CudaFunction,
     pub gemv_q8: CudaFunction,
     /// The block types' matrix-vector kernels (quant.rs `block_layout`: Q4_0, Q4_1, Q5_0,
@@ -247,6 +251,9 @@ pub struct CudaDevice {
     /// `LATTICE_CUDA_GEMV_MAX_OUT` overrides, to measure the LM head in the matrix-vector
     /// kernel).
     gemv_max_out: usize,
+    /// Whether bf16 matrix-vector products take the register-lean entries (launch.rs
+    /// `gemv_lean`; `LATTICE_CUDA_GEMV_LEAN=1`, off until measured on a GPU).
+    gemv_lean: bool,
     /// The kernels' module, kept where they were compiled with the kernel clock
     /// (`LATTICE_CUDA_DEFINES=LATTICE_KERNEL_CLOCK`, read under `LATTICE_CUDA_TRACE`).
     clock: Option<Arc<cudarc::driver::CudaModule>>,
@@ -454,6 +461,8 @@ impl CudaDevice {
             gather_rows: f("gather_rows")?,
             embed_f32: f("embed_f32")?,
             gemv_bf16: f("gemv_bf16")?,
+            gemv_half_bf16: f("gemv_half_bf16")?,
+            gemv_capped_bf16: f("gemv_capped_bf16")?,
             gemv_f32: f("gemv_f32")?,
             gemv_q8: f("gemv_q8")?,
             gemv_blocks: [
@@ -553,6 +562,8 @@ impl CudaDevice {
             .filter(|&(_, bytes)| bytes <= stage_limit);
         for (k, bytes) in attn.chain(staging).chain([
             (&kernels.gemv_bf16, launch::GEMV_SMEM_BYTES),
+            (&kernels.gemv_half_bf16, launch::GEMV_SMEM_BYTES),
+            (&kernels.gemv_capped_bf16, launch::GEMV_SMEM_BYTES),
             (&kernels.gemv_f32, launch::GEMV_SMEM_BYTES),
             (&kernels.gemv_q8, launch::GEMV_SMEM_BYTES),
             (&kernels.pick_rows, sample::PICK_SMEM_BYTES),
@@ -608,6 +619,7 @@ impl CudaDevice {
                 .div_ceil(32)
                 * 32,
             gemv_max_out: env_count("LATTICE_CUDA_GEMV_MAX_OUT", launch::GEMV_MAX_OUT)?,
+            gemv_lean: env_count("LATTICE_CUDA_GEMV_LEAN", 0)? != 0,
             clock: kernel_options()?
                 .iter()
                 .any(|o| o == "-DLATTICE_KERNEL_CLOCK")
