@@ -720,9 +720,9 @@ extern "C" __global__ void gemv_bf16(const float* x, const bf16_t* w, float* y, 
     gemv<true, GEMV_PF>(x, w, y, m, n, k, accumulate, norm_w, eps, swiglu);
 }
 
-// The register-lean entries (launch.rs `gemv_lean`, `LATTICE_CUDA_GEMV_LEAN=1`): two blocks of
-// a product leave room on their SM for a block of the kernel after it, so that it starts and
-// fetches its own inputs while the product runs (H100, 2026-12-07, F1: at 128 registers the
+// The register-lean entries (launch.rs `gemv_bf16_entry`, `LATTICE_CUDA_GEMV_LEAN=1`): two
+// blocks of a product leave room on their SM for a block of the kernel after it, so that it
+// starts and fetches its own inputs while the product runs (H100, 2026-12-07, F1: at 128 registers the
 // products filled the register file and every launch of the step got slower). Rows of at most
 // 32 GEMV_PF / 2 chunks (k <= 1,024 bf16, which fills only half the slots of `gemv_bf16`) take
 // half the slots, at most 72 registers (2 x 256 x 72 + a decode attention block of 128 x 200

@@ -164,8 +164,8 @@ pub(crate) struct Kernels {
     pub gather_rows: CudaFunction,
     pub embed_f32: CudaFunction,
     pub gemv_bf16: CudaFunction,
-    /// The register-lean bf16 entries (launch.rs `gemv_lean`): half the load slots at most 72
-    /// registers (rows of k <= 1,024), and all of them at most 112.
+    /// The register-lean bf16 entries (launch.rs `gemv_bf16_entry`): half the load slots at
+    /// most 72 registers (rows of k <= 1,024), and all of them at most 112.
     pub gemv_half_bf16: CudaFunction,
     pub gemv_capped_bf16: CudaFunction,
     pub gemv_f32: CudaFunction,
