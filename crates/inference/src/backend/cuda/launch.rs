@@ -221,13 +221,10 @@ impl CudaDevice {
             },
         };
         debug_assert!(cfg.grid_dim.0.is_multiple_of(cluster.max(1)));
+        // The attributes in use: the dependent launch's (first), the clusters' (second).
         let mut attrs = [pdl, clusters];
-        let (first, count) = match (self.dependent_launch(), cluster > 1) {
-            (true, true) => (0, 2),
-            (true, false) => (0, 1),
-            (false, true) => (1, 1),
-            (false, false) => (0, 0),
-        };
+        let first = usize::from(!self.dependent_launch());
+        let count = u32::from(self.dependent_launch()) + u32::from(cluster > 1);
         let config = drv::CUlaunchConfig {
             gridDimX: cfg.grid_dim.0,
             gridDimY: cfg.grid_dim.1,

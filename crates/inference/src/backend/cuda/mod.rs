@@ -252,7 +252,7 @@ pub struct CudaDevice {
     /// kernel).
     gemv_max_out: usize,
     /// Whether bf16 matrix-vector products take the register-lean entries (launch.rs
-    /// `gemv_lean`; `LATTICE_CUDA_GEMV_LEAN=1`, off until measured on a GPU).
+    /// `gemv_bf16_entry`; `LATTICE_CUDA_GEMV_LEAN=1`, off until measured on a GPU).
     gemv_lean: bool,
     /// The kernels' module, kept where they were compiled with the kernel clock
     /// (`LATTICE_CUDA_DEFINES=LATTICE_KERNEL_CLOCK`, read under `LATTICE_CUDA_TRACE`).

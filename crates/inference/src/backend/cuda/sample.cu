@@ -332,9 +332,8 @@ struct PickHist {
 // these passes ~100 us on an H200).
 template <class Member, class Amount, class Enough>
 __device__ unsigned pick_select(const float* xr, const float* wr, const PickGroup& g,
-                               Member member,
-                                Amount amount, Enough enough, u64_t* above, u64_t* at,
-                                unsigned* ties, PickHist* h, unsigned* sel) {
+                                Member member, Amount amount, Enough enough, u64_t* above,
+                                u64_t* at, unsigned* ties, PickHist* h, unsigned* sel) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     unsigned prefix = 0, mask = 0;
     u64_t acc = 0;

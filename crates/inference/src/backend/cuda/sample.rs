@@ -15,7 +15,8 @@ const PICK_THREADS: u32 = 1024;
 /// (u32) and unit sums (u64) of 256 digits, and the block's and its group's totals.
 pub(super) const PICK_SMEM_BYTES: usize = 32 * 256 * (4 + 8) + 2 * 256 * (4 + 8);
 
-/// Blocks of a cluster that pick one row together (`PICK_CLUSTER` in sample.cu).
+/// Blocks of a cluster that pick one row together (sample.cu's `pick_rows` takes it as its
+/// `group` argument).
 pub(super) const PICK_CLUSTER: usize = 8;
 
 /// One row's parameters as the kernel reads them (`PickRow` in sample.cu, 48 bytes): t,
