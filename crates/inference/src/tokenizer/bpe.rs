@@ -12,7 +12,7 @@ use std::collections::{BinaryHeap, HashMap};
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::RwLock;
 
-use super::wordpiece::{FastHasher, VocabMap};
+use super::wordpiece::{FastHasher, IdTable, VocabMap};
 
 /// The byte → character table of byte-level BPE (GPT-2's `bytes_to_unicode`): printable bytes
 /// map to themselves, the others to U+0100 onwards in byte order.
@@ -199,7 +199,7 @@ impl WordCache {
 #[derive(Clone)]
 pub(crate) struct Bpe {
     vocab: VocabMap,
-    id_to_token: Vec<Option<Box<str>>>,
+    id_to_token: IdTable,
     /// (left id, right id) → (rank, merged id).
     merges: PairMap,
     opts: BpeOptions,
@@ -255,16 +255,10 @@ impl Bpe {
         opts: BpeOptions,
     ) -> Result<Self, BpeError> {
         let mut vocab = VocabMap::default();
-        let max_id = entries
-            .iter()
-            .map(|(_, id)| *id as usize)
-            .max()
-            .unwrap_or(0);
-        let mut id_to_token: Vec<Option<Box<str>>> = vec![None; max_id + 1];
-        for (token, id) in entries {
-            id_to_token[id as usize] = Some(token.clone().into_boxed_str());
-            vocab.insert(token.into_boxed_str(), id);
+        for (token, id) in &entries {
+            vocab.insert(token.as_str().into(), *id);
         }
+        let id_to_token = IdTable::reverse(&entries, &vocab);
         let mut pairs = PairMap::default();
         let prefix_len = opts
             .continuing_subword_prefix
@@ -342,7 +336,7 @@ impl Bpe {
 
     /// Token string of an id.
     pub fn id_to_token(&self, id: u32) -> Option<&str> {
-        self.id_to_token.get(id as usize).and_then(|t| t.as_deref())
+        self.id_to_token.get(id)
     }
 
     /// Vocabulary size.

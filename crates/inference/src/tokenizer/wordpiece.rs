@@ -60,6 +60,46 @@ impl Hasher for FastHasher {
 /// `HashMap` keyed by vocabulary strings with [`FastHasher`].
 pub(crate) type VocabMap = HashMap<Box<str>, u32, BuildHasherDefault<FastHasher>>;
 
+/// id → token, the reverse of a [`VocabMap`] (HF's reversed vocabulary: where two ids share a
+/// token string, only the id the map kept is here). A table indexed by id when the ids are about
+/// as many as the tokens (every real vocabulary); a map when a file's ids are sparse, so that an
+/// id near 2^32 costs one entry rather than a table of that many slots.
+#[derive(Debug, Clone)]
+pub(crate) enum IdTable {
+    /// Slot `id` holds the token of `id`.
+    Dense(Vec<Option<Box<str>>>),
+    /// The tokens of sparse ids.
+    Sparse(HashMap<u32, Box<str>>),
+}
+
+impl IdTable {
+    /// The reverse of `vocab`, made from its `entries` in file order: an entry the map did not
+    /// keep (its string has a later id) is left out; where two strings share an id, the later
+    /// one is kept.
+    pub fn reverse(entries: &[(String, u32)], vocab: &VocabMap) -> Self {
+        let kept = entries
+            .iter()
+            .filter(|(t, id)| vocab.get(t.as_str()) == Some(id));
+        let slots = vocab.values().max().map_or(0, |&id| id as usize + 1);
+        if slots > 2 * vocab.len() + 1024 {
+            return IdTable::Sparse(kept.map(|(t, id)| (*id, t.as_str().into())).collect());
+        }
+        let mut table = vec![None; slots];
+        for (token, id) in kept {
+            table[*id as usize] = Some(token.as_str().into());
+        }
+        IdTable::Dense(table)
+    }
+
+    /// The token of `id`, if any.
+    pub fn get(&self, id: u32) -> Option<&str> {
+        match self {
+            IdTable::Dense(t) => t.get(id as usize)?.as_deref(),
+            IdTable::Sparse(m) => m.get(&id).map(|t| &**t),
+        }
+    }
+}
+
 /// One token produced by [`WordPiece::tokenize_word`]: id and byte range within the word.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Piece {
@@ -104,7 +144,7 @@ pub(crate) struct WordPiece {
     /// For tokens that start with the prefix: the rest of the token → id.
     continuation: VocabMap,
     /// id → token (None for ids the vocabulary skips).
-    id_to_token: Vec<Option<Box<str>>>,
+    id_to_token: IdTable,
     unk_id: u32,
     unk_token: String,
     prefix: String,
@@ -123,28 +163,15 @@ impl WordPiece {
         prefix: &str,
         max_input_chars_per_word: usize,
     ) -> Result<Self, VocabError> {
-        let mut map = VocabMap::default();
-        let mut id_to_token: Vec<Option<Box<str>>> = Vec::new();
-        for (token, id) in vocab {
-            let idx = id as usize;
-            if idx >= id_to_token.len() {
-                id_to_token.resize(idx + 1, None);
-            }
-            id_to_token[idx] = Some(token.clone().into_boxed_str());
-            map.insert(token.into_boxed_str(), id);
-        }
+        let entries: Vec<(String, u32)> = vocab.into_iter().collect();
+        let map: VocabMap = entries
+            .iter()
+            .map(|(t, id)| (t.as_str().into(), *id))
+            .collect();
         if map.is_empty() {
             return Err(VocabError::Empty);
         }
-        // When two ids share a token string, the map keeps one id; id_to_token keeps only the
-        // strings the map points back to, like HF's reversed vocabulary.
-        for (idx, slot) in id_to_token.iter_mut().enumerate() {
-            if let Some(tok) = slot {
-                if map.get(&**tok).copied() != Some(idx as u32) {
-                    *slot = None;
-                }
-            }
-        }
+        let id_to_token = IdTable::reverse(&entries, &map);
         let Some(&unk_id) = map.get(unk_token) else {
             return Err(VocabError::MissingUnk(unk_token.to_owned()));
         };
@@ -177,7 +204,7 @@ impl WordPiece {
 
     /// The token of `id`, if any.
     pub fn id_to_token(&self, id: u32) -> Option<&str> {
-        self.id_to_token.get(id as usize)?.as_deref()
+        self.id_to_token.get(id)
     }
 
     /// Number of distinct tokens in the vocabulary.
@@ -299,5 +326,25 @@ mod tests {
     fn missing_unk_is_an_error() {
         let err = WordPiece::new([("a".to_string(), 0)], "[UNK]", "##", 100).unwrap_err();
         assert!(err.to_string().contains("[UNK]"));
+    }
+
+    #[test]
+    fn id_table_keeps_dense_and_sparse_ids() {
+        // An id near 2^32 (a fuzzed tokenizer.json once asked for a table of that many slots).
+        let vocab = [("[UNK]", 0), ("a", 1), ("b", 4_000_000_000), ("a2", 1)];
+        let m = WordPiece::new(vocab.map(|(t, id)| (t.to_string(), id)), "[UNK]", "##", 100)
+            .expect("valid test vocabulary");
+        assert!(matches!(m.id_to_token, IdTable::Sparse(_)));
+        assert_eq!(m.id_to_token(4_000_000_000), Some("b"));
+        assert_eq!(
+            m.id_to_token(1),
+            Some("a2"),
+            "one id, two strings: the later one"
+        );
+        assert_eq!(m.id_to_token(2), None);
+        let dense = model();
+        assert!(matches!(dense.id_to_token, IdTable::Dense(_)));
+        assert_eq!(dense.id_to_token(6), Some("é"));
+        assert_eq!(dense.id_to_token(7), None);
     }
 }
