@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # On the device, ~120 s of command time: checks a tree built here (scripts/gpu/pack_device.sh,
 # .device/serve.txz and .device/wheels as serve_tests.sh says): op and model parity (the NVRTC
-# compile test is left to this machine; the products' tests once more with LATTICE_CUDA_GEMV_LEAN=1), greedy text of both random Qwen3-0.6B checkpoints on
-# the GPU and the CPU (printed "equal", or "DIFFER" with both texts), the server's tests, then, while under 200 s, an A/B of
-# the trigger (one round, 8 streams; CHECK_AB=0 leaves it out). Logs in $OUT/logs.tgz. Run: `bash scripts/gpu/check_tree.sh`.
+# compile test is left to this machine; the products' tests once more with
+# LATTICE_CUDA_GEMV_LEAN=1), greedy text of both random Qwen3-0.6B checkpoints on the GPU and the
+# CPU (printed "equal", or "DIFFER" with both texts), the server's tests, then, while under
+# 200 s, an A/B of the trigger (one round, 8 streams; CHECK_AB=0 leaves it out). Logs in
+# $OUT/logs.tgz. Run: `bash scripts/gpu/check_tree.sh`.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 . scripts/gpu/device_env.sh

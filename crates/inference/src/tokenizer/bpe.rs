@@ -12,7 +12,7 @@ use std::collections::{BinaryHeap, HashMap};
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::RwLock;
 
-use super::wordpiece::{FastHasher, IdTable, VocabMap};
+use super::vocab::{FastHasher, IdTable, VocabMap};
 
 /// The byte → character table of byte-level BPE (GPT-2's `bytes_to_unicode`): printable bytes
 /// map to themselves, the others to U+0100 onwards in byte order.
@@ -258,7 +258,7 @@ impl Bpe {
         for (token, id) in &entries {
             vocab.insert(token.as_str().into(), *id);
         }
-        let id_to_token = IdTable::reverse(&entries, &vocab);
+        let id_to_token = IdTable::reverse(entries, &vocab);
         let mut pairs = PairMap::default();
         let prefix_len = opts
             .continuing_subword_prefix

@@ -57,6 +57,7 @@ mod pretokenize;
 mod stream;
 mod unicode;
 mod unigram;
+mod vocab;
 mod wordpiece;
 
 use std::path::Path;
